@@ -1,0 +1,24 @@
+// Runs every compiled test file with Node's test runner. Files run two at a time (this is a 2-core machine);
+// each integration test file starts its own PostgreSQL servers, so they never share state.
+import { spawnSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+
+function findTests(dir) {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) return findTests(path);
+    return name.endsWith('.test.js') ? [path] : [];
+  });
+}
+
+const filter = process.argv[2];
+const files = findTests('dist/test')
+  .filter((f) => !filter || f.includes(filter))
+  .sort();
+const args = ['--test', '--test-concurrency=2', '--test-reporter=spec', ...files];
+const result = spawnSync(process.execPath, args, {
+  stdio: 'inherit',
+  env: { ...process.env, SHARDFLAKE_TEST: '1' },
+});
+process.exit(result.status ?? 1);

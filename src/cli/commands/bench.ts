@@ -1,0 +1,13 @@
+import type { Command } from 'commander';
+import { registerBenchClusterCommand } from './bench-cluster.js';
+import { registerBenchIdsCommand } from './bench-ids.js';
+import { registerBenchInsertsCommand } from './bench-inserts.js';
+import { registerBenchSqlCommand } from './bench-sql.js';
+
+export function registerBenchCommands(program: Command): void {
+  const bench = program.command('bench').description('benchmarks, as ratios against baselines measured in the same run');
+  registerBenchIdsCommand(bench);
+  registerBenchSqlCommand(bench);
+  registerBenchInsertsCommand(bench);
+  registerBenchClusterCommand(bench);
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+import { Command, CommanderError } from 'commander';
+import { redactSecrets, ShardflakeError } from '../errors.js';
+import { VERSION } from '../version.js';
+import { registerBenchCommands } from './commands/bench.js';
+import { registerClusterCommands } from './commands/cluster.js';
+import { registerDemoCommand } from './commands/demo.js';
+import { registerIdCommands } from './commands/id.js';
+import { registerSqlCommands } from './commands/sql.js';
+
+/**
+ * The CLI is a thin layer: each command file parses its flags, calls the library and prints. Errors end here:
+ * one line on stderr, a non-zero exit code, a stack only with --debug.
+ */
+export function buildProgram(): Command {
+  const program = new Command('shardflake')
+    .description('Instagram-style sharding and 64-bit time-sortable ids for PostgreSQL')
+    .version(VERSION)
+    .option('--debug', 'print stack traces for errors')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  registerIdCommands(program);
+  registerSqlCommands(program);
+  registerClusterCommands(program);
+  registerBenchCommands(program);
+  registerDemoCommand(program);
+  return program;
+}
+
+function exitCodeFor(error: unknown): number {
+  if (error instanceof ShardflakeError) {
+    return ['SERVER_UNREACHABLE', 'DATABASE_ERROR', 'MOVE_FAILED', 'MIGRATION_FAILED'].includes(error.code)
+      ? 3
+      : 2;
+  }
+  return 1;
+}
+
+export async function runCli(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  const debug = argv.includes('--debug');
+  try {
+    await program.parseAsync(argv);
+    return process.exitCode === undefined ? 0 : Number(process.exitCode);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // commander already printed its one line (or the help/version text).
+      return error.exitCode;
+    }
+    if (error instanceof ShardflakeError) {
+      process.stderr.write(`shardflake: error [${error.code}]: ${redactSecrets(error.message)}\n`);
+    } else {
+      const message = error instanceof Error ? error.message : String(error);
+      process.stderr.write(`shardflake: internal error: ${redactSecrets(message)}\n`);
+    }
+    if (debug && error instanceof Error && error.stack)
+      process.stderr.write(`${redactSecrets(error.stack)}\n`);
+    return exitCodeFor(error);
+  }
+}
+
+const code = await runCli(process.argv);
+process.exitCode = code;

@@ -1,0 +1,64 @@
+/**
+ * The one error type shardflake throws at its public boundary. Every error carries a stable string `code`
+ * (listed in ERROR_CODES and in the README's error table) and one clear sentence as its message. The CLI prints
+ * `error [CODE]: message` on one line and exits non-zero; stacks appear only with `--debug`.
+ */
+export const ERROR_CODES = [
+  // id formats
+  'INVALID_LAYOUT', // a layout definition that cannot work (missing time field, zero-width field, …)
+  'LAYOUT_TOO_WIDE', // a layout whose fields add up to more than 64 bits
+  'OUT_OF_RANGE', // a shard, worker, sequence or time that does not fit its field
+  'INVALID_ID', // a string or number that is not an id of the expected format
+  'CLOCK_EXHAUSTED', // the layout's time field has run out at this clock reading
+  'INVALID_ARGUMENT', // any other bad option or flag value
+  // postgres
+  'INVALID_IDENTIFIER', // a schema/table name that is not a plain SQL identifier
+  'SERVER_UNREACHABLE', // a PostgreSQL server that does not answer
+  'DATABASE_ERROR', // PostgreSQL refused a statement; `detail` keeps the server's own fields
+  // cluster
+  'INVALID_CONFIG', // a cluster config file that is not valid
+  'UNKNOWN_SERVER', // a server name the config does not define
+  'UNKNOWN_SHARD', // a logical shard number outside the cluster
+  'STALE_MAP', // a router's shard map is older than the catalog's
+  'SHARD_FENCED', // a write reached a copy of a shard that was moved away
+  'SHARD_BUSY', // a shard that is being moved (or migrated) by someone else
+  'MIGRATION_FAILED', // a migration step that failed on one or more shards
+  'LEASE_LOST', // a worker-id lease that expired or was taken over
+  'NO_FREE_WORKER', // every worker id of a layout is leased
+  'MOVE_FAILED', // an online shard move that stopped; the shard stays where it was
+  'NOT_SUPPORTED', // a feature the target cannot provide
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export interface ErrorDetails {
+  /** PostgreSQL's SQLSTATE when the error came from the server. */
+  sqlState?: string;
+  /** PostgreSQL's DETAIL, or another short fact that helps the caller. */
+  detail?: string;
+  /** The error this one wraps. */
+  cause?: unknown;
+}
+
+export class ShardflakeError extends Error {
+  override readonly name = 'ShardflakeError';
+  readonly code: ErrorCode;
+  readonly sqlState: string | undefined;
+  readonly detail: string | undefined;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.code = code;
+    this.sqlState = details.sqlState;
+    this.detail = details.detail;
+  }
+}
+
+export function isShardflakeError(error: unknown, code?: ErrorCode): error is ShardflakeError {
+  return error instanceof ShardflakeError && (code === undefined || error.code === code);
+}
+
+/** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */
+export function redactSecrets(text: string): string {
+  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]*@/gi, '$1****@');
+}

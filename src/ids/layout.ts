@@ -1,0 +1,211 @@
+import { ShardflakeError } from '../errors.js';
+
+/**
+ * A 64-bit id layout, written once as data: a custom epoch, a time unit and the fields from the most significant
+ * bit down. Every encoder, decoder, SQL generator and doc table derives its shifts and masks from this one
+ * description — no shift constant appears anywhere else.
+ */
+export const FIELD_KINDS = ['time', 'shard', 'worker', 'process', 'machine', 'sequence'] as const;
+export type FieldKind = (typeof FIELD_KINDS)[number];
+
+export interface FieldSpec {
+  /** Name used in decoded output (`shard`, `worker`, `sequence`, …). Defaults to the kind. */
+  name?: string;
+  kind: FieldKind;
+  bits: number;
+}
+
+export interface LayoutSpec {
+  name: string;
+  /** Milliseconds since the Unix epoch at which the time field is zero. */
+  epoch: number;
+  /** Length of one time tick in milliseconds (1 for most layouts, 10 for Sonyflake). */
+  timeUnitMs: number;
+  /** Fields from the most significant bit to the least. The first must be the time field. */
+  fields: readonly FieldSpec[];
+}
+
+export interface LayoutField {
+  readonly name: string;
+  readonly kind: FieldKind;
+  readonly bits: number;
+  /** Position of the field's lowest bit. */
+  readonly shift: number;
+  /** Largest value the field holds: 2^bits − 1. */
+  readonly max: bigint;
+}
+
+export interface Layout {
+  readonly name: string;
+  readonly epoch: number;
+  readonly timeUnitMs: number;
+  readonly fields: readonly LayoutField[];
+  readonly totalBits: number;
+  readonly time: LayoutField;
+  /** The sequence field, if the layout has one (a generator needs it). */
+  readonly sequence: LayoutField | undefined;
+  /** The first instant the time field cannot represent. */
+  readonly exhaustsAt: Date;
+  /**
+   * For layouts that use the 64th bit: the first instant whose ids no longer fit a signed 64-bit integer
+   * (Postgres `bigint`) and would turn negative. `null` when the layout leaves the sign bit alone.
+   */
+  readonly signedOverflowAt: Date | null;
+  /** Largest tick (time field value) whose ids still fit a signed bigint. */
+  readonly maxSignedTick: bigint;
+  /** Field by name. */
+  field(name: string): LayoutField | undefined;
+}
+
+export const MAX_LAYOUT_BITS = 64;
+
+function invalid(layoutName: string, reason: string): ShardflakeError {
+  return new ShardflakeError('INVALID_LAYOUT', `layout ${JSON.stringify(layoutName)}: ${reason}`);
+}
+
+/** Validates a layout description and derives shifts, masks and the dates its ids run out. */
+export function defineLayout(spec: LayoutSpec): Layout {
+  const name = String(spec.name ?? 'custom');
+  if (!Number.isSafeInteger(spec.epoch))
+    throw invalid(name, 'epoch must be an integer number of milliseconds');
+  if (!(Number.isInteger(spec.timeUnitMs) && spec.timeUnitMs >= 1)) {
+    throw invalid(name, 'timeUnitMs must be a positive integer');
+  }
+  if (!Array.isArray(spec.fields) || spec.fields.length === 0)
+    throw invalid(name, 'needs at least a time field');
+  const names = new Set<string>();
+  let totalBits = 0;
+  for (const f of spec.fields) {
+    if (!FIELD_KINDS.includes(f.kind)) {
+      throw invalid(name, `unknown field kind ${JSON.stringify(f.kind)} (one of ${FIELD_KINDS.join(', ')})`);
+    }
+    if (!(Number.isInteger(f.bits) && f.bits >= 1)) {
+      throw invalid(name, `field ${f.name ?? f.kind} needs a positive whole number of bits`);
+    }
+    const fieldName = f.name ?? f.kind;
+    if (names.has(fieldName)) throw invalid(name, `field name ${fieldName} appears twice`);
+    names.add(fieldName);
+    totalBits += f.bits;
+  }
+  if (totalBits > MAX_LAYOUT_BITS) {
+    throw new ShardflakeError(
+      'LAYOUT_TOO_WIDE',
+      `layout ${JSON.stringify(name)} needs ${totalBits} bits, more than the ${MAX_LAYOUT_BITS} of a 64-bit id`,
+    );
+  }
+  if (spec.fields[0]?.kind !== 'time') throw invalid(name, 'the first (most significant) field must be time');
+  if (spec.fields.filter((f) => f.kind === 'time').length !== 1)
+    throw invalid(name, 'needs exactly one time field');
+  if (spec.fields.filter((f) => f.kind === 'sequence').length > 1)
+    throw invalid(name, 'has more than one sequence field');
+
+  let shift = totalBits;
+  const fields: LayoutField[] = spec.fields.map((f) => {
+    shift -= f.bits;
+    return Object.freeze({
+      name: f.name ?? f.kind,
+      kind: f.kind,
+      bits: f.bits,
+      shift,
+      max: (1n << BigInt(f.bits)) - 1n,
+    });
+  });
+  const time = fields[0] as LayoutField;
+  const unit = BigInt(spec.timeUnitMs);
+  const epoch = BigInt(spec.epoch);
+  const exhaustsAt = new Date(Number(epoch + (time.max + 1n) * unit));
+  // With all 64 bits in use, the top bit of the time field is the sign bit of a bigint column.
+  const usesSignBit = totalBits === MAX_LAYOUT_BITS;
+  const maxSignedTick = usesSignBit ? (1n << BigInt(time.bits - 1)) - 1n : time.max;
+  const signedOverflowAt = usesSignBit ? new Date(Number(epoch + (maxSignedTick + 1n) * unit)) : null;
+  const byName = new Map(fields.map((f) => [f.name, f]));
+
+  return Object.freeze({
+    name,
+    epoch: spec.epoch,
+    timeUnitMs: spec.timeUnitMs,
+    fields: Object.freeze(fields),
+    totalBits,
+    time,
+    sequence: fields.find((f) => f.kind === 'sequence'),
+    exhaustsAt,
+    signedOverflowAt,
+    maxSignedTick,
+    field: (fieldName: string) => byName.get(fieldName),
+  });
+}
+
+/**
+ * The presets. Epochs and widths are the published ones:
+ * - instagram: "Sharding & IDs at Instagram" (2012), epoch 2011-08-24T21:07:01.721Z.
+ * - snowflake: Twitter's Snowflake (2010), epoch 2010-11-04T01:42:54.657Z; 1 unused sign bit.
+ * - discord: Discord's API docs, epoch 2015-01-01; worker 5 bits + process 5 bits.
+ * - sonyflake: sony/sonyflake, epoch 2014-09-01T00:00:00Z, 10 ms ticks, sequence above machine id.
+ */
+export const layouts = Object.freeze({
+  instagram: defineLayout({
+    name: 'instagram',
+    epoch: 1314220021721,
+    timeUnitMs: 1,
+    fields: [
+      { kind: 'time', bits: 41 },
+      { kind: 'shard', bits: 13 },
+      { kind: 'sequence', bits: 10 },
+    ],
+  }),
+  snowflake: defineLayout({
+    name: 'snowflake',
+    epoch: 1288834974657,
+    timeUnitMs: 1,
+    fields: [
+      { kind: 'time', bits: 41 },
+      { kind: 'worker', bits: 10 },
+      { kind: 'sequence', bits: 12 },
+    ],
+  }),
+  discord: defineLayout({
+    name: 'discord',
+    epoch: 1420070400000,
+    timeUnitMs: 1,
+    fields: [
+      { kind: 'time', bits: 42 },
+      { kind: 'worker', bits: 5 },
+      { kind: 'process', bits: 5 },
+      { kind: 'sequence', name: 'increment', bits: 12 },
+    ],
+  }),
+  sonyflake: defineLayout({
+    name: 'sonyflake',
+    epoch: 1409529600000,
+    timeUnitMs: 10,
+    fields: [
+      { kind: 'time', bits: 39 },
+      { kind: 'sequence', bits: 8 },
+      { kind: 'machine', bits: 16 },
+    ],
+  }),
+});
+
+export type PresetName = keyof typeof layouts;
+export const PRESET_NAMES = Object.keys(layouts) as PresetName[];
+
+/** A preset name, a layout spec, or an already-defined layout → a validated Layout. */
+export function resolveLayout(layout: PresetName | string | LayoutSpec | Layout = 'instagram'): Layout {
+  if (typeof layout === 'string') {
+    const preset = (layouts as Record<string, Layout>)[layout];
+    if (!preset) {
+      throw new ShardflakeError(
+        'INVALID_LAYOUT',
+        `unknown layout ${JSON.stringify(layout)} (presets: ${PRESET_NAMES.join(', ')})`,
+      );
+    }
+    return preset;
+  }
+  if ('totalBits' in layout && 'field' in layout) return layout;
+  return defineLayout(layout);
+}
+
+/** The same layout with another epoch (the cluster config and `sql generator --epoch` use this). */
+export function withEpoch(layout: Layout, epoch: number): Layout {
+  return defineLayout({ name: layout.name, epoch, timeUnitMs: layout.timeUnitMs, fields: layout.fields });
+}

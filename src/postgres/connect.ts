@@ -1,0 +1,90 @@
+import pg from 'pg';
+import { redactSecrets, ShardflakeError } from '../errors.js';
+
+/**
+ * Connections with ids as `bigint` end to end. `pg` returns int8 as a string by default; shardflake maps it to
+ * BigInt here, once, on its own type set so the application's global `pg.types` stay untouched.
+ */
+const INT8_OID = 20;
+const INT8_ARRAY_OID = 1016;
+
+// pg's typings only accept its builtin OID enum; shardflake passes whatever OID the server sends.
+const defaultParser = pg.types.getTypeParser as (oid: number, format: string) => (value: string) => unknown;
+
+const bigintTypes = {
+  getTypeParser(oid: number, format?: 'text' | 'binary') {
+    if (oid === INT8_OID) return (value: string) => BigInt(value);
+    if (oid === INT8_ARRAY_OID) {
+      const parseArray = defaultParser(oid, 'text') as (v: string) => (string | null)[];
+      return (value: string) => parseArray(value).map((v) => (v === null ? null : BigInt(v)));
+    }
+    return defaultParser(oid, format ?? 'text');
+  },
+};
+
+export type Queryable = Pick<pg.ClientBase, 'query'>;
+
+/** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
+export function describeUrl(url: string): string {
+  return redactSecrets(url);
+}
+
+/** Turns a connection failure into SERVER_UNREACHABLE and a server error into DATABASE_ERROR (keeping SQLSTATE). */
+export function wrapPgError(error: unknown, url?: string): ShardflakeError {
+  if (error instanceof ShardflakeError) return error;
+  const e = error as { code?: string; message?: string; detail?: string };
+  const where = url ? ` at ${describeUrl(url)}` : '';
+  const networkCodes = ['ECONNREFUSED', 'ENOTFOUND', 'ETIMEDOUT', 'ECONNRESET', 'EHOSTUNREACH', '57P03'];
+  if (e?.code && networkCodes.includes(e.code)) {
+    return new ShardflakeError('SERVER_UNREACHABLE', `PostgreSQL server${where} is unreachable (${e.code})`, {
+      cause: error,
+    });
+  }
+  const message = redactSecrets(String(e?.message ?? error));
+  return new ShardflakeError('DATABASE_ERROR', `PostgreSQL${where}: ${message}`, {
+    sqlState: e?.code,
+    detail: e?.detail,
+    cause: error,
+  });
+}
+
+export interface ConnectOptions {
+  /** Milliseconds to wait for the server before SERVER_UNREACHABLE (default 5000). */
+  connectTimeoutMs?: number;
+  /** Pool size (default 10). */
+  max?: number;
+  /** Set as `application_name`, visible in pg_stat_activity. */
+  applicationName?: string;
+}
+
+/** One connected client with int8 → bigint. Connection failures throw SERVER_UNREACHABLE. */
+export async function connect(url: string, options: ConnectOptions = {}): Promise<pg.Client> {
+  const client = new pg.Client({
+    connectionString: url,
+    types: bigintTypes,
+    connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
+    application_name: options.applicationName ?? 'shardflake',
+  });
+  // An idle client whose server goes away emits 'error'; without a listener Node would crash the process.
+  client.on('error', () => {});
+  try {
+    await client.connect();
+  } catch (error) {
+    await client.end().catch(() => {});
+    throw wrapPgError(error, url);
+  }
+  return client;
+}
+
+/** A pool with int8 → bigint. */
+export function createPool(url: string, options: ConnectOptions = {}): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: url,
+    types: bigintTypes,
+    max: options.max ?? 10,
+    connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
+    application_name: options.applicationName ?? 'shardflake',
+  });
+  pool.on('error', () => {});
+  return pool;
+}

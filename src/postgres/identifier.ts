@@ -1,0 +1,33 @@
+import { ShardflakeError } from '../errors.js';
+
+/**
+ * The one place where names become SQL. A name must be a plain identifier (letter or underscore, then letters,
+ * digits or underscores, at most 63 bytes — Postgres's NAMEDATALEN limit) and is always double-quoted, so a
+ * hostile name can neither escape its quotes nor be silently truncated into another object's name.
+ */
+const PLAIN_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+export function validateIdentifier(name: string, what = 'identifier'): string {
+  if (typeof name !== 'string' || !PLAIN_IDENTIFIER.test(name)) {
+    throw new ShardflakeError(
+      'INVALID_IDENTIFIER',
+      `${what} ${JSON.stringify(String(name)).slice(0, 80)} is not a plain SQL identifier (letters, digits and _, starting with a letter or _, at most 63 characters)`,
+    );
+  }
+  return name;
+}
+
+/** `quoteIdent('insta5')` → `"insta5"`; throws INVALID_IDENTIFIER for anything else than a plain identifier. */
+export function quoteIdent(name: string, what?: string): string {
+  return `"${validateIdentifier(name, what)}"`;
+}
+
+/** `qualified('insta5', 'next_id')` → `"insta5"."next_id"`. */
+export function qualified(schema: string, name: string): string {
+  return `${quoteIdent(schema, 'schema')}.${quoteIdent(name)}`;
+}
+
+/** A SQL string literal (for the few places a value cannot be a bind parameter, such as DDL defaults). */
+export function quoteLiteral(value: string): string {
+  return `'${value.replaceAll("'", "''")}'`;
+}
