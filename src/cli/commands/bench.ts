@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
+import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
 
 export function registerBenchCommands(program: Command): void {
@@ -10,4 +11,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchSqlCommand(bench);
   registerBenchInsertsCommand(bench);
   registerBenchClusterCommand(bench);
+  registerBenchMoveCommand(bench);
 }
