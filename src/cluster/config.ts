@@ -1,0 +1,263 @@
+import { readFile } from 'node:fs/promises';
+import { ShardflakeError } from '../errors.js';
+import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
+import { describeUrl } from '../postgres/connect.js';
+import { validateIdentifier } from '../postgres/identifier.js';
+import { checkShardStatement } from './ddl-guard.js';
+
+/**
+ * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
+ *
+ * ```json
+ * {
+ *   "servers": { "a": "postgres://…", "b": "postgres://…" },
+ *   "catalog": "a",
+ *   "logicalShards": 2048,
+ *   "epoch": "2024-01-01T00:00:00Z",          // ISO date or ms since 1970; default: the layout's own epoch
+ *   "layout": "instagram",                     // a preset with a shard field (default instagram)
+ *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
+ *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
+ *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
+ * }
+ * ```
+ */
+export const MAX_LOGICAL_SHARDS = 8192;
+/** Table names starting with this are shardflake's own bookkeeping inside each shard schema. */
+export const RESERVED_TABLE_PREFIX = '_shardflake';
+
+export interface TableTemplate {
+  name: string;
+  /** The CREATE TABLE first, then any index statements. */
+  statements: string[];
+}
+
+export interface Migration {
+  /** 1, 2, 3, … in order; a shard's schema version is the highest version applied to it (0 = just the tables). */
+  version: number;
+  name: string;
+  statements: string[];
+}
+
+export interface ClusterConfig {
+  servers: Record<string, string>;
+  catalog: string;
+  logicalShards: number;
+  /** Epoch in ms since 1970. */
+  epoch: number;
+  /** The id layout with the config's epoch applied. */
+  layout: Layout;
+  schemaPrefix: string;
+  tables: TableTemplate[];
+  migrations: Migration[];
+  /** Where the config came from (file path), for messages. */
+  source: string;
+}
+
+function bad(source: string, message: string): ShardflakeError {
+  return new ShardflakeError('INVALID_CONFIG', `${source}: ${message}`);
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function statementList(value: unknown, where: string, source: string): string[] {
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list) || list.length === 0 || !list.every((s) => typeof s === 'string')) {
+    throw bad(source, `${where} must be an SQL statement or a non-empty list of statements`);
+  }
+  return list.map(
+    (sql, i) => checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`).sql,
+  );
+}
+
+function parseEpoch(value: unknown, layout: Layout, source: string, now: number): number {
+  if (value === undefined) return layout.epoch;
+  let ms: number;
+  if (typeof value === 'number') ms = value;
+  else if (typeof value === 'string' && /^\d{4}-\d{2}-\d{2}/.test(value)) ms = Date.parse(value);
+  else ms = Number.NaN;
+  if (!Number.isSafeInteger(ms) || ms < 0) {
+    throw bad(
+      source,
+      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${JSON.stringify(value)}`,
+    );
+  }
+  if (ms > now) {
+    throw bad(source, `"epoch" ${new Date(ms).toISOString()} is in the future; ids before it cannot be made`);
+  }
+  return ms;
+}
+
+/** Validates a parsed config object; every problem is an INVALID_CONFIG or UNKNOWN_SERVER with one sentence. */
+export function validateConfig(raw: unknown, source = 'config', now = Date.now()): ClusterConfig {
+  if (!isObject(raw)) throw bad(source, 'must be a JSON object');
+  const known = [
+    'servers',
+    'catalog',
+    'logicalShards',
+    'epoch',
+    'layout',
+    'schemaPrefix',
+    'tables',
+    'migrations',
+  ];
+  const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
+  if (unknown.length > 0)
+    throw bad(source, `unknown field ${JSON.stringify(unknown[0])} (known: ${known.join(', ')})`);
+
+  if (!isObject(raw.servers) || Object.keys(raw.servers).length === 0) {
+    throw bad(source, '"servers" must map at least one server name to a postgres:// URL');
+  }
+  const servers: Record<string, string> = {};
+  for (const [name, url] of Object.entries(raw.servers)) {
+    if (!/^[A-Za-z0-9_-]{1,63}$/.test(name)) {
+      throw bad(source, `server name ${JSON.stringify(name)} must be 1–63 letters, digits, _ or -`);
+    }
+    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) {
+      throw bad(source, `server ${name} needs a postgres:// URL`);
+    }
+    try {
+      new URL(url);
+    } catch {
+      throw bad(source, `server ${name} has a malformed URL ${describeUrl(url)}`);
+    }
+    servers[name] = url;
+  }
+  if (typeof raw.catalog !== 'string') throw bad(source, '"catalog" must name one of the servers');
+  if (!(raw.catalog in servers)) {
+    throw new ShardflakeError(
+      'UNKNOWN_SERVER',
+      `${source}: "catalog" names server ${JSON.stringify(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
+    );
+  }
+
+  const layoutName = raw.layout ?? 'instagram';
+  if (typeof layoutName !== 'string') throw bad(source, '"layout" must be a preset name such as "instagram"');
+  let base: Layout;
+  try {
+    base = resolveLayout(layoutName);
+  } catch (error) {
+    throw bad(source, (error as Error).message);
+  }
+  const shardField = base.fields.find((f) => f.kind === 'shard');
+  if (!shardField) {
+    throw bad(source, `layout ${layoutName} has no shard field; a cluster needs one (e.g. "instagram")`);
+  }
+  const limit = Math.min(MAX_LOGICAL_SHARDS, Number(shardField.max) + 1);
+  const shards = raw.logicalShards;
+  if (typeof shards !== 'number' || !Number.isInteger(shards) || shards < 1 || shards > limit) {
+    throw bad(
+      source,
+      `"logicalShards" must be a whole number from 1 to ${limit}, not ${JSON.stringify(shards)}`,
+    );
+  }
+  const epoch = parseEpoch(raw.epoch, base, source, now);
+  const layout = withEpoch(base, epoch);
+
+  const schemaPrefix = raw.schemaPrefix ?? 'shard_';
+  if (typeof schemaPrefix !== 'string' || !/^[a-z_][a-z0-9_]{0,40}$/.test(schemaPrefix)) {
+    throw bad(
+      source,
+      '"schemaPrefix" must be lower-case letters, digits or _ (at most 41), starting with a letter or _',
+    );
+  }
+
+  if (!isObject(raw.tables) || Object.keys(raw.tables).length === 0) {
+    throw bad(source, '"tables" must map at least one table name to its CREATE TABLE statement');
+  }
+  const tables: TableTemplate[] = [];
+  for (const [name, value] of Object.entries(raw.tables)) {
+    try {
+      validateIdentifier(name, 'table name');
+    } catch (error) {
+      throw bad(source, (error as Error).message);
+    }
+    if (name !== name.toLowerCase())
+      throw bad(source, `table name ${JSON.stringify(name)} must be lower case`);
+    if (name.startsWith(RESERVED_TABLE_PREFIX)) {
+      throw bad(
+        source,
+        `table name ${name} is reserved (names starting with ${RESERVED_TABLE_PREFIX} are shardflake's)`,
+      );
+    }
+    const statements = statementList(value, `tables.${name}`, source);
+    const first = checkShardStatement(statements[0] as string, `${source}: tables.${name}`);
+    if (first.createsTable !== name) {
+      throw bad(
+        source,
+        `tables.${name} must start with CREATE TABLE ${name} (it ${first.createsTable ? `creates ${first.createsTable}` : 'does not create a table'})`,
+      );
+    }
+    tables.push({ name, statements });
+  }
+
+  const migrations: Migration[] = [];
+  if (raw.migrations !== undefined) {
+    if (!Array.isArray(raw.migrations))
+      throw bad(source, '"migrations" must be a list of { version, name, sql }');
+    raw.migrations.forEach((m, i) => {
+      if (!isObject(m)) throw bad(source, `migrations[${i}] must be an object { version, name, sql }`);
+      if (m.version !== i + 1) {
+        throw bad(
+          source,
+          `migrations[${i}] must have "version": ${i + 1} (versions count up from 1 without gaps)`,
+        );
+      }
+      const name = m.name ?? `migration ${i + 1}`;
+      if (typeof name !== 'string') throw bad(source, `migrations[${i}].name must be a string`);
+      migrations.push({
+        version: i + 1,
+        name,
+        statements: statementList(m.sql, `migrations[${i}].sql`, source),
+      });
+    });
+  }
+
+  return {
+    servers,
+    catalog: raw.catalog,
+    logicalShards: shards,
+    epoch,
+    layout,
+    schemaPrefix,
+    tables,
+    migrations,
+    source,
+  };
+}
+
+/** Parses config text (JSON). */
+export function parseConfig(text: string, source = 'config'): ClusterConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (error) {
+    throw bad(source, `is not valid JSON (${(error as Error).message})`);
+  }
+  return validateConfig(raw, source);
+}
+
+/** Reads and validates a config file. */
+export async function loadConfig(path: string): Promise<ClusterConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? 'unreadable';
+    throw new ShardflakeError('INVALID_CONFIG', `cannot read config file ${path} (${code})`, {
+      cause: error,
+    });
+  }
+  return parseConfig(text, path);
+}
+
+/** Schema name of a logical shard: prefix + shard number zero-padded to 4 digits (`shard_0042`). */
+export function shardSchema(config: Pick<ClusterConfig, 'schemaPrefix'>, shard: number): string {
+  return `${config.schemaPrefix}${String(shard).padStart(4, '0')}`;
+}
+
+/** The schema version a fully migrated shard has. */
+export function targetVersion(config: Pick<ClusterConfig, 'migrations'>): number {
+  return config.migrations.length;
+}

@@ -1,0 +1,222 @@
+import { ShardflakeError } from '../errors.js';
+import { createGenerator } from '../ids/generator.js';
+import { type Layout, resolveLayout } from '../ids/layout.js';
+import { type Queryable, wrapPgError } from '../postgres/connect.js';
+
+/**
+ * Worker-id leases from the catalog, for app-side generators (Snowflake, Discord, Sonyflake, LSID): no two live
+ * processes hold the same worker id, without ZooKeeper and without hashing a MAC address into a space where two
+ * machines can collide.
+ *
+ * Semantics:
+ * - `acquireLease` takes the lowest worker id of the namespace that is free or whose lease has expired, in one
+ *   statement (two processes racing for the same id: one wins, the other takes the next). Expiry is judged by the
+ *   catalog server's clock only, so the holders' clocks never have to agree with each other.
+ * - Every grant gets a fencing token from one catalog sequence: a later holder of the same worker id always has
+ *   a larger token, so storage that remembers the highest token it has seen can refuse a stale holder.
+ * - The holder renews with `heartbeat()` (automatically every ttl/3 unless `autoHeartbeat: false`). A renewal
+ *   succeeds only while the row still carries this holder's token and has not expired; otherwise the lease is lost.
+ * - The holder judges validity by its own monotonic clock, conservatively: the lease is valid until
+ *   (time the last successful renewal was *sent*) + ttl − `safetyMs`. The server-side expiry is at least that late,
+ *   so when the holder stops trusting its lease no one else can have taken it yet.
+ * - A generator made by `leasedGenerator` checks the lease before every id and throws LEASE_LOST once it is no
+ *   longer valid: a process that lost its lease stops issuing ids.
+ */
+export const LEASES_SQL = `
+CREATE SCHEMA IF NOT EXISTS shardflake;
+CREATE SEQUENCE IF NOT EXISTS shardflake.lease_token;
+CREATE TABLE IF NOT EXISTS shardflake.worker_leases (
+  namespace text NOT NULL,
+  worker integer NOT NULL CHECK (worker >= 0),
+  holder text NOT NULL,
+  token bigint NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (namespace, worker)
+);`;
+
+export interface LeaseOptions {
+  /** Worker ids are unique within a namespace (default: the layout's name). */
+  namespace?: string;
+  /** Layout whose worker field bounds the ids (default snowflake). */
+  layout?: string | Layout;
+  /** Field to lease (default: the layout's first worker or machine field). */
+  field?: string;
+  /** Fewer ids than the field holds (e.g. for tests). */
+  maxWorkers?: number;
+  /** Lease length (default 30 000 ms). */
+  ttlMs?: number;
+  /** Margin below the ttl after which the holder stops trusting the lease (default ttl/5). */
+  safetyMs?: number;
+  /** Who holds it, for `cluster status` and debugging (default host:pid). */
+  holder?: string;
+  /** Renew every ttl/3 on a timer (default true). */
+  autoHeartbeat?: boolean;
+  /** Monotonic milliseconds, injectable for tests (default performance.now). */
+  clock?: () => number;
+}
+
+export interface Lease {
+  readonly namespace: string;
+  readonly layout: Layout;
+  readonly field: string;
+  readonly workerId: number;
+  readonly token: bigint;
+  /** True while the holder may issue ids. */
+  isValid(): boolean;
+  /** Throws LEASE_LOST unless valid. */
+  assertValid(): void;
+  /** Renews the lease; throws LEASE_LOST when it was taken over or had expired. */
+  heartbeat(): Promise<void>;
+  /** Gives the worker id back. */
+  release(): Promise<void>;
+}
+
+function leaseField(layout: Layout, field?: string) {
+  const f = field
+    ? layout.field(field)
+    : layout.fields.find((x) => x.kind === 'worker' || x.kind === 'machine');
+  if (!f || f.kind === 'time' || f.kind === 'sequence') {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `layout ${layout.name} has no ${field ?? 'worker or machine'} field to lease`,
+    );
+  }
+  return f;
+}
+
+export async function installLeases(client: Queryable): Promise<void> {
+  await client.query(LEASES_SQL);
+}
+
+export async function acquireLease(catalog: Queryable, options: LeaseOptions = {}): Promise<Lease> {
+  const layout = resolveLayout(options.layout ?? 'snowflake');
+  const field = leaseField(layout, options.field);
+  const namespace = options.namespace ?? layout.name;
+  const ttlMs = options.ttlMs ?? 30_000;
+  const safetyMs = options.safetyMs ?? Math.floor(ttlMs / 5);
+  const clock = options.clock ?? (() => performance.now());
+  const maxWorkers = Math.min(options.maxWorkers ?? Number(field.max) + 1, Number(field.max) + 1);
+  const holder = options.holder ?? `${process.env.HOSTNAME ?? 'host'}:${process.pid}`;
+  if (!(ttlMs > safetyMs && safetyMs >= 0))
+    throw new ShardflakeError('INVALID_ARGUMENT', 'ttlMs must be larger than safetyMs');
+
+  try {
+    await installLeases(catalog);
+  } catch (error) {
+    throw wrapPgError(error);
+  }
+  const sentAt = clock();
+  let granted: { worker: number; token: bigint } | undefined;
+  // Racing acquirers may pick the same free id; the loser's upsert matches no row and it tries the next free one.
+  for (let attempt = 0; attempt < 5 && !granted; attempt++) {
+    const { rows } = await catalog
+      .query(
+        `WITH candidate AS (
+           SELECT w FROM generate_series(0, $2::int - 1) AS w
+           WHERE NOT EXISTS (SELECT 1 FROM shardflake.worker_leases l
+                             WHERE l.namespace = $1 AND l.worker = w AND l.expires_at > clock_timestamp())
+           ORDER BY w LIMIT 1)
+         INSERT INTO shardflake.worker_leases AS l (namespace, worker, holder, token, expires_at)
+         SELECT $1, w, $3, nextval('shardflake.lease_token'), clock_timestamp() + make_interval(secs => $4::float8 / 1000)
+         FROM candidate
+         ON CONFLICT (namespace, worker) DO UPDATE
+           SET holder = excluded.holder, token = excluded.token, expires_at = excluded.expires_at
+           WHERE l.expires_at <= clock_timestamp()
+         RETURNING worker, token`,
+        [namespace, maxWorkers, holder, ttlMs],
+      )
+      .catch((error) => {
+        throw wrapPgError(error);
+      });
+    granted = rows[0] as { worker: number; token: bigint } | undefined;
+  }
+  if (!granted) {
+    throw new ShardflakeError(
+      'NO_FREE_WORKER',
+      `all ${maxWorkers} ${field.name} ids of namespace ${namespace} are leased`,
+    );
+  }
+  const { worker, token } = granted;
+  let validUntil = sentAt + ttlMs - safetyMs;
+  let lost = false;
+  let timer: NodeJS.Timeout | undefined;
+
+  const lease: Lease = {
+    namespace,
+    layout,
+    field: field.name,
+    workerId: worker,
+    token: BigInt(token),
+    isValid: () => !lost && clock() < validUntil,
+    assertValid() {
+      if (!lease.isValid()) {
+        throw new ShardflakeError(
+          'LEASE_LOST',
+          `the lease on ${field.name} ${worker} of namespace ${namespace} ${lost ? 'was taken over or released' : 'expired without a heartbeat'}; this process must stop issuing ids`,
+        );
+      }
+    },
+    async heartbeat() {
+      if (lost) lease.assertValid();
+      const at = clock();
+      const { rowCount } = await catalog
+        .query(
+          `UPDATE shardflake.worker_leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000)
+           WHERE namespace = $1 AND worker = $2 AND token = $3 AND expires_at > clock_timestamp()`,
+          [namespace, worker, token, ttlMs],
+        )
+        .catch((error) => {
+          throw wrapPgError(error);
+        });
+      if (rowCount === 0) {
+        lost = true;
+        if (timer) clearInterval(timer);
+        lease.assertValid();
+      }
+      validUntil = at + ttlMs - safetyMs;
+    },
+    async release() {
+      if (timer) clearInterval(timer);
+      const wasLost = lost;
+      lost = true;
+      if (wasLost) return;
+      await catalog
+        .query('DELETE FROM shardflake.worker_leases WHERE namespace = $1 AND worker = $2 AND token = $3', [
+          namespace,
+          worker,
+          token,
+        ])
+        .catch((error) => {
+          throw wrapPgError(error);
+        });
+    },
+  };
+  if (options.autoHeartbeat ?? true) {
+    timer = setInterval(
+      () => {
+        lease.heartbeat().catch(() => {});
+      },
+      Math.max(10, Math.floor(ttlMs / 3)),
+    );
+    timer.unref();
+  }
+  return lease;
+}
+
+/**
+ * An app-side generator for the leased worker id that refuses to issue ids once the lease is no longer valid.
+ * Other generator options (clock, process, …) pass through to createGenerator.
+ */
+export function leasedGenerator(
+  lease: Lease,
+  options: Omit<Parameters<typeof createGenerator>[0], 'worker'> & { layout?: string | Layout } = {},
+): { next(): bigint; layout: Layout } {
+  const generator = createGenerator({ layout: lease.layout, ...options, [lease.field]: lease.workerId });
+  return {
+    layout: generator.layout,
+    next() {
+      lease.assertValid();
+      return generator.next();
+    },
+  };
+}

@@ -1,0 +1,51 @@
+import { generatorSql } from '../postgres/generator-sql.js';
+import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
+import type { ClusterConfig, Migration } from './config.js';
+
+/**
+ * The SQL that makes one logical shard: its schema, its id generator (from src/postgres), the config's tables and
+ * every migration, and the bookkeeping table `_shardflake_migrations` (one row per applied version, 0 = the
+ * tables). The bookkeeping table lives inside the shard's schema so that it travels with the shard when the shard
+ * moves, and is written in the same transaction as the DDL it records: a shard is never half-migrated, and a shard
+ * schema that has this table is complete.
+ */
+export const MIGRATIONS_TABLE = '_shardflake_migrations';
+
+/** Runs the config's statements with the shard's schema as the only schema on the search path. */
+export function inSchema(schema: string): string {
+  return `SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}`;
+}
+
+function migrationSql(migrations: readonly Migration[]): string[] {
+  return migrations.flatMap((m) => [
+    ...m.statements,
+    `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (${m.version}, ${quoteLiteral(m.name)})`,
+  ]);
+}
+
+/** Statements that create one shard, to run inside a transaction (they use SET LOCAL). */
+export function shardCreationSql(config: ClusterConfig, shard: number, schema: string): string {
+  const statements = [
+    `CREATE SCHEMA ${quoteIdent(schema, 'schema')}`,
+    generatorSql({ schema, shard, layout: config.layout, epoch: config.epoch }).trim().replace(/;\s*$/, ''),
+    inSchema(schema),
+    `CREATE TABLE ${MIGRATIONS_TABLE} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    ...config.tables.flatMap((t) => t.statements),
+    `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (0, 'tables')`,
+    ...migrationSql(config.migrations),
+  ];
+  return `${statements.join(';\n')};\n`;
+}
+
+/** Statements that bring a shard from `fromVersion` to the latest migration (inside the shard's transaction). */
+export function shardMigrationSql(config: ClusterConfig, schema: string, fromVersion: number): string {
+  const pending = config.migrations.filter((m) => m.version > fromVersion);
+  return `${[inSchema(schema), ...migrationSql(pending)].join(';\n')};\n`;
+}
+
+/** Lists this server's shard schemas with the highest applied version (null: schema exists but is not complete). */
+export const LIST_SHARD_SCHEMAS_SQL = `
+SELECT n.nspname AS schema, c.oid IS NOT NULL AS complete
+FROM pg_namespace n
+LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = '${MIGRATIONS_TABLE}' AND c.relkind = 'r'
+WHERE n.nspname LIKE $1 || '%' AND n.nspname ~ ('^' || $1 || '[0-9]{4}$')`;

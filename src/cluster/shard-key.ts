@@ -1,0 +1,41 @@
+import { blake2s } from '@noble/hashes/blake2.js';
+import { ShardflakeError } from '../errors.js';
+
+/**
+ * Shard key → logical shard.
+ *
+ * - Integer keys (`number` that is a safe integer, or `bigint`): `key mod logicalShards`, as in the Instagram post
+ *   ("user_id % 2000"). Negative keys use the non-negative remainder, so -1 goes to the last shard.
+ * - Every other key (`string`, `Uint8Array`): BLAKE2s-256 (RFC 7693, no key, 32-byte digest) of the key's bytes
+ *   (UTF-8 for strings), the first 8 digest bytes read as an unsigned big-endian 64-bit integer, mod
+ *   logicalShards. A string is hashed even when it looks like a number ("42" and 42 may land on different shards):
+ *   the type of the key decides, never its content.
+ *
+ * Both rules depend only on the key and the shard count, so every router, language and version agrees.
+ */
+export type ShardKey = number | bigint | string | Uint8Array;
+
+export function hashKey(key: string | Uint8Array): bigint {
+  const bytes = typeof key === 'string' ? new TextEncoder().encode(key) : key;
+  const digest = blake2s(bytes);
+  let value = 0n;
+  for (let i = 0; i < 8; i++) value = (value << 8n) | BigInt(digest[i] as number);
+  return value;
+}
+
+export function shardForKey(key: ShardKey, logicalShards: number): number {
+  const n = BigInt(logicalShards);
+  let value: bigint;
+  if (typeof key === 'bigint') value = key;
+  else if (typeof key === 'number') {
+    if (!Number.isSafeInteger(key)) {
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `shard key ${key} is not a safe integer; pass a bigint or a string`,
+      );
+    }
+    value = BigInt(key);
+  } else if (typeof key === 'string' || key instanceof Uint8Array) value = hashKey(key);
+  else throw new ShardflakeError('INVALID_ARGUMENT', `shard key must be an integer, bigint, string or bytes`);
+  return Number(((value % n) + n) % n);
+}
