@@ -1,3 +1,164 @@
+import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
+import { loadConfig } from '../../cluster/config.js';
+import { initCluster } from '../../cluster/init.js';
+import { migrateCluster } from '../../cluster/migrate.js';
+import { clusterStatus } from '../../cluster/status.js';
+import { ShardflakeError } from '../../errors.js';
+import { describeUrl } from '../../postgres/connect.js';
+import { registerMoveCommands } from './cluster-move.js';
 
-export function registerClusterCommands(_program: Command): void {}
+/** JSON with bigints as strings (ids beyond 2^53 must not lose digits in a JavaScript reader). */
+export function toJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v) => (typeof v === 'bigint' ? v.toString() : v), 2);
+}
+
+/** A progress bar on stderr when it is a terminal and output is not JSON; otherwise a no-op. */
+export function progressBar(
+  label: string,
+  enabled: boolean,
+): { update(done: number, total: number): void; stop(): void } {
+  if (!enabled || !process.stderr.isTTY) return { update() {}, stop() {} };
+  const bar = new cliProgress.SingleBar(
+    {
+      format: `${label} [{bar}] {value}/{total} {percentage}% {eta_formatted}`,
+      stream: process.stderr,
+      hideCursor: true,
+    },
+    cliProgress.Presets.shades_classic,
+  );
+  let started = false;
+  return {
+    update(done, total) {
+      if (!started) {
+        bar.start(total, done);
+        started = true;
+      } else bar.update(done);
+    },
+    stop() {
+      if (started) bar.stop();
+    },
+  };
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+interface Flags {
+  config: string;
+  json?: boolean;
+}
+
+export function registerClusterCommands(program: Command): void {
+  const cluster = program
+    .command('cluster')
+    .description('a cluster of logical shards (one schema each) on several PostgreSQL servers');
+
+  cluster
+    .command('init')
+    .description(
+      'create the catalog and every logical shard (schema, id generator, tables); rerun to finish a killed run',
+    )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--json', 'print the result as JSON')
+    .option('--batch-size <n>', 'shards per transaction', (v) => Number.parseInt(v, 10))
+    .option('--connections <n>', 'parallel connections per server', (v) => Number.parseInt(v, 10))
+    .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
+      const config = await loadConfig(flags.config);
+      const bar = progressBar('init   ', !flags.json);
+      const result = await initCluster(config, {
+        batchSize: flags.batchSize,
+        connectionsPerServer: flags.connections,
+        onProgress: (done, total) => bar.update(done, total),
+      }).finally(() => bar.stop());
+      if (flags.json) {
+        process.stdout.write(`${toJson(result)}\n`);
+        return;
+      }
+      const servers = Object.keys(config.servers);
+      process.stdout.write(
+        [
+          `cluster init: ${result.logicalShards} logical shards on ${servers.length} servers in ${seconds(result.durationMs)} (map version ${result.mapVersion})`,
+          `  created ${result.created}, already there ${result.alreadyRecorded}, recovered from a killed run ${result.recovered}`,
+          ...servers.map(
+            (n) =>
+              `  ${n.padEnd(8)} ${String(result.perServer[n] ?? 0).padStart(5)} shards  ${describeUrl(config.servers[n] as string)}`,
+          ),
+          '',
+        ].join('\n'),
+      );
+    });
+
+  cluster
+    .command('status')
+    .description('the shard map, shards per server, schema versions, and when the ids stop fitting a bigint')
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--json', 'print the status as JSON')
+    .action(async (flags: Flags) => {
+      const config = await loadConfig(flags.config);
+      const status = await clusterStatus(config);
+      if (flags.json) {
+        process.stdout.write(`${toJson(status)}\n`);
+        return;
+      }
+      const versions = Object.entries(status.schemaVersions)
+        .map(([v, n]) => `v${v}: ${n}`)
+        .join(', ');
+      const states = status.shards.filter((s) => s.state !== 'active');
+      process.stdout.write(
+        [
+          `map version ${status.version}: ${status.mappedShards} of ${status.logicalShards} logical shards mapped`,
+          `layout ${status.layout}, epoch ${status.epoch}`,
+          `ids fit a signed bigint until ${status.signedOverflowAt ?? 'the time field runs out'}; time field runs out ${status.exhaustsAt}`,
+          `schema versions (target v${status.targetSchemaVersion}): ${versions || 'none'}`,
+          'servers:',
+          ...status.servers.map(
+            (s) =>
+              `  ${s.name.padEnd(8)} ${String(s.shards).padStart(5)} shards  ${s.reachable ? 'reachable  ' : 'UNREACHABLE'}  ${s.url}`,
+          ),
+          ...(states.length > 0
+            ? [`not active: ${states.map((s) => `${s.shard} (${s.state})`).join(', ')}`]
+            : []),
+          ...status.shards
+            .filter((s) => s.lastError)
+            .map((s) => `  shard ${s.shard}: last migration failed: ${s.lastError}`),
+          ...status.warnings.map((w) => `warning: ${w}`),
+          '',
+        ].join('\n'),
+      );
+    });
+
+  cluster
+    .command('migrate')
+    .description("apply the config's migrations to every logical shard, one transaction per shard; resumable")
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--json', 'print the result as JSON')
+    .option('--connections <n>', 'parallel connections per server', (v) => Number.parseInt(v, 10))
+    .action(async (flags: Flags & { connections?: number }) => {
+      const config = await loadConfig(flags.config);
+      const bar = progressBar('migrate', !flags.json);
+      const result = await migrateCluster(config, {
+        connectionsPerServer: flags.connections,
+        onProgress: (done, total) => bar.update(done, total),
+      }).finally(() => bar.stop());
+      if (flags.json) process.stdout.write(`${toJson(result)}\n`);
+      else {
+        process.stdout.write(
+          [
+            `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.failed.map(
+              (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
+            ),
+            '',
+          ].join('\n'),
+        );
+      }
+      if (result.failed.length > 0) {
+        throw new ShardflakeError(
+          'MIGRATION_FAILED',
+          `${result.failed.length} shards failed and stay at their old version (first: shard ${result.failed[0]?.shard}: ${result.failed[0]?.error})`,
+        );
+      }
+    });
+
+  registerMoveCommands(cluster);
+}

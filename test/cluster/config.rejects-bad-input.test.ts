@@ -1,0 +1,152 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { isShardflakeError } from 'shardflake';
+import { parseConfig, validateConfig } from '../../src/cluster/config.js';
+
+const base = {
+  servers: {
+    a: 'postgres://postgres:secret@127.0.0.1:54001/app',
+    b: 'postgres://postgres@127.0.0.1:54002/app',
+  },
+  catalog: 'a',
+  logicalShards: 64,
+  epoch: '2024-01-01T00:00:00Z',
+  tables: {
+    photos:
+      'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text)',
+  },
+};
+
+function rejects(raw: unknown, code: string, pattern: RegExp): void {
+  assert.throws(
+    () => validateConfig(raw, 'cluster.json'),
+    (e: unknown) => {
+      assert.ok(isShardflakeError(e), String(e));
+      assert.equal(e.code, code);
+      assert.match(e.message, pattern);
+      assert.doesNotMatch(e.message, /secret/);
+      assert.doesNotMatch(e.message, /\n/);
+      return true;
+    },
+  );
+}
+
+describe('cluster config', () => {
+  it('accepts the SPEC example and applies the epoch to the layout', () => {
+    const config = validateConfig(base, 'cluster.json');
+    assert.equal(config.logicalShards, 64);
+    assert.equal(config.epoch, Date.parse('2024-01-01T00:00:00Z'));
+    assert.equal(config.layout.epoch, config.epoch);
+    assert.deepEqual(
+      config.tables.map((t) => t.name),
+      ['photos'],
+    );
+  });
+
+  it('refuses text that is not JSON', () => {
+    assert.throws(
+      () => parseConfig('{ "servers": ', 'cluster.json'),
+      (e: unknown) => {
+        assert.ok(isShardflakeError(e, 'INVALID_CONFIG'));
+        assert.match(e.message, /cluster\.json: is not valid JSON/);
+        return true;
+      },
+    );
+  });
+
+  it('refuses a catalog that names an unknown server', () => {
+    rejects({ ...base, catalog: 'c' }, 'UNKNOWN_SERVER', /"catalog" names server "c"/);
+  });
+
+  it('refuses logicalShards outside 1..8192', () => {
+    for (const n of [0, 8193, -1, 1.5, '64'])
+      rejects({ ...base, logicalShards: n }, 'INVALID_CONFIG', /logicalShards/);
+    assert.equal(validateConfig({ ...base, logicalShards: 8192 }).logicalShards, 8192);
+    assert.equal(validateConfig({ ...base, logicalShards: 1 }).logicalShards, 1);
+  });
+
+  it('refuses a bad epoch', () => {
+    for (const epoch of ['yesterday', -5, 1.5, '2999-01-01T00:00:00Z'])
+      rejects({ ...base, epoch }, 'INVALID_CONFIG', /epoch/);
+  });
+
+  it('refuses URLs that are not postgres:// and never prints a password', () => {
+    rejects(
+      { ...base, servers: { ...base.servers, b: 'mysql://x' } },
+      'INVALID_CONFIG',
+      /server b needs a postgres:\/\/ URL/,
+    );
+  });
+
+  const escapes: [string, string | string[], RegExp][] = [
+    ['schema-qualified table', 'CREATE TABLE public.photos (id bigint)', /schema-qualified/],
+    ['quoted qualified table', 'CREATE TABLE "public"."photos" (id bigint)', /schema-qualified/],
+    ['qualified function', 'CREATE TABLE photos (id bigint DEFAULT other.next_id())', /schema-qualified/],
+    ['second statement', 'CREATE TABLE photos (id bigint); DROP TABLE users', /more than one statement/],
+    [
+      'set search_path',
+      'CREATE TABLE photos (id bigint); SET search_path TO public',
+      /more than one statement/,
+    ],
+    ['search_path alone', ['CREATE TABLE photos (id bigint)', 'SET search_path TO public'], /search_path/],
+    ['set schema', ['CREATE TABLE photos (id bigint)', 'ALTER TABLE photos SET SCHEMA public'], /SCHEMA/],
+    ['temp table', 'CREATE TEMP TABLE photos (id bigint)', /TEMP/],
+    ['dollar body', ['CREATE TABLE photos (id bigint)', 'DO $$ BEGIN END $$'], /dollar-quoted/],
+    [
+      'set_config',
+      "CREATE TABLE photos (id bigint DEFAULT length(set_config('search_path', 'public', true)))",
+      /set_config/,
+    ],
+    ['wrong table', 'CREATE TABLE users (id bigint)', /must start with CREATE TABLE photos/],
+    ['not a table statement', 'SELECT 1', /must be a table, index/],
+  ];
+  for (const [what, sql, pattern] of escapes) {
+    it(`refuses a table statement that tries to escape its schema: ${what}`, () => {
+      rejects({ ...base, tables: { photos: sql } }, 'INVALID_CONFIG', pattern);
+    });
+  }
+
+  it('allows dots and semicolons inside literals, and indexes after the table', () => {
+    const config = validateConfig({
+      ...base,
+      tables: {
+        photos: [
+          "CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), caption text DEFAULT 'a.b; c', score numeric DEFAULT 1.5);",
+          'CREATE INDEX photos_score ON photos (score)',
+        ],
+      },
+    });
+    assert.equal(config.tables[0]?.statements.length, 2);
+  });
+
+  it('refuses hostile table names and reserved ones', () => {
+    rejects(
+      { ...base, tables: { 'x"; DROP': 'CREATE TABLE x (id bigint)' } },
+      'INVALID_CONFIG',
+      /plain SQL identifier/,
+    );
+    rejects(
+      { ...base, tables: { _shardflake_x: 'CREATE TABLE _shardflake_x (id bigint)' } },
+      'INVALID_CONFIG',
+      /reserved/,
+    );
+  });
+
+  it('requires migrations numbered 1, 2, 3 and checks their statements too', () => {
+    rejects(
+      { ...base, migrations: [{ version: 2, sql: 'ALTER TABLE photos ADD c int' }] },
+      'INVALID_CONFIG',
+      /"version": 1/,
+    );
+    rejects(
+      { ...base, migrations: [{ version: 1, sql: 'ALTER TABLE public.photos ADD c int' }] },
+      'INVALID_CONFIG',
+      /schema-qualified/,
+    );
+    const ok = validateConfig({
+      ...base,
+      migrations: [{ version: 1, name: 'c', sql: 'ALTER TABLE photos ADD c int' }],
+    });
+    assert.equal(ok.migrations[0]?.version, 1);
+  });
+});
