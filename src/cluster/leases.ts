@@ -103,7 +103,11 @@ export async function acquireLease(catalog: Queryable, options: LeaseOptions = {
   try {
     await installLeases(catalog);
   } catch (error) {
-    throw wrapPgError(error);
+    // Two first-time acquirers may race to create the table; the loser's IF NOT EXISTS still fails. Once more.
+    if (!['23505', '42P07'].includes((error as { code?: string }).code ?? '')) throw wrapPgError(error);
+    await installLeases(catalog).catch((again) => {
+      throw wrapPgError(again);
+    });
   }
   const sentAt = clock();
   let granted: { worker: number; token: bigint } | undefined;

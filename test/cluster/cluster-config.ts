@@ -1,0 +1,25 @@
+import { type ClusterConfig, validateConfig } from '../../src/cluster/config.js';
+import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+
+/** A small cluster config over the test's servers (the first holds the catalog). */
+export function testConfig(
+  servers: readonly EmbeddedServer[],
+  overrides: Record<string, unknown> = {},
+): ClusterConfig {
+  return validateConfig(
+    {
+      servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+      catalog: servers[0]?.name,
+      logicalShards: 16,
+      epoch: '2024-01-01T00:00:00Z',
+      tables: {
+        photos: [
+          'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text)',
+          'CREATE INDEX photos_user ON photos (user_id, id)',
+        ],
+      },
+      ...overrides,
+    },
+    'test-config',
+  );
+}

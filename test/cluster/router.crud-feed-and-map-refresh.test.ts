@@ -1,0 +1,167 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { isShardflakeError } from 'shardflake';
+import { bumpMapVersion } from '../../src/cluster/catalog.js';
+import { initCluster } from '../../src/cluster/init.js';
+import { createRouter, type Router } from '../../src/cluster/router.js';
+import { connect } from '../../src/postgres/connect.js';
+import { useServers } from '../support/postgres.js';
+import { testConfig } from './cluster-config.js';
+
+const servers = await useServers(2);
+const config = testConfig(servers, { logicalShards: 16 });
+let router: Router;
+
+before(async () => {
+  await initCluster(config);
+  router = await createRouter(config);
+});
+after(async () => {
+  await router?.close();
+});
+
+async function until(check: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe('router', () => {
+  it('inserts by shard key and gets, updates and deletes by id, taking the shard from the id', async () => {
+    const id = await router.insert('photos', { user_id: 5001n, caption: 'hello' }, { key: 5001n });
+    assert.equal(typeof id, 'bigint');
+    assert.equal(router.shardOfId(id), 5001 % 16);
+    assert.equal(router.shardFor(5001n), 5001 % 16);
+    const row = await router.get('photos', id);
+    assert.deepEqual(row, { id, user_id: 5001n, caption: 'hello' });
+    assert.equal(await router.update('photos', id, { caption: 'edited' }), true);
+    assert.equal((await router.get('photos', id))?.caption, 'edited');
+    assert.equal(await router.delete('photos', id), true);
+    assert.equal(await router.get('photos', id), null);
+    assert.equal(await router.delete('photos', id), false);
+  });
+
+  it('puts string keys on their hashed shard', async () => {
+    const id = await router.insert(
+      'photos',
+      { user_id: 1, caption: 'by email' },
+      { key: 'alice@example.com' },
+    );
+    assert.equal(router.shardOfId(id), router.shardFor('alice@example.com'));
+  });
+
+  it('merges a feed over many shards in id order with keyset pagination', async () => {
+    const users = Array.from({ length: 40 }, (_, i) => BigInt(1000 + i));
+    const inserted: bigint[] = [];
+    for (let round = 0; round < 3; round++) {
+      for (const user of users)
+        inserted.push(await router.insert('photos', { user_id: user, caption: `p${round}` }, { key: user }));
+    }
+    // Some other users' photos that must not appear.
+    for (let i = 0; i < 10; i++) await router.insert('photos', { user_id: 99_000 + i }, { key: 99_000 + i });
+
+    const seen: bigint[] = [];
+    let before: bigint | undefined;
+    for (let page = 0; page < 10; page++) {
+      const result = await router.feed('photos', { column: 'user_id', keys: users, limit: 25, before });
+      for (const row of result.rows) assert.ok(users.includes(row.user_id as bigint));
+      seen.push(...result.rows.map((r) => r.id as bigint));
+      if (result.next === null) break;
+      before = result.next;
+    }
+    const expected = [...inserted].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
+    assert.deepEqual(seen, expected);
+    assert.ok(new Set(seen.map((id) => router.shardOfId(id))).size > 8, 'the feed spans many shards');
+  });
+
+  it('reads whole shards when no keys are given', async () => {
+    const page = await router.feed('photos', { shards: [3], limit: 1000 });
+    assert.ok(page.rows.length > 0);
+    for (const row of page.rows) assert.equal(router.shardOfId(row.id as bigint), 3);
+  });
+
+  it('refuses ids of shards outside the cluster and bad names', async () => {
+    const foreign = 99n << BigInt(config.layout.field('shard')!.shift);
+    await assert.rejects(router.get('photos', foreign), (e: unknown) =>
+      isShardflakeError(e, 'UNKNOWN_SHARD'),
+    );
+    await assert.rejects(router.insert('photos"; --', { user_id: 1 }, { key: 1 }), (e: unknown) =>
+      isShardflakeError(e, 'INVALID_IDENTIFIER'),
+    );
+  });
+
+  it('hears of map changes by LISTEN/NOTIFY and routes by the new map before acting', async () => {
+    const before = router.mapVersion;
+    const catalog = await connect(servers[0]!.url);
+    // Point shard 2 at a copy on the other server (what a move's cutover does), then announce it.
+    const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 2');
+    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
+    const other = server === 'a' ? 'b' : 'a';
+    const target = await connect(servers.find((s) => s.name === other)!.url);
+    const source = await connect(servers.find((s) => s.name === server)!.url);
+    await target.query(
+      `CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".photos (id bigint PRIMARY KEY, user_id bigint, caption text)`,
+    );
+    await target.query(`INSERT INTO "${schema}".photos VALUES (42, 2, 'copy')`);
+    await catalog.query('BEGIN');
+    await catalog.query('UPDATE shardflake.shards SET server = $1 WHERE shard = 2', [other]);
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    await until(() => router.mapVersion > before);
+    assert.equal(router.placement(2).server, other);
+    const id = 42n | (2n << BigInt(config.layout.field('shard')!.shift));
+    await target.query(`UPDATE "${schema}".photos SET id = $1`, [id]);
+    assert.equal((await router.get('photos', id))?.caption, 'copy');
+    // Put it back so the other tests' data stays reachable.
+    await catalog.query('BEGIN');
+    await catalog.query('UPDATE shardflake.shards SET server = $1 WHERE shard = 2', [server]);
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    await target.query(`DROP SCHEMA "${schema}" CASCADE`);
+    await Promise.all([catalog.end(), target.end(), source.end()]);
+    await until(() => router.placement(2).server === server);
+  });
+
+  it('retries a write that hits a fenced copy (SF001) until the map moves it, then succeeds', async () => {
+    const catalog = await connect(servers[0]!.url);
+    const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 7');
+    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
+    const owner = await connect(servers.find((s) => s.name === server)!.url);
+    // A fence like the move's: every write to this copy raises SF001.
+    await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
+    await owner.query(
+      `CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH ROW EXECUTE FUNCTION "${schema}".fenced()`,
+    );
+    setTimeout(async () => {
+      // The "cutover": the fence comes off (as if the shard now lived elsewhere) and the map is bumped.
+      await owner.query(`DROP TRIGGER fence ON "${schema}".photos`);
+      await catalog.query('BEGIN');
+      await bumpMapVersion(catalog);
+      await catalog.query('COMMIT');
+    }, 300);
+    const id = await router.insert('photos', { user_id: 7 }, { key: 7 });
+    assert.equal(router.shardOfId(id), 7);
+    await Promise.all([catalog.end(), owner.end()]);
+  });
+
+  it('gives up on a fenced shard after the bounded retry time with SHARD_FENCED', async () => {
+    const short = await createRouter(config, { writeRetryMs: 200 });
+    const catalog = await connect(servers[0]!.url);
+    const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 8');
+    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
+    const owner = await connect(servers.find((s) => s.name === server)!.url);
+    await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
+    await owner.query(
+      `CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH ROW EXECUTE FUNCTION "${schema}".fenced()`,
+    );
+    await assert.rejects(short.insert('photos', { user_id: 8 }, { key: 8 }), (e: unknown) =>
+      isShardflakeError(e, 'SHARD_FENCED'),
+    );
+    await owner.query(`DROP TRIGGER fence ON "${schema}".photos`);
+    await Promise.all([catalog.end(), owner.end(), short.close()]);
+  });
+});
