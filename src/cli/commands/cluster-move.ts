@@ -1,4 +1,170 @@
 import type { Command } from 'commander';
+import { loadConfig } from '../../cluster/config.js';
+import { type MoveOptions, type MoveResult, type MoveStep, moveShard } from '../../cluster/move.js';
+import { cleanupCluster } from '../../cluster/move-cleanup.js';
+import { MOVE_PHASES } from '../../cluster/move-phases.js';
+import { rebalanceCluster } from '../../cluster/rebalance.js';
+import { ShardflakeError } from '../../errors.js';
+import { progressBar, toJson } from './cluster.js';
 
-/** `cluster move` and `cluster rebalance`, registered under the `cluster` command by cluster.ts. */
-export function registerMoveCommands(_cluster: Command): void {}
+interface Flags {
+  config: string;
+  json?: boolean;
+}
+
+/** Parses `--shard 3` or `--shard 3,4,10`. */
+export function parseShardList(value: string): number[] {
+  const parts = value.split(',').map((p) => p.trim());
+  const shards = parts.map((p) => (/^\d+$/.test(p) ? Number(p) : Number.NaN));
+  if (parts.length === 0 || shards.some((n) => !Number.isSafeInteger(n))) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--shard must be a shard number or a comma-separated list, not ${JSON.stringify(value)}`,
+    );
+  }
+  if (new Set(shards).size !== shards.length) {
+    throw new ShardflakeError('INVALID_ARGUMENT', `--shard lists a shard twice: ${value}`);
+  }
+  return shards;
+}
+
+/**
+ * Test hook for killing a real process at a chosen step: with SHARDFLAKE_MOVE_HOLD_AFTER=<step> the command
+ * prints `holding after <step>` on stderr when it gets there and waits until it is killed.
+ */
+function holdHook(): MoveOptions['afterStep'] {
+  const step = process.env.SHARDFLAKE_MOVE_HOLD_AFTER;
+  if (!step) return undefined;
+  if (![...MOVE_PHASES, 'cutover-locked'].includes(step)) {
+    throw new ShardflakeError('INVALID_ARGUMENT', `SHARDFLAKE_MOVE_HOLD_AFTER=${step} is not a move step`);
+  }
+  return async (at: MoveStep) => {
+    if (at !== step) return;
+    process.stderr.write(`holding after ${at}\n`);
+    await new Promise(() => {});
+  };
+}
+
+const ms = (n: number | null) => (n === null ? '—' : `${n.toFixed(0)} ms`);
+
+function describeMove(r: MoveResult): string {
+  const speed =
+    r.rowsPerSecond === null
+      ? 'copied by an earlier run'
+      : `${r.rowsPerSecond.toLocaleString('en-US')} rows/s`;
+  return [
+    `moved shard ${r.shard} (${r.schema}) from ${r.from} to ${r.to}: move #${r.moveId}${r.resumedFrom ? `, resumed after ${r.resumedFrom}` : ''}`,
+    `  ${r.rows} rows in ${r.tables} tables verified (count + checksum); copy ${speed}; writes paused ${ms(r.pauseMs)}; map version ${r.mapVersion}`,
+    `  the old copy on ${r.from} is fenced (writes fail with SF001) until shardflake cluster cleanup drops it`,
+  ].join('\n');
+}
+
+/** `cluster move`, `cluster rebalance` and `cluster cleanup`, registered under the `cluster` command by cluster.ts. */
+export function registerMoveCommands(cluster: Command): void {
+  cluster
+    .command('move')
+    .description(
+      'move logical shards to another server while the application writes (logical replication, verified cutover); rerun to resume an interrupted move',
+    )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .requiredOption('--shard <n[,m…]>', 'shard number(s) to move, one after another')
+    .requiredOption('--to <server>', 'server name from the config')
+    .option('--json', 'print the results as JSON')
+    .action(async (flags: Flags & { shard: string; to: string }) => {
+      const shards = parseShardList(flags.shard);
+      const config = await loadConfig(flags.config);
+      const afterStep = holdHook();
+      const results: MoveResult[] = [];
+      for (const shard of shards) {
+        const bar = progressBar(`shard ${shard}`, !flags.json);
+        try {
+          const result = await moveShard(config, shard, flags.to, {
+            afterStep,
+            onProgress: (p) => {
+              if (p.totalRows > 0n) bar.update(Number(p.copiedRows), Number(p.totalRows));
+            },
+          });
+          results.push(result);
+        } finally {
+          bar.stop();
+        }
+        if (!flags.json) process.stdout.write(`${describeMove(results[results.length - 1] as MoveResult)}\n`);
+      }
+      if (flags.json) process.stdout.write(`${toJson({ moves: results })}\n`);
+    });
+
+  cluster
+    .command('rebalance')
+    .description('spread the logical shards evenly over the servers in the config (e.g. after adding one)')
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--dry-run', 'print the plan without moving anything')
+    .option('--json', 'print the plan and results as JSON')
+    .action(async (flags: Flags & { dryRun?: boolean }) => {
+      const config = await loadConfig(flags.config);
+      const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
+      const result = await rebalanceCluster(config, {
+        dryRun: flags.dryRun,
+        onProgress: (done, total) => bar.update(done, total),
+      }).finally(() => bar.stop());
+      if (flags.json) {
+        process.stdout.write(`${toJson(result)}\n`);
+        return;
+      }
+      const counts = (c: Record<string, number>) =>
+        Object.entries(c)
+          .map(([s, n]) => `${s}=${n}`)
+          .join(' ');
+      const lines = [
+        `shards per server now: ${counts(result.before)}; after: ${counts(result.after)}`,
+        result.moves.length === 0
+          ? 'already balanced: nothing to move'
+          : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
+        ...result.moves.map((m) => `  shard ${m.shard}: ${m.from} -> ${m.to}`),
+      ];
+      if (!result.dryRun && result.results.length > 0) {
+        const paused = Math.max(...result.results.map((r) => r.pauseMs ?? 0));
+        const rows = result.results.reduce((n, r) => n + r.rows, 0n);
+        lines.push(
+          `  ${rows} rows verified; longest write pause ${ms(paused)}; run shardflake cluster cleanup to drop the old copies`,
+        );
+      }
+      process.stdout.write(`${lines.join('\n')}\n`);
+    });
+
+  cluster
+    .command('cleanup')
+    .description(
+      'settle interrupted moves, drop fenced old copies of moved shards and any leftover replication slot, publication or subscription',
+    )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--dry-run', 'list what would be dropped')
+    .option('--json', 'print the result as JSON')
+    .action(async (flags: Flags & { dryRun?: boolean }) => {
+      const config = await loadConfig(flags.config);
+      const result = await cleanupCluster(config, { dryRun: flags.dryRun });
+      if (flags.json) {
+        process.stdout.write(`${toJson(result)}\n`);
+        return;
+      }
+      const verb = flags.dryRun ? 'would drop' : 'dropped';
+      process.stdout.write(
+        [
+          ...result.settled.map(
+            (s) => `move #${s.moveId} of shard ${s.shard}: ${s.outcome.replace('_', ' ')}`,
+          ),
+          ...result.droppedCopies.map(
+            (c) =>
+              `${verb} ${c.fenced ? 'fenced old copy' : 'leftover copy'} ${c.schema} of shard ${c.shard} on ${c.server}`,
+          ),
+          ...result.droppedReplication.map((r) => `${verb} ${r.kind} ${r.name} on ${r.server}`),
+          ...result.skipped.map((s) => `skipped: ${s}`),
+          result.settled.length + result.droppedCopies.length + result.droppedReplication.length === 0
+            ? 'nothing to clean up'
+            : '',
+        ]
+          .filter((l) => l !== '')
+          .join('\n')
+          .concat('\n'),
+      );
+    });
+}

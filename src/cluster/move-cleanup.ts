@@ -1,0 +1,149 @@
+import type pg from 'pg';
+import { isShardflakeError } from '../errors.js';
+import { connect } from '../postgres/connect.js';
+import { readShardMap } from './catalog.js';
+import type { ClusterConfig } from './config.js';
+import { isFenced } from './fence.js';
+import { settleMove } from './move.js';
+import { dropPublication, dropSchema, dropSlots, dropSubscription, REPLICATION_PREFIX } from './move-copy.js';
+import { isFinal } from './move-phases.js';
+import { installMoves, listMoves, lockShard, markOldCopyDropped, unlockShard } from './move-record.js';
+
+/**
+ * `cluster cleanup`: ends what moves left behind.
+ *
+ * 1. Unfinished moves whose process is gone (their shard lock is free): finished if they had switched the
+ *    catalog, rolled back otherwise. A move still running (lock held) is left alone.
+ * 2. Shard schemas on a server the catalog does not place them on: fenced old copies of finished moves, and
+ *    target copies of rolled-back moves. The catalog's placement is never dropped, and a shard is locked while
+ *    its copies are dropped, so a move cannot start beside it.
+ * 3. Replication objects named `sf_move_<id>` (subscriptions, publications, slots, and the subscriptions'
+ *    table-sync slots) of moves that have ended.
+ */
+export interface CleanupResult {
+  settled: { moveId: bigint; shard: number; outcome: 'finished' | 'rolled_back' }[];
+  droppedCopies: { shard: number; server: string; schema: string; fenced: boolean }[];
+  droppedReplication: { server: string; kind: 'subscription' | 'publication' | 'slot'; name: string }[];
+  skipped: string[];
+}
+
+export interface CleanupOptions {
+  /** Report what would be dropped without dropping it. */
+  dryRun?: boolean;
+}
+
+export async function cleanupCluster(
+  config: ClusterConfig,
+  options: CleanupOptions = {},
+): Promise<CleanupResult> {
+  const result: CleanupResult = { settled: [], droppedCopies: [], droppedReplication: [], skipped: [] };
+  const catalog = await connect(config.servers[config.catalog] as string, {
+    applicationName: 'shardflake cleanup',
+  });
+  const clients = new Map<string, pg.Client>();
+  try {
+    await installMoves(catalog);
+    for (const move of await listMoves(catalog)) {
+      if (isFinal(move.phase)) continue;
+      try {
+        await lockShard(catalog, move.shard);
+      } catch (error) {
+        if (isShardflakeError(error, 'SHARD_BUSY')) {
+          result.skipped.push(`move #${move.id} of shard ${move.shard} is running`);
+          continue;
+        }
+        throw error;
+      }
+      try {
+        if (!options.dryRun) {
+          const outcome = await settleMove(config, catalog, move, 'interrupted; settled by cluster cleanup');
+          result.settled.push({ moveId: move.id, shard: move.shard, outcome });
+        }
+      } catch (error) {
+        result.skipped.push(`move #${move.id} of shard ${move.shard}: ${(error as Error).message}`);
+      } finally {
+        await unlockShard(catalog, move.shard);
+      }
+    }
+
+    for (const [name, url] of Object.entries(config.servers)) {
+      try {
+        clients.set(name, await connect(url, { applicationName: 'shardflake cleanup' }));
+      } catch (error) {
+        result.skipped.push(`server ${name}: ${(error as Error).message}`);
+      }
+    }
+    const map = await readShardMap(catalog);
+    const home = new Map(map.shards.map((s) => [s.shard, s.server]));
+    const moves = await listMoves(catalog);
+    const live = new Set(moves.filter((m) => !isFinal(m.phase)).map((m) => m.shard));
+
+    for (const [server, client] of clients) {
+      const { rows } = await client.query(
+        `SELECT nspname AS schema FROM pg_namespace WHERE nspname ~ ('^' || $1 || '[0-9]{4}$') ORDER BY nspname`,
+        [config.schemaPrefix],
+      );
+      for (const { schema } of rows as { schema: string }[]) {
+        const shard = Number(schema.slice(config.schemaPrefix.length));
+        const at = home.get(shard);
+        if (at === undefined || at === server || live.has(shard)) continue;
+        try {
+          await lockShard(catalog, shard);
+        } catch {
+          result.skipped.push(`shard ${shard} on server ${server}: a move of it is running`);
+          continue;
+        }
+        try {
+          const fenced = await isFenced(client, schema);
+          if (!options.dryRun) {
+            await dropSchema(client, schema);
+            for (const m of moves) {
+              if (m.shard === shard && m.from === server && m.phase === 'done')
+                await markOldCopyDropped(catalog, m.id);
+            }
+          }
+          result.droppedCopies.push({ shard, server, schema, fenced });
+        } finally {
+          await unlockShard(catalog, shard);
+        }
+      }
+    }
+
+    const ended = new Map(moves.filter((m) => isFinal(m.phase)).map((m) => [m.id, m]));
+    const endedId = (name: string): bigint | null => {
+      if (!name.startsWith(REPLICATION_PREFIX)) return null;
+      const id = BigInt(name.slice(REPLICATION_PREFIX.length));
+      return ended.has(id) ? id : null;
+    };
+    for (const [server, client] of clients) {
+      const subs = await client.query(
+        `SELECT subname::text AS name FROM pg_subscription
+          WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND subname ~ ('^' || $1 || '[0-9]+$')`,
+        [REPLICATION_PREFIX],
+      );
+      for (const { name } of subs.rows as { name: string }[]) {
+        if (endedId(name) === null) continue;
+        if (!options.dryRun) await dropSubscription(client, name, true);
+        result.droppedReplication.push({ server, kind: 'subscription', name });
+      }
+      const pubs = await client.query(
+        `SELECT pubname::text AS name FROM pg_publication WHERE pubname ~ ('^' || $1 || '[0-9]+$')`,
+        [REPLICATION_PREFIX],
+      );
+      for (const { name } of pubs.rows as { name: string }[]) {
+        if (endedId(name) === null) continue;
+        if (!options.dryRun) await dropPublication(client, name);
+        result.droppedReplication.push({ server, kind: 'publication', name });
+      }
+      for (const m of ended.values()) {
+        if (m.from !== server) continue;
+        const slot = `${REPLICATION_PREFIX}${m.id}`;
+        const dropped = options.dryRun ? [] : await dropSlots(client, slot, m.subscriptionOid);
+        for (const name of dropped) result.droppedReplication.push({ server, kind: 'slot', name });
+      }
+    }
+    return result;
+  } finally {
+    await Promise.all([catalog, ...clients.values()].map((c) => c.end().catch(() => {})));
+  }
+}

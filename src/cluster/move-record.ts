@@ -1,0 +1,152 @@
+import type pg from 'pg';
+import { ShardflakeError } from '../errors.js';
+import type { Queryable } from '../postgres/connect.js';
+import { MOVE_PHASES, type MovePhase, parseMovePhase } from './move-phases.js';
+
+/**
+ * The catalog's record of shard moves: one row per move in `shardflake.moves`, its phase written after each step,
+ * so a rerun after a crash knows where the last run stopped. A partial unique index allows at most one unfinished
+ * move per shard, and a session advisory lock (held by the catalog connection of the running move) tells a live
+ * move from a crashed one: the lock disappears with the crashed process's connection.
+ */
+export const MOVES_SQL_VERSION = 1;
+
+export function movesSql(): string {
+  const phases = MOVE_PHASES.map((p) => `'${p}'`).join(', ');
+  return `
+CREATE TABLE IF NOT EXISTS shardflake.moves (
+  id bigserial PRIMARY KEY,
+  shard integer NOT NULL,
+  schema_name text NOT NULL,
+  from_server text NOT NULL,
+  to_server text NOT NULL,
+  phase text NOT NULL CHECK (phase IN (${phases})),
+  started_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  owner text,
+  error text,
+  rows_copied bigint,
+  pause_ms double precision,
+  old_copy_dropped_at timestamptz,
+  subscription_oid bigint
+);
+CREATE UNIQUE INDEX IF NOT EXISTS moves_one_unfinished_per_shard
+  ON shardflake.moves (shard) WHERE phase NOT IN ('done', 'rolled_back');`;
+}
+
+export interface MoveRecord {
+  id: bigint;
+  shard: number;
+  schema: string;
+  from: string;
+  to: string;
+  phase: MovePhase;
+  error: string | null;
+  oldCopyDropped: boolean;
+  /** The target's subscription oid, once created: names the source's table-sync slots (pg_OID_sync_…). */
+  subscriptionOid: bigint | null;
+}
+
+const COLUMNS =
+  'id, shard, schema_name, from_server, to_server, phase, error, old_copy_dropped_at, subscription_oid';
+
+function toRecord(row: Record<string, unknown>): MoveRecord {
+  return {
+    id: BigInt(row.id as bigint),
+    shard: row.shard as number,
+    schema: row.schema_name as string,
+    from: row.from_server as string,
+    to: row.to_server as string,
+    phase: parseMovePhase(row.phase),
+    error: (row.error as string | null) ?? null,
+    oldCopyDropped: row.old_copy_dropped_at !== null && row.old_copy_dropped_at !== undefined,
+    subscriptionOid:
+      row.subscription_oid === null || row.subscription_oid === undefined
+        ? null
+        : BigInt(row.subscription_oid as bigint),
+  };
+}
+
+export async function installMoves(catalog: Queryable): Promise<void> {
+  await catalog.query(movesSql());
+}
+
+export async function unfinishedMove(catalog: Queryable, shard: number): Promise<MoveRecord | null> {
+  const { rows } = await catalog.query(
+    `SELECT ${COLUMNS} FROM shardflake.moves WHERE shard = $1 AND phase NOT IN ('done', 'rolled_back')`,
+    [shard],
+  );
+  return rows[0] ? toRecord(rows[0]) : null;
+}
+
+export async function listMoves(catalog: Queryable): Promise<MoveRecord[]> {
+  const { rows } = await catalog.query(`SELECT ${COLUMNS} FROM shardflake.moves ORDER BY id`);
+  return rows.map(toRecord);
+}
+
+export async function createMove(
+  catalog: Queryable,
+  move: { shard: number; schema: string; from: string; to: string; owner: string },
+): Promise<MoveRecord> {
+  const { rows } = await catalog.query(
+    `INSERT INTO shardflake.moves (shard, schema_name, from_server, to_server, phase, owner)
+     VALUES ($1, $2, $3, $4, 'planned', $5) RETURNING ${COLUMNS}`,
+    [move.shard, move.schema, move.from, move.to, move.owner],
+  );
+  return toRecord(rows[0]);
+}
+
+export async function recordPhase(
+  catalog: Queryable,
+  id: bigint,
+  phase: MovePhase,
+  extra: { error?: string | null; rowsCopied?: bigint; pauseMs?: number } = {},
+): Promise<void> {
+  await catalog.query(
+    `UPDATE shardflake.moves SET phase = $2, updated_at = now(),
+       error = CASE WHEN $3::boolean THEN $4 ELSE error END,
+       rows_copied = coalesce($5, rows_copied), pause_ms = coalesce($6, pause_ms)
+     WHERE id = $1`,
+    [
+      id,
+      phase,
+      extra.error !== undefined,
+      extra.error ?? null,
+      extra.rowsCopied ?? null,
+      extra.pauseMs ?? null,
+    ],
+  );
+}
+
+export async function recordSubscriptionOid(catalog: Queryable, id: bigint, oid: bigint): Promise<void> {
+  await catalog.query('UPDATE shardflake.moves SET subscription_oid = $2 WHERE id = $1', [id, oid]);
+}
+
+export async function markOldCopyDropped(catalog: Queryable, id: bigint): Promise<void> {
+  await catalog.query('UPDATE shardflake.moves SET old_copy_dropped_at = now() WHERE id = $1', [id]);
+}
+
+/** Advisory lock key space of shard moves: (class, shard). */
+const MOVE_LOCK_CLASS = 0x5f4d4f56; // "_MOV"
+
+/**
+ * Takes the shard's move lock on `catalog` (a dedicated connection, held for the whole move). Throws SHARD_BUSY
+ * when another live process holds it.
+ */
+export async function lockShard(catalog: pg.Client, shard: number): Promise<void> {
+  const { rows } = await catalog.query('SELECT pg_try_advisory_lock($1::int, $2::int) AS ok', [
+    MOVE_LOCK_CLASS,
+    shard,
+  ]);
+  if (!(rows[0] as { ok: boolean }).ok) {
+    const running = await unfinishedMove(catalog, shard).catch(() => null);
+    throw new ShardflakeError(
+      'SHARD_BUSY',
+      `shard ${shard} is being moved by another process${running ? ` (move #${running.id} to server ${running.to}, phase ${running.phase})` : ''}; wait for it to finish`,
+    );
+  }
+}
+
+export async function unlockShard(catalog: pg.Client, shard: number): Promise<void> {
+  await catalog.query('SELECT pg_advisory_unlock($1::int, $2::int)', [MOVE_LOCK_CLASS, shard]);
+}

@@ -1,0 +1,76 @@
+import type pg from 'pg';
+import { type ClusterConfig, validateConfig } from '../../src/cluster/config.js';
+import { initCluster } from '../../src/cluster/init.js';
+import { connect } from '../../src/postgres/connect.js';
+import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+
+/** A small cluster for move tests: `logicalShards` shards spread over the given servers, one `items` table. */
+export async function makeCluster(
+  servers: readonly EmbeddedServer[],
+  logicalShards = 4,
+): Promise<ClusterConfig> {
+  const config = validateConfig(
+    {
+      servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+      catalog: 'a',
+      logicalShards,
+      epoch: '2024-01-01T00:00:00Z',
+      tables: {
+        items: [
+          'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), note text NOT NULL, n integer, at timestamptz DEFAULT now())',
+          'CREATE INDEX items_n ON items (n)',
+        ],
+      },
+    },
+    'test config',
+  );
+  await initCluster(config);
+  return config;
+}
+
+export async function withClient<T>(url: string, work: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = await connect(url);
+  try {
+    return await work(c);
+  } finally {
+    await c.end();
+  }
+}
+
+export async function placement(
+  config: ClusterConfig,
+  shard: number,
+): Promise<{ server: string; state: string }> {
+  return withClient(config.servers[config.catalog] as string, async (c) => {
+    const { rows } = await c.query('SELECT server, state FROM shardflake.shards WHERE shard = $1', [shard]);
+    return rows[0] as { server: string; state: string };
+  });
+}
+
+/** Replication objects left on a server: slots, publications, subscriptions. */
+export async function replicationLeftovers(url: string): Promise<string[]> {
+  return withClient(url, async (c) => {
+    const { rows } = await c.query(
+      `SELECT 'slot ' || slot_name AS o FROM pg_replication_slots
+       UNION ALL SELECT 'publication ' || pubname FROM pg_publication
+       UNION ALL SELECT 'subscription ' || subname FROM pg_subscription`,
+    );
+    return rows.map((r: { o: string }) => r.o);
+  });
+}
+
+export async function countRows(url: string, schema: string): Promise<number> {
+  return withClient(url, async (c) => {
+    const { rows } = await c.query(`SELECT count(*)::int AS n FROM "${schema}".items`);
+    return (rows[0] as { n: number }).n;
+  });
+}
+
+export async function schemaOn(url: string, schema: string): Promise<boolean> {
+  return withClient(url, async (c) => {
+    const { rows } = await c.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema]);
+    return rows.length > 0;
+  });
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { shardSchema } from '../../src/cluster/config.js';
+import { moveShard } from '../../src/cluster/move.js';
+import { createRouter } from '../../src/cluster/router.js';
+import { connect } from '../../src/postgres/connect.js';
+import { useServers } from '../support/postgres.js';
+import { countRows, makeCluster, placement, replicationLeftovers, sleep, withClient } from './fixture.js';
+
+const BIG = 200_000;
+
+test('a shard with 200,000 rows moves while a router writer and a direct writer keep inserting: every acknowledged row arrives, the old copy refuses writes, ids keep increasing', async () => {
+  const servers = await useServers(2);
+  const [a, b] = servers as [(typeof servers)[0], (typeof servers)[0]];
+  const config = await makeCluster(servers, 4);
+  const shard = 0;
+  const schema = shardSchema(config, shard);
+  assert.equal((await placement(config, shard)).server, 'a');
+  await withClient(a.url, (c) =>
+    c.query(
+      `INSERT INTO "${schema}".items (note, n) SELECT 'bulk ' || g, g FROM generate_series(1, ${BIG}) g`,
+    ),
+  );
+
+  const router = await createRouter(config);
+  const direct = await connect(a.url);
+  let stop = false;
+  const routerIds: bigint[] = [];
+  const directIds: bigint[] = [];
+  let directError: { code?: string } | undefined;
+
+  const routerWriter = (async () => {
+    for (let i = 0; !stop; i++)
+      routerIds.push(await router.insert('items', { note: 'router', n: i }, { shard }));
+  })();
+  // A stale client that keeps writing straight to the old server until the fence stops it.
+  const directWriter = (async () => {
+    for (let i = 0; !stop; i++) {
+      try {
+        const { rows } = await direct.query(
+          `INSERT INTO "${schema}".items (note, n) VALUES ('direct', $1) RETURNING id`,
+          [i],
+        );
+        directIds.push((rows[0] as { id: bigint }).id);
+      } catch (error) {
+        directError = error as { code?: string };
+        return;
+      }
+    }
+  })();
+
+  await sleep(300);
+  const result = await moveShard(config, shard, 'b');
+  const routerIdsAtSwitch = routerIds.length;
+  await sleep(300);
+  stop = true;
+  await Promise.all([routerWriter, directWriter]);
+
+  console.error('move result', result, result.pauseSteps);
+  assert.equal(result.from, 'a');
+  assert.equal(result.to, 'b');
+  assert.ok(result.rows >= BigInt(BIG), `verified ${result.rows} rows`);
+  assert.deepEqual(await placement(config, shard), { server: 'b', state: 'active' });
+  assert.ok(routerIds.length > routerIdsAtSwitch, 'the router writer kept inserting after the move');
+  assert.ok(directIds.length > 0, 'the direct writer wrote before the cutover');
+  assert.equal(directError?.code, 'SF001', 'the direct writer was stopped by the fence');
+
+  // Every acknowledged row is on the new server, and nothing else is.
+  const onB = await withClient(b.url, async (c) => {
+    const { rows } = await c.query(`SELECT id FROM "${schema}".items WHERE note NOT LIKE 'bulk %'`);
+    return new Set(rows.map((r: { id: bigint }) => r.id));
+  });
+  for (const id of [...routerIds, ...directIds])
+    assert.ok(onB.has(id), `acknowledged id ${id} is on server b`);
+  assert.equal(onB.size, routerIds.length + directIds.length);
+  assert.equal(await countRows(b.url, schema), BIG + routerIds.length + directIds.length);
+
+  // Ids kept increasing across the cutover and kept the shard's bits.
+  for (let i = 1; i < routerIds.length; i++) {
+    assert.ok((routerIds[i] as bigint) > (routerIds[i - 1] as bigint), `router id ${i} increases`);
+  }
+  const maxOld = await withClient(
+    a.url,
+    async (c) => (await c.query(`SELECT max(id) AS m FROM "${schema}".items`)).rows[0].m as bigint,
+  );
+  assert.ok(
+    (routerIds[routerIds.length - 1] as bigint) > maxOld,
+    'new ids are above every id of the old copy',
+  );
+  for (const id of routerIds) assert.equal(router.shardOfId(id), shard);
+
+  // The old copy refuses writes of every kind, and no replication object is left.
+  for (const sql of [
+    `INSERT INTO "${schema}".items (note) VALUES ('late')`,
+    `UPDATE "${schema}".items SET n = 0 WHERE id = ${directIds[0]}`,
+    `DELETE FROM "${schema}".items WHERE id = ${directIds[0]}`,
+    `TRUNCATE "${schema}".items`,
+  ]) {
+    await assert.rejects(direct.query(sql), (e: { code?: string }) => e.code === 'SF001', sql);
+  }
+  assert.deepEqual(await replicationLeftovers(a.url), []);
+  assert.deepEqual(await replicationLeftovers(b.url), []);
+
+  await direct.end();
+  await router.close();
+});
