@@ -286,10 +286,9 @@ async function preflight(
     );
   }
   if (await schemaExists(target, schema)) {
-    const what = (await isFenced(target, schema)) ? 'the fenced old copy of' : 'a leftover copy of';
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `server ${to} still holds ${what} shard ${shard} (schema ${schema}); run shardflake cluster cleanup first`,
+      `server ${to} still holds a copy of shard ${shard} (schema ${schema}) left by an earlier move; run shardflake cluster cleanup first`,
     );
   }
   return tables;
@@ -308,6 +307,15 @@ async function prepare(s: Session): Promise<void> {
     await dropSchema(target, record.schema);
   }
   await createTargetSchema(target, s.config, record.shard, record.schema);
+  // The copy in the making is fenced too, so no client can write to it before the switch; the subscription's
+  // workers run as replication sessions, for which ordinary triggers do not fire, so the copy still fills.
+  await target.query(
+    fenceSql(
+      record.schema,
+      s.tables.map((t) => t.name),
+      `shard ${record.shard} is being copied to this server by move #${record.id}; it stays on server ${record.from} until the move switches`,
+    ),
+  );
   const targetTables = await listTables(target, record.schema);
   const differ = s.tables.filter((t) => targetTables.find((u) => u.name === t.name)?.shape !== t.shape);
   if (differ.length > 0 || targetTables.length !== s.tables.length) {
@@ -471,6 +479,8 @@ function sumSteps(steps: Record<string, number>): number {
 
 /** fenced → switched: the catalog names the target; routers learn it by NOTIFY at commit. */
 async function switchCatalog(s: Session, pausedAt: number | null): Promise<void> {
+  // Both copies are fenced now; open the target just before the catalog points at it.
+  if (await isFenced(s.target, s.record.schema)) await s.target.query(unfenceSql(s.record.schema));
   await inTransaction(s.catalog, async () => {
     s.mapVersion = await setShardState(s.catalog, s.record.shard, 'active', s.record.to);
     if (pausedAt !== null) {
