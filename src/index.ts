@@ -18,4 +18,21 @@ export type { GeneratorOptions, GeneratorPlan } from './postgres/generator-sql.j
 export { GENERATOR_VERSION, generatorPlan, generatorSql } from './postgres/generator-sql.js';
 export type { InstalledGenerator } from './postgres/install.js';
 export { ensureGeneratorAbove, installGenerator, lastIssuedId, readInstalledGenerator } from './postgres/install.js';
+// cluster
+export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog.js';
+export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog.js';
+export type { ClusterConfig, Migration, TableTemplate } from './cluster/config.js';
+export { loadConfig, MAX_LOGICAL_SHARDS, parseConfig, shardSchema, validateConfig } from './cluster/config.js';
+export type { InitOptions, InitResult } from './cluster/init.js';
+export { initCluster, planPlacement } from './cluster/init.js';
+export type { Lease, LeaseOptions } from './cluster/leases.js';
+export { acquireLease, leasedGenerator } from './cluster/leases.js';
+export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
+export { migrateCluster } from './cluster/migrate.js';
+export type { FeedOptions, FeedPage, InsertOptions, Router, RouterOptions, Row } from './cluster/router.js';
+export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
+export type { ShardKey } from './cluster/shard-key.js';
+export { hashKey, shardForKey } from './cluster/shard-key.js';
+export type { ClusterStatus, ShardStatus } from './cluster/status.js';
+export { clusterStatus } from './cluster/status.js';
 export { VERSION } from './version.js';

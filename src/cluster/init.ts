@@ -162,7 +162,9 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
         opts.signal?.throwIfAborted();
         const sql = batch.map((shard) => shardCreationSql(config, shard, schemaOf(shard))).join('');
         try {
-          await client.query(`BEGIN;\n${sql}COMMIT;`);
+          // synchronous_commit off: a batch's commit does not wait for its WAL flush. A crash may lose the last
+          // batches, which is harmless here: they were not recorded in the catalog yet and the rerun makes them.
+          await client.query(`BEGIN;\nSET LOCAL synchronous_commit TO off;\n${sql}COMMIT;`);
         } catch (error) {
           await client.query('ROLLBACK').catch(() => {});
           const e = wrapPgError(error);
