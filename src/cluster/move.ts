@@ -6,6 +6,7 @@ import { bumpMapVersion, type ShardState } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { fenceSql, isFenced, unfenceSql } from './fence.js';
 import {
+  buildDeferredIndexes,
   createPublication,
   createSubscription,
   createTargetSchema,
@@ -102,8 +103,10 @@ export interface MoveResult {
   /** Rows in the shard when the copies were compared. */
   rows: bigint;
   tables: number;
-  /** Time of the initial copy plus catch-up (null when a previous run did it). */
+  /** Time of the initial copy, subscription start to every table ready (null when a previous run did it). */
   copyMs: number | null;
+  /** Time to build the deferred indexes and catch up after the copy. */
+  indexAndCatchUpMs: number | null;
   rowsPerSecond: number | null;
   /** Writes were paused (source locked) until the catalog switched, in ms. */
   pauseMs: number | null;
@@ -147,6 +150,8 @@ interface Session {
   copyMs: number | null;
   pauseMs: number | null;
   pauseSteps: Record<string, number>;
+  indexMs: number | null;
+  copiedRows: bigint;
   rows: bigint;
   mapVersion: bigint;
 }
@@ -347,6 +352,7 @@ async function waitSynced(s: Session): Promise<void> {
   const deadline = started + s.opts.syncTimeoutMs;
   const total = await countRows(s.source, s.record.schema, s.tables);
   let lsn: string | undefined;
+  let copiedAt = started;
   for (;;) {
     await checkpoint(s, null);
     const p = await subscriptionProgress(s.target, s.names.subscription, lsn);
@@ -357,8 +363,12 @@ async function waitSynced(s: Session): Promise<void> {
       );
     }
     if (p.tables > 0 && p.ready === p.tables) {
-      if (lsn === undefined) lsn = await currentLsn(s.source);
-      else if (p.receivedUpTo) break;
+      if (lsn === undefined) {
+        copiedAt = performance.now();
+        s.copiedRows = await countRows(s.target, s.record.schema, s.tables);
+        await buildDeferredIndexes(s.source, s.target, s.record.schema);
+        lsn = await currentLsn(s.source);
+      } else if (p.receivedUpTo) break;
     } else {
       s.opts.onProgress?.({
         shard: s.record.shard,
@@ -376,7 +386,8 @@ async function waitSynced(s: Session): Promise<void> {
     }
     await sleep(s.opts.pollMs * 5);
   }
-  s.copyMs = performance.now() - started;
+  s.copyMs = copiedAt - started;
+  s.indexMs = performance.now() - copiedAt;
   s.rows = await countRows(s.target, s.record.schema, s.tables);
   await advance(s, 'synced', { rowsCopied: s.rows });
 }
@@ -614,6 +625,8 @@ export async function settleMove(
       copyMs: null,
       pauseMs: null,
       pauseSteps: {},
+      indexMs: null,
+      copiedRows: 0n,
       rows: 0n,
       mapVersion: 0n,
     };
@@ -711,6 +724,8 @@ export async function moveShard(
       copyMs: null,
       pauseMs: null,
       pauseSteps: {},
+      indexMs: null,
+      copiedRows: 0n,
       rows: 0n,
       mapVersion: 0n,
     };
@@ -745,7 +760,8 @@ export async function moveShard(
       rows: s.rows,
       tables: s.tables.length,
       copyMs: s.copyMs,
-      rowsPerSecond: s.copyMs ? Math.round((Number(s.rows) * 1000) / s.copyMs) : null,
+      indexAndCatchUpMs: s.indexMs,
+      rowsPerSecond: s.copyMs ? Math.round((Number(s.copiedRows) * 1000) / s.copyMs) : null,
       pauseMs: s.pauseMs,
       pauseSteps: s.pauseSteps,
       mapVersion: s.mapVersion,

@@ -56,7 +56,6 @@ test('a shard with 200,000 rows moves while a router writer and a direct writer 
   stop = true;
   await Promise.all([routerWriter, directWriter]);
 
-  console.error('move result', result, result.pauseSteps);
   assert.equal(result.from, 'a');
   assert.equal(result.to, 'b');
   assert.ok(result.rows >= BigInt(BIG), `verified ${result.rows} rows`);

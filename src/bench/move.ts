@@ -1,0 +1,157 @@
+import { cpus } from 'node:os';
+import { type ClusterConfig, shardSchema, validateConfig } from '../cluster/config.js';
+import { initCluster } from '../cluster/init.js';
+import { type MoveResult, moveShard } from '../cluster/move.js';
+import { createRouter } from '../cluster/router.js';
+import { connect } from '../postgres/connect.js';
+import { startEmbeddedServers } from '../postgres/embedded.js';
+
+/**
+ * `bench move`: what an online shard move costs, measured in one run on two embedded servers.
+ *
+ * - Copy speed: a shard holding `rows` rows is moved while a writer inserts into it through the router; rows per
+ *   second of the initial copy plus catch-up (the subscription's COPY, with the target's indexes in place).
+ * - Write pause: the same writer's per-insert latency (one insert at a time, the next as soon as the last is
+ *   acknowledged) before the move — its normal latency — and during the move; the longest insert during the move
+ *   is the pause the application sees at cutover (lock wait, verification, fence, router retry after SF001).
+ *
+ * Targets: copy ≥ 100,000 rows/s, longest pause ≤ 500 ms.
+ */
+export interface MoveBenchOptions {
+  rows?: number;
+  /** How long the writer runs before the move to measure its normal latency (ms). */
+  baselineMs?: number;
+  onProgress?: (phase: string, done: number, total: number) => void;
+}
+
+export interface LatencySummary {
+  inserts: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+export interface MoveBenchResult {
+  rows: number;
+  copy: {
+    rows: string;
+    ms: number;
+    rowsPerSecond: number;
+    targetRowsPerSecond: number;
+    meetsTarget: boolean;
+  };
+  pause: {
+    /** Longest single insert while the move ran, as the router-based writer saw it. */
+    longestWriteMs: number;
+    /** Time the move held the source's write lock until the catalog switched. */
+    moveReportedMs: number;
+    steps: Record<string, number>;
+    targetMs: number;
+    meetsTarget: boolean;
+  };
+  writer: { normal: LatencySummary; duringMove: LatencySummary; ratioLongestToNormalP50: number };
+  move: MoveResult;
+  machine: { cpus: number; node: string };
+}
+
+const DEFAULTS = { rows: 200_000, baselineMs: 2000 };
+export const TARGET_ROWS_PER_SECOND = 100_000;
+export const TARGET_PAUSE_MS = 500;
+
+function summarize(latencies: readonly number[]): LatencySummary {
+  const sorted = [...latencies].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+  const round = (n: number) => Math.round(n * 100) / 100;
+  return {
+    inserts: sorted.length,
+    p50Ms: round(at(0.5)),
+    p99Ms: round(at(0.99)),
+    maxMs: round(sorted.at(-1) ?? 0),
+  };
+}
+
+export async function runMoveBench(options: MoveBenchOptions = {}): Promise<MoveBenchResult> {
+  const opts = { ...DEFAULTS, ...options };
+  const servers = await startEmbeddedServers(2);
+  try {
+    const config: ClusterConfig = validateConfig(
+      {
+        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+        catalog: 'a',
+        logicalShards: 4,
+        epoch: '2024-01-01T00:00:00Z',
+        tables: {
+          photos: [
+            'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text, created_at timestamptz NOT NULL DEFAULT now())',
+            'CREATE INDEX photos_user ON photos (user_id, id DESC)',
+          ],
+        },
+      },
+      'bench move',
+    );
+    await initCluster(config);
+    const shard = 0;
+    const schema = shardSchema(config, shard);
+    const source = await connect(config.servers.a as string);
+    await source.query(
+      `INSERT INTO "${schema}".photos (user_id, caption) SELECT g % 1000, 'photo ' || g FROM generate_series(1, ${opts.rows}) g`,
+    );
+    await source.query(`VACUUM ANALYZE "${schema}".photos`);
+    await source.end();
+
+    const router = await createRouter(config);
+    const normal: number[] = [];
+    const during: number[] = [];
+    let sink = normal;
+    let stop = false;
+    const writer = (async () => {
+      for (let i = 0; !stop; i++) {
+        const t = performance.now();
+        await router.insert('photos', { user_id: i % 1000, caption: 'live' }, { shard });
+        sink.push(performance.now() - t);
+      }
+    })();
+    await new Promise((r) => setTimeout(r, opts.baselineMs));
+    sink = during;
+    const move = await moveShard(config, shard, 'b', {
+      onProgress: (p) => {
+        if (p.totalRows > 0n) opts.onProgress?.('copy', Number(p.copiedRows), Number(p.totalRows));
+      },
+    });
+    await new Promise((r) => setTimeout(r, 500));
+    stop = true;
+    await writer;
+    await router.close();
+
+    const normalSummary = summarize(normal);
+    const duringSummary = summarize(during);
+    const rowsPerSecond = move.rowsPerSecond ?? 0;
+    return {
+      rows: opts.rows,
+      copy: {
+        rows: move.rows.toString(),
+        ms: Math.round(move.copyMs ?? 0),
+        rowsPerSecond,
+        targetRowsPerSecond: TARGET_ROWS_PER_SECOND,
+        meetsTarget: rowsPerSecond >= TARGET_ROWS_PER_SECOND,
+      },
+      pause: {
+        longestWriteMs: duringSummary.maxMs,
+        moveReportedMs: Math.round((move.pauseMs ?? 0) * 10) / 10,
+        steps: move.pauseSteps,
+        targetMs: TARGET_PAUSE_MS,
+        meetsTarget: duringSummary.maxMs <= TARGET_PAUSE_MS,
+      },
+      writer: {
+        normal: normalSummary,
+        duringMove: duringSummary,
+        ratioLongestToNormalP50:
+          Math.round((duringSummary.maxMs / Math.max(normalSummary.p50Ms, 0.01)) * 10) / 10,
+      },
+      move,
+      machine: { cpus: cpus().length, node: process.version },
+    };
+  } finally {
+    await Promise.all(servers.map((s) => s.stop()));
+  }
+}
