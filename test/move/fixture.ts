@@ -4,26 +4,28 @@ import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';
 import type { EmbeddedServer } from '../../src/postgres/embedded.js';
 
+/** The config file's content for a small cluster on `servers`, one `items` table. */
+export function rawConfig(servers: readonly EmbeddedServer[], logicalShards = 4): Record<string, unknown> {
+  return {
+    servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+    catalog: 'a',
+    logicalShards,
+    epoch: '2024-01-01T00:00:00Z',
+    tables: {
+      items: [
+        'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), note text NOT NULL, n integer, at timestamptz DEFAULT now())',
+        'CREATE INDEX items_n ON items (n)',
+      ],
+    },
+  };
+}
+
 /** A small cluster for move tests: `logicalShards` shards spread over the given servers, one `items` table. */
 export async function makeCluster(
   servers: readonly EmbeddedServer[],
   logicalShards = 4,
 ): Promise<ClusterConfig> {
-  const config = validateConfig(
-    {
-      servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
-      catalog: 'a',
-      logicalShards,
-      epoch: '2024-01-01T00:00:00Z',
-      tables: {
-        items: [
-          'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), note text NOT NULL, n integer, at timestamptz DEFAULT now())',
-          'CREATE INDEX items_n ON items (n)',
-        ],
-      },
-    },
-    'test config',
-  );
+  const config = validateConfig(rawConfig(servers, logicalShards), 'test config');
   await initCluster(config);
   return config;
 }

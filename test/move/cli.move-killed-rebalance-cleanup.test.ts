@@ -1,0 +1,125 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { shardSchema } from '../../src/cluster/config.js';
+import { useServers } from '../support/postgres.js';
+import { makeCluster, placement, rawConfig, replicationLeftovers, schemaOn, withClient } from './fixture.js';
+
+const MAIN = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+
+function cli(
+  args: string[],
+  env: Record<string, string> = {},
+): { child: ChildProcess; done: Promise<{ code: number | null; stdout: string; stderr: string }> } {
+  const child = spawn(process.execPath, [MAIN, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (d) => {
+    stdout += d;
+  });
+  child.stderr?.on('data', (d) => {
+    stderr += d;
+  });
+  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+  return { child, done };
+}
+
+test('CLI: a move SIGKILLed while the source is locked releases the writes and finishes on rerun; rebalance spreads shards over an added server; cleanup drops the old copies', async () => {
+  const servers = await useServers(3);
+  const [a, b, c] = servers as [(typeof servers)[0], (typeof servers)[0], (typeof servers)[0]];
+  const config = await makeCluster([a, b], 6);
+  const dir = await mkdtemp(join(tmpdir(), 'shardflake-move-'));
+  const twoServers = join(dir, 'two.json');
+  const threeServers = join(dir, 'three.json');
+  await writeFile(twoServers, JSON.stringify(rawConfig([a, b], 6)));
+  await writeFile(threeServers, JSON.stringify(rawConfig([a, b, c], 6)));
+  const schema = shardSchema(config, 1);
+
+  // Bad input: one line on stderr, exit code 2, nothing moved.
+  for (const [args, codeName] of [
+    [['--shard', 'x', '--to', 'b'], 'INVALID_ARGUMENT'],
+    [['--shard', '1', '--to', 'zz'], 'UNKNOWN_SERVER'],
+    [['--shard', '1', '--to', 'a'], 'INVALID_ARGUMENT'],
+    [['--shard', '4000', '--to', 'b'], 'UNKNOWN_SHARD'],
+  ] as const) {
+    const r = await cli(['cluster', 'move', '--config', twoServers, ...args]).done;
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, new RegExp(`^shardflake: error \\[${codeName}\\]: [^\\n]+\\n$`));
+    assert.doesNotMatch(r.stderr, /shardflake@|:shardflake@/, 'no password printed');
+  }
+
+  // Kill -9 while the cutover holds the source's locks.
+  const held = cli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b'], {
+    SHARDFLAKE_MOVE_HOLD_AFTER: 'cutover-locked',
+  });
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the move never reached cutover')), 60_000);
+    held.child.stderr?.on('data', (d) => {
+      if (String(d).includes('holding after cutover-locked')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  await withClient(a.url, async (client) => {
+    await client.query("SET statement_timeout = '300ms'");
+    await assert.rejects(
+      client.query(`INSERT INTO "${schema}".items (note) VALUES ('paused')`),
+      (e: { code?: string }) => e.code === '57014',
+    );
+  });
+  held.child.kill('SIGKILL');
+  await held.done;
+  // The crashed session's lock went with it: the source takes writes again and is still the shard's home.
+  await withClient(a.url, (client) =>
+    client.query(`INSERT INTO "${schema}".items (note) VALUES ('after kill')`),
+  );
+  assert.deepEqual(await placement(config, 1), { server: 'a', state: 'moving' });
+
+  let rerun = await cli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b', '--json'])
+    .done;
+  for (let i = 0; rerun.code !== 0 && rerun.stderr.includes('SHARD_BUSY') && i < 40; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    rerun = await cli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b', '--json'])
+      .done;
+  }
+  assert.equal(rerun.code, 0, rerun.stderr);
+  const moved = JSON.parse(rerun.stdout) as { moves: { resumedFrom: string; to: string; rows: string }[] };
+  assert.equal(moved.moves[0]?.resumedFrom, 'synced');
+  assert.equal(moved.moves[0]?.rows, '2', 'the row written after the kill and the migrations row');
+  assert.deepEqual(await placement(config, 1), { server: 'b', state: 'active' });
+
+  // A third server joins: the plan moves two of b's four shards to c.
+  const plan = await cli(['cluster', 'rebalance', '--config', threeServers, '--dry-run', '--json']).done;
+  assert.equal(plan.code, 0, plan.stderr);
+  const planned = JSON.parse(plan.stdout) as {
+    before: Record<string, number>;
+    moves: { from: string; to: string }[];
+  };
+  assert.deepEqual(planned.before, { a: 2, b: 4, c: 0 });
+  assert.deepEqual(
+    planned.moves.map((m) => `${m.from}>${m.to}`),
+    ['b>c', 'b>c'],
+  );
+  const run = await cli(['cluster', 'rebalance', '--config', threeServers, '--json']).done;
+  assert.equal(run.code, 0, run.stderr);
+  assert.deepEqual((JSON.parse(run.stdout) as { after: Record<string, number> }).after, { a: 2, b: 2, c: 2 });
+
+  // Cleanup drops the three fenced old copies and leaves no replication object anywhere.
+  const cleaned = await cli(['cluster', 'cleanup', '--config', threeServers, '--json']).done;
+  assert.equal(cleaned.code, 0, cleaned.stderr);
+  assert.equal((JSON.parse(cleaned.stdout) as { droppedCopies: unknown[] }).droppedCopies.length, 3);
+  assert.equal(await schemaOn(a.url, schema), false);
+  for (const s of servers) assert.deepEqual(await replicationLeftovers(s.url), []);
+  const again = await cli(['cluster', 'cleanup', '--config', threeServers]).done;
+  assert.equal(again.stdout, 'nothing to clean up\n');
+});
