@@ -29,6 +29,15 @@ export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
+// shard moves
+export type { MoveOptions, MoveProgress, MoveResult, MoveStep } from './cluster/move.js';
+export { isInterrupted as isMoveInterrupted, moveShard, moveShards } from './cluster/move.js';
+export type { CleanupOptions, CleanupResult } from './cluster/move-cleanup.js';
+export { cleanupCluster } from './cluster/move-cleanup.js';
+export type { MovePhase } from './cluster/move-phases.js';
+export { MOVE_PHASES } from './cluster/move-phases.js';
+export type { PlannedMove, RebalanceOptions, RebalancePlan, RebalanceResult } from './cluster/rebalance.js';
+export { planRebalance, rebalanceCluster } from './cluster/rebalance.js';
 export type { FeedOptions, FeedPage, InsertOptions, Router, RouterOptions, Row } from './cluster/router.js';
 export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
