@@ -10,7 +10,8 @@ import { startEmbeddedServers } from '../postgres/embedded.js';
  * `bench move`: what an online shard move costs, measured in one run on two embedded servers.
  *
  * - Copy speed: a shard holding `rows` rows is moved while a writer inserts into it through the router; rows per
- *   second of the initial copy plus catch-up (the subscription's COPY, with the target's indexes in place).
+ *   second of the initial copy (the subscription's binary COPY into tables with their primary keys; secondary
+ *   indexes are built after it and reported apart, with the catch-up).
  * - Write pause: the same writer's per-insert latency (one insert at a time, the next as soon as the last is
  *   acknowledged) before the move — its normal latency — and during the move; the longest insert during the move
  *   is the pause the application sees at cutover (lock wait, verification, fence, router retry after SF001).

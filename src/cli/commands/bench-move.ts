@@ -26,7 +26,7 @@ export function registerBenchMoveCommand(bench: Command): void {
       process.stdout.write(
         [
           `shard move of ${r.copy.rows} rows (2 embedded PostgreSQL servers, ${r.machine.cpus} CPUs, Node ${r.machine.node})`,
-          `  copy + catch-up   ${r.copy.rowsPerSecond.toLocaleString('en-US')} rows/s in ${r.copy.ms} ms (${ok(r.copy.meetsTarget)} target ≥ ${r.copy.targetRowsPerSecond.toLocaleString('en-US')})`,
+          `  initial copy      ${r.copy.rowsPerSecond.toLocaleString('en-US')} rows/s in ${r.copy.ms} ms (${ok(r.copy.meetsTarget)} target ≥ ${r.copy.targetRowsPerSecond.toLocaleString('en-US')}); then indexes + catch-up ${Math.round(r.move.indexAndCatchUpMs ?? 0)} ms`,
           `  longest write     ${r.pause.longestWriteMs} ms seen by the router writer during the move (${ok(r.pause.meetsTarget)} target ≤ ${r.pause.targetMs} ms)`,
           `  normal write      p50 ${r.writer.normal.p50Ms} ms, p99 ${r.writer.normal.p99Ms} ms, max ${r.writer.normal.maxMs} ms (${r.writer.normal.inserts} inserts before the move)`,
           `  during the move   p50 ${r.writer.duringMove.p50Ms} ms, p99 ${r.writer.duringMove.p99Ms} ms (${r.writer.duringMove.inserts} inserts); longest = ${r.writer.ratioLongestToNormalP50}× normal p50`,
