@@ -81,7 +81,9 @@ async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Prom
 }
 
 export async function initCluster(config: ClusterConfig, options: InitOptions = {}): Promise<InitResult> {
-  const opts = { ...DEFAULTS, ...options };
+  // Options left undefined (e.g. CLI flags not given) keep their defaults.
+  const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as InitOptions;
+  const opts = { ...DEFAULTS, ...given };
   const started = performance.now();
   opts.signal?.throwIfAborted();
   // Every server must answer before anything is created anywhere.

@@ -50,7 +50,11 @@ export async function migrateCluster(
   config: ClusterConfig,
   options: MigrateOptions = {},
 ): Promise<MigrateResult> {
-  const opts = { ...DEFAULTS, ...options };
+  // Options left undefined (e.g. CLI flags not given) keep their defaults.
+  const given = Object.fromEntries(
+    Object.entries(options).filter(([, v]) => v !== undefined),
+  ) as MigrateOptions;
+  const opts = { ...DEFAULTS, ...given };
   const started = performance.now();
   const target = targetVersion(config);
   const clients = await connectAll(config, { applicationName: 'shardflake migrate' });
