@@ -44,6 +44,12 @@ export interface FeedOptions {
   column?: string;
   /** Shard keys whose rows to read; each goes to its shard. */
   keys?: readonly ShardKey[];
+  /**
+   * The keys are ids made by this cluster (e.g. user ids), and each key's rows live on the shard named in its id
+   * bits — rows colocated with their parent, as Instagram keeps photos on their user's shard. Default: keys are
+   * routed like insert keys (modulo / hash).
+   */
+  keysAreIds?: boolean;
   /** Shards to read when no keys are given (default: all). */
   shards?: readonly number[];
   /** Rows per page (default 20). */
@@ -348,7 +354,9 @@ export async function createRouter(
         if (!options.column)
           throw new ShardflakeError('INVALID_ARGUMENT', 'feed with keys needs the column they match');
         for (const key of options.keys) {
-          const shard = shardForKey(key, map.logicalShards);
+          const shard = options.keysAreIds
+            ? shardOfIdIn(map, BigInt(key as bigint))
+            : shardForKey(key, map.logicalShards);
           const list = keysByShard.get(shard);
           if (list) list.push(key);
           else keysByShard.set(shard, [key]);
