@@ -541,7 +541,6 @@ export async function rollBackMove(
   catalog: pg.Client,
   record: MoveRecord,
   reason: string,
-  clients: { source?: pg.Client; target?: pg.Client } = {},
 ): Promise<void> {
   const placement = await readPlacement(catalog, record.shard);
   if (placement.server !== record.from) {
@@ -551,23 +550,18 @@ export async function rollBackMove(
     );
   }
   const names = replicationNames(record.id);
-  const owned: pg.Client[] = [];
-  const open = async (server: string, given?: pg.Client) => {
-    if (given) return given;
-    const c = await connectServer(config, server);
-    owned.push(c);
-    return c;
-  };
+  // Fresh connections: the move's own may be dead or inside an aborted transaction.
+  const source = await connectServer(config, record.from);
+  const target = await connectServer(config, record.to).catch(() => undefined);
   try {
-    const source = await open(record.from, clients.source);
     const leftovers: string[] = [];
-    const target = await open(record.to, clients.target).catch(() => undefined);
-    if (target) {
+    try {
+      if (!target) throw new Error(`server ${record.to} is unreachable`);
       await dropSubscription(target, names.subscription, true);
       await dropSchema(target, record.schema);
-    } else {
+    } catch (error) {
       leftovers.push(
-        `subscription ${names.subscription} and schema ${record.schema} on unreachable server ${record.to} (cluster cleanup drops them)`,
+        `subscription ${names.subscription} and schema ${record.schema} on server ${record.to} (${(error as Error).message}; cluster cleanup drops them)`,
       );
     }
     if (await isFenced(source, record.schema)) await source.query(unfenceSql(record.schema));
@@ -580,7 +574,7 @@ export async function rollBackMove(
       });
     });
   } finally {
-    await Promise.all(owned.map((c) => c.end().catch(() => {})));
+    await Promise.all([source.end().catch(() => {}), target?.end().catch(() => {})]);
   }
 }
 
@@ -690,7 +684,6 @@ export async function moveShard(
           catalog,
           record,
           `target unreachable on resume: ${(error as Error).message}`,
-          { source },
         );
       }
       throw error;
@@ -736,10 +729,15 @@ export async function moveShard(
       if (isInterrupted(error)) throw error;
       const reason = isShardflakeError(error) ? error.message : wrapPgError(error).message;
       if (!reached(session.record.phase, 'switched')) {
-        await rollBackMove(config, catalog, session.record, reason, { source, target }).catch(() => {});
+        const undone = await rollBackMove(config, catalog, session.record, reason).then(
+          () => null,
+          (e: unknown) => (e as Error).message,
+        );
         throw new ShardflakeError(
           'MOVE_FAILED',
-          `move of shard ${shard} to server ${to} failed and was rolled back (shard ${shard} stays on server ${from}): ${reason}`,
+          undone === null
+            ? `move of shard ${shard} to server ${to} failed and was rolled back (shard ${shard} stays on server ${from}): ${reason}`
+            : `move of shard ${shard} to server ${to} failed (${reason}) and could not be rolled back yet (${undone}); shard ${shard} is still served by server ${from}: run the command again or shardflake cluster cleanup`,
           { cause: error },
         );
       }

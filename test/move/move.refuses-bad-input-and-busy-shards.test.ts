@@ -23,7 +23,7 @@ async function mapState(url: string): Promise<{ version: string; moves: number; 
 const code = (expected: string, pattern?: RegExp) => (e: unknown) =>
   isShardflakeError(e) && e.code === expected && (!pattern || pattern.test(e.message));
 
-test('bad input, a busy shard, a table without a primary key and a target that is down are refused with clear errors and change nothing', async () => {
+test('bad input, a busy shard, a table without a primary key and a target that is down are refused with clear errors and change nothing; a target dying mid-copy rolls the move back', async () => {
   const servers = await useServers(3);
   const config = await makeCluster(servers.slice(0, 2), 4);
   // Server c is in the config but will be down.
@@ -43,10 +43,26 @@ test('bad input, a busy shard, a table without a primary key and a target that i
   await withClient(catalogUrl, (c) => c.query(`DROP TABLE "${schema0}".nopk`));
   assert.deepEqual(await mapState(catalogUrl), before);
 
-  // The target is down: the move fails at once, the shard stays served from its old home.
-  await (servers[2] as (typeof servers)[0]).stop();
+  // The target dies in the middle of the copy: the move rolls back, the shard stays served from its old home.
+  const c = servers[2] as (typeof servers)[0];
+  await withClient(catalogUrl, (client) =>
+    client.query(`INSERT INTO "${schema0}".items (note) SELECT 'x' FROM generate_series(1, 2000)`),
+  );
+  await assert.rejects(
+    moveShard(withC, 0, 'c', {
+      afterStep: async (step) => {
+        if (step === 'subscribed') await c.stop();
+      },
+    }),
+    code('MOVE_FAILED', /failed and was rolled back \(shard 0 stays on server a\)/),
+  );
+  assert.deepEqual(await placement(config, 0), { server: 'a', state: 'active' });
+  assert.deepEqual(await replicationLeftovers(catalogUrl), [], 'no slot or publication left on the source');
+
+  // The target is down from the start: the move fails at once and changes nothing.
+  const beforeDown = await mapState(catalogUrl);
   await assert.rejects(moveShard(withC, 0, 'c'), code('SERVER_UNREACHABLE', /server c/));
-  assert.deepEqual(await mapState(catalogUrl), before);
+  assert.deepEqual(await mapState(catalogUrl), beforeDown);
   const router = await createRouter(config);
   const id = await router.insert('items', { note: 'still here' }, { shard: 0 });
   assert.equal((await router.get('items', id))?.note, 'still here');
