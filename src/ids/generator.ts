@@ -1,0 +1,146 @@
+import { ShardflakeError } from '../errors.js';
+import { type LayoutInput, tickOf } from './codec.js';
+import { type Layout, type LayoutField, resolveLayout } from './layout.js';
+
+/**
+ * App-side generator for any layout (for code that needs an id before the row reaches Postgres).
+ *
+ * Guarantees, per generator object: every id is strictly greater than the one before; nothing ever wraps.
+ * - When a tick's sequence is used up, `next()` waits (spins on the clock) for the next tick.
+ * - When the clock steps backwards, ids continue from the last tick issued (a logical clock): the sequence keeps
+ *   counting in that tick, and if it fills up the tick advances by one without waiting, so ids run ahead of the
+ *   clock by at most (ids issued since the step) / (sequence values per tick) ticks, and are back on the clock as
+ *   soon as it passes the last tick issued. Nothing is ever reissued.
+ * Uniqueness across processes comes from the shard/worker fields (see worker-id leases in the cluster API).
+ */
+export interface GeneratorOptions {
+  layout?: LayoutInput;
+  /** Value of the layout's `shard` field. */
+  shard?: number;
+  /** Value of the layout's `worker` field. */
+  worker?: number;
+  /** Value of the layout's `process` field (discord). */
+  process?: number;
+  /** Value of the layout's `machine` field (sonyflake). */
+  machine?: number;
+  /** Milliseconds since the Unix epoch; defaults to Date.now. Inject one in tests. */
+  clock?: () => number;
+}
+
+export interface Generator {
+  readonly layout: Layout;
+  next(): bigint;
+}
+
+/**
+ * The state that makes ids monotonic: the last tick issued and the sequence used in it. `advance` is its only
+ * update; it is exported so tests can drive it with chosen clock readings.
+ */
+export class SequenceState {
+  lastTick = -1;
+  sequence = 0;
+
+  constructor(readonly sequenceMax: number) {}
+
+  /**
+   * Claims the next (tick, sequence) slot for a clock reading of `nowTick`. Returns false when the sequence of
+   * the current tick is used up and the clock has not moved past it yet: the caller waits and asks again.
+   */
+  advance(nowTick: number): boolean {
+    if (nowTick > this.lastTick) {
+      this.lastTick = nowTick;
+      this.sequence = 0;
+      return true;
+    }
+    if (this.sequence < this.sequenceMax) {
+      this.sequence += 1;
+      return true;
+    }
+    if (nowTick < this.lastTick) {
+      // The clock is behind the last tick issued (it stepped back): run ahead by one tick instead of waiting.
+      this.lastTick += 1;
+      this.sequence = 0;
+      return true;
+    }
+    return false;
+  }
+}
+
+/** Values of the layout's fixed fields (everything but time and sequence), validated, from the options. */
+function fixedBits(layout: Layout, options: GeneratorOptions): bigint {
+  let bits = 0n;
+  for (const field of layout.fields) {
+    if (field.kind === 'time' || field.kind === 'sequence') continue;
+    const raw =
+      (options as Record<string, unknown>)[field.name] ?? (options as Record<string, unknown>)[field.kind];
+    bits |= fixedFieldValue(layout, field, raw) << BigInt(field.shift);
+  }
+  return bits;
+}
+
+function fixedFieldValue(layout: Layout, field: LayoutField, raw: unknown): bigint {
+  if (raw === undefined) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `layout ${layout.name} needs a ${field.name} (0..${field.max}) to generate ids`,
+    );
+  }
+  if (typeof raw !== 'number' || !Number.isSafeInteger(raw) || raw < 0 || BigInt(raw) > field.max) {
+    throw new ShardflakeError(
+      'OUT_OF_RANGE',
+      `${field.name} ${String(raw)} is out of range: it must be 0..${field.max}`,
+    );
+  }
+  return BigInt(raw);
+}
+
+export function createGenerator(options: GeneratorOptions = {}): Generator {
+  const layout = resolveLayout(options.layout ?? 'instagram');
+  const sequenceField = layout.sequence;
+  if (!sequenceField) {
+    throw new ShardflakeError(
+      'INVALID_LAYOUT',
+      `layout ${layout.name} has no sequence field to generate ids with`,
+    );
+  }
+  const clock = options.clock ?? Date.now;
+  const fixed = fixedBits(layout, options);
+  const state = new SequenceState(Number(sequenceField.max));
+  const timeShift = BigInt(layout.time.shift);
+  // The sequence field's shift is at most 63 − its width; for every preset the shifted sequence stays below 2^53,
+  // so it is computed as a number and converted once. Wider custom layouts fall back to bigint arithmetic.
+  const sequenceScale = 2 ** sequenceField.shift;
+  const numberSafe = sequenceField.max * BigInt(sequenceScale) < BigInt(Number.MAX_SAFE_INTEGER);
+  const maxTick = Number(layout.time.max);
+  let cachedTick = -1;
+  let base = 0n;
+
+  // Hot path: plain number arithmetic (ticks fit in 2^53); tickOf (bigint, with messages) only for errors.
+  const epoch = layout.epoch;
+  const unit = layout.timeUnitMs;
+  const readTick = (): number => {
+    const ms = clock();
+    const tick = Math.floor((ms - epoch) / unit);
+    if (!(tick >= 0 && tick <= maxTick)) tickOf(layout, ms); // throws OUT_OF_RANGE with a clear message
+    return tick;
+  };
+
+  return {
+    layout,
+    next(): bigint {
+      let now = readTick();
+      while (!state.advance(now)) now = readTick();
+      if (state.lastTick !== cachedTick) {
+        if (state.lastTick > maxTick) {
+          throw new ShardflakeError('CLOCK_EXHAUSTED', `layout ${layout.name} has run out of time bits`);
+        }
+        cachedTick = state.lastTick;
+        base = (BigInt(cachedTick) << timeShift) | fixed;
+      }
+      const low = numberSafe
+        ? BigInt(state.sequence * sequenceScale)
+        : BigInt(state.sequence) << BigInt(sequenceField.shift);
+      return base | low;
+    },
+  };
+}
