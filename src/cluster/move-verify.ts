@@ -26,6 +26,17 @@ export const STABLE_TEXT_SETTINGS = [
   "SET LOCAL bytea_output = 'hex'",
 ];
 
+/**
+ * The digest runs inside the write pause, so it may use the server's parallel workers (capped by the server's own
+ * max_parallel_workers): a parallel sequential scan with a partial sum per worker.
+ */
+export const PARALLEL_SCAN_SETTINGS = [
+  'SET LOCAL max_parallel_workers_per_gather = 4',
+  'SET LOCAL parallel_setup_cost = 0',
+  'SET LOCAL parallel_tuple_cost = 0',
+  "SET LOCAL min_parallel_table_scan_size = '1MB'",
+];
+
 export const DIGEST_METHODS = ['hash_record', 'text'] as const;
 export type DigestMethod = (typeof DIGEST_METHODS)[number];
 
@@ -50,7 +61,7 @@ export async function digestTables(
   tables: readonly string[],
 ): Promise<TableDigest[]> {
   if (tables.length === 0) return [];
-  await client.query(`${STABLE_TEXT_SETTINGS.join(';\n')};\nSAVEPOINT sf_digest`);
+  await client.query(`${[...STABLE_TEXT_SETTINGS, ...PARALLEL_SCAN_SETTINGS].join(';\n')};\nSAVEPOINT sf_digest`);
   let rows: unknown[];
   try {
     rows = (await client.query(digestSql(schema, tables, 'hash_record'))).rows;
