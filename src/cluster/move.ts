@@ -305,10 +305,8 @@ async function preflight(
 async function prepare(s: Session): Promise<void> {
   const { source, target, record } = s;
   if (await schemaExists(target, record.schema)) {
-    // Only this move can have made it (preflight refused an existing one); it holds no data yet.
-    if (await isFenced(target, record.schema)) {
-      throw new ShardflakeError('MOVE_FAILED', `server ${record.to} holds a fenced copy of ${record.schema}`);
-    }
+    // Only this move, killed before recording `prepared`, can have made it: preflight refused any copy there, and
+    // before the switch the catalog places the shard on the source. It has no subscription yet, so no data.
     await dropSchema(target, record.schema);
   }
   await createTargetSchema(target, s.config, record.shard, record.schema);
@@ -748,6 +746,8 @@ export async function moveShard(
       );
     }
     const s = session;
+    // A run that resumed after the comparison still reports the shard's size.
+    if (s.rows === 0n) s.rows = await countRows(s.target, s.record.schema, s.tables);
     return {
       moveId: s.record.id,
       shard,
