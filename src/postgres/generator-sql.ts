@@ -5,57 +5,69 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
 /*
  * The id generator that runs inside PostgreSQL, one per logical shard (schema).
  *
- * STATE. One counter C = tick · 2^seqBits + seq, held in the sequence `next_id_counter` (CACHE 1). An id is C's
- * tick in the layout's time field, the shard in the shard field and C's low bits in the sequence field; that map
- * is strictly increasing in C, so ids are unique and ordered exactly when the counter values are. Because the
- * sequence field never wraps on its own (a full sequence carries into the tick), the seed's collision — more
- * than 2^seqBits ids in one millisecond repeat `nextval % 1024` — cannot happen: the time bits simply run ahead
- * of the clock for as long as demand stays above 2^seqBits ids per tick, and fall back to the clock after.
+ * STATE. One counter V held in the sequence `next_id_counter` (CACHE 1): V is the id without its shard bits —
+ * the tick in the time field, the sequence in the sequence field, zeros elsewhere — and the sequence's
+ * increment is one step of the sequence field. An id is `V | shard bits`, so ids are unique and ordered
+ * exactly when counter values are. The sequence field never wraps: a full sequence carries upwards, so the
+ * seed's collision (more than 2^seqBits ids in one millisecond repeat `nextval % 1024`) cannot happen. When
+ * the layout has a field between the sequence and the time (instagram's shard), a carry lands in that gap; the
+ * fast path rejects such a value and the catch-up moves the counter to the next tick. So when demand stays
+ * above 2^seqBits ids per tick the time bits run ahead of the clock, and they fall back to the clock after.
  *
- * FAST PATH (inlined SQL, no lock). `nextval` is an atomic fetch-and-add that no transaction can roll back, so
- * when the counter is at or ahead of the clock (tick(C) ≥ now) the fetched value is simply the next id. This is
- * also what happens after the server clock steps back: the counter is ahead, ids keep increasing from it.
+ * FAST PATH (inlined SQL). `nextval` is an atomic fetch-and-add that no transaction can roll back, so when the
+ * fetched value is gap-free and at or ahead of the clock (tick(V) ≥ now) it is simply the next id. This is also
+ * what happens after the server clock steps back: the counter is ahead, ids keep increasing from it.
  *
- * CATCH-UP (PL/pgSQL, rare: at most once per tick of real time). When the counter lags the clock it must jump
- * to now · 2^seqBits. A sequence has no fetch-and-max, only `setval`, an absolute store. "Read C, compare,
- * setval(T)" races with concurrent `nextval` callers: session A reads c, session B's `nextval` hands out c+1 …
- * c+k (k can be anything — A may be descheduled), A stores T; if c+k ≥ T, the values T+1 … c+k are handed out
- * a second time (and T itself if c+k = T). Taking turns among catch-up callers does not help, because the
- * values that get reissued belong to fast-path callers that took no turn.
+ * CATCH-UP (PL/pgSQL, rare: at most about once per tick). When the counter lags the clock it must jump to
+ * now's tick. A sequence has no fetch-and-max, only `setval`, an absolute store. "Read V, compare, setval(T)"
+ * races with concurrent `nextval` callers: session A reads v, session B's `nextval` hands out v+1 … v+k (k can
+ * be anything — A may be descheduled), A stores T; if v+k ≥ T, the values T+1 … v+k are handed out a second
+ * time (and T itself if v+k = T). Making catch-up callers take turns does not help: the values handed out twice
+ * belong to fast-path callers that took no turn. So the fast path must cooperate, as cheaply as possible. Two
+ * guards are built and measured (`bench sql`); both run the catch-up under a session-level advisory lock on the
+ * schema's key (released before the function returns, and in its exception handler — never held until commit):
  *
- * THE GUARD closes that window without making the fast path take a lock. It is a seqlock kept in a second
- * sequence, `next_id_guard`, whose value is read with `pg_sequence_last_value` (NULL while `is_called` is
- * false, which here means "a catch-up is in progress"). A catch-up, holding a session-level advisory lock so
- * that only one runs at a time (released before the function returns, and in its exception handler; never
- * held until commit), does:
+ * GUARD `seqlock` (default; no lock in the fast path). A seqlock kept in a second sequence, `next_id_guard`, read
+ * with `pg_sequence_last_value` (NULL while `is_called` is false, which here means "catch-up in progress"). The
+ * catch-up, holding the key, does:
  *    (1) guard := in progress (g+1, is_called = false)      → guard reads NULL
- *    (2) c := nextval(counter)                               → every value fetched before (1) is < c
- *    (3) if c < floor: setval(counter, floor); result floor  → later nextvals return > floor
+ *    (2) v := nextval(counter)                               → every value fetched before (1) is < v
+ *    (3) if v lags or is in the gap: setval(counter, T ≥ v)  → later nextvals return > T; the result is T
  *    (4) guard := g+1 (is_called = true)
- * The fast path evaluates, in this order, g1 := guard, c := nextval(counter), g2 := guard, and keeps c only if
- * g1 = g2 (both non-NULL) and tick(c) ≥ now; otherwise it discards c (a gap, never a duplicate) and calls the
- * catch-up. Proof that a kept c cannot be reissued: the only store that moves the counter is (3). If c's
- * nextval came after some catch-up's (3), every value that catch-up makes the counter hand out again lies
- * below the stored value, which c exceeds. If c's nextval came before that catch-up's (2), c < the (2) value ≤
- * the stored floor, and the counter only hands out values above the floor afterwards. Otherwise c's nextval lies
- * between (1) and (3) of that catch-up: then g1 was read before c's nextval and g2 after, so either g1 was read
- * after (1) and before (4) — NULL, rejected — or g1 was read before (1) and g2 after (1) — g2 is NULL or a later
- * guard value ≠ g1, rejected. (Each sequence operation is atomic under the sequence's buffer lock, so all of
- * them fall in one total order.) The catch-up's own result is either its own nextval (2) or the floor it stored
- * in (3), which no one else can obtain: values before (2) are below it and values after (3) above it.
- * Increasing in call order: a call that starts after another returned fetches its counter value later, and the
- * counter only moves up (every store in (3) is above every value handed out before it).
+ * The fast path evaluates, in this order, g1 := guard, v := nextval(counter), g2 := guard, and keeps v only if
+ * g1 = g2 (both non-NULL) and v passes the clock/gap check; otherwise it discards v (a gap, never a duplicate)
+ * and calls the catch-up. Proof that a kept v is never handed out again: the only store that moves the counter
+ * is (3). If v's nextval came after some catch-up's (3), that store was below v. If it came before that
+ * catch-up's (2), v < the (2) value ≤ T, and afterwards the counter hands out only values above T. Otherwise v's
+ * nextval lies between (1) and (3) of that catch-up: then g1 was read before v's nextval and g2 after, so either
+ * g1 was read after (1) and before (4) — NULL, rejected — or g1 was read before (1) and g2 after (1) — g2 is
+ * NULL or a later guard value ≠ g1, rejected. (Each sequence operation is atomic under the sequence's buffer
+ * lock, so all of them fall in one total order.) The catch-up's own result is its (2) value or the T it stored,
+ * which no one else can keep: values before (2) are below it, values after (3) above it, values in between are
+ * rejected. If a session dies inside a catch-up, the key goes with the session and the next catch-up (which
+ * holds the key, so none is running) finishes the dead one's (4).
+ *
+ * GUARD `advisory`. The fast path takes the same key *shared* (try, never waits) around its nextval and releases
+ * it in both branches before it builds the id; the catch-up holds it exclusively, so no nextval of a fast path
+ * can fall between the catch-up's read and its store. Cheaper per id than two guard reads on some machines, but
+ * a nextval that fails inside the shared section (a read-only transaction, a missing USAGE privilege) leaves
+ * the shared lock held by that session until it ends, and every catch-up then waits for it. The seqlock has no
+ * such failure mode, which is why it is the default.
+ *
+ * Increasing in call order (both guards): a call that starts after another returned fetches its counter value
+ * later, and the counter only moves up (every store in (3) is above every value handed out before it).
  *
  * Evaluation order in the fast path is forced, not hoped for: g2's argument is a CASE over nextval's result
- * (data dependency), the clock check runs in a CASE branch after both, and g1 is the left operand of the same
- * `=` whose right operand contains the nextval (PostgreSQL evaluates an operator's arguments in order). The
- * catch-up's mutex is an advisory lock taken in the catch-up only; if the session dies inside it the lock goes
- * with the session and the next catch-up repairs a guard left in progress (it holds the mutex, so no other
- * catch-up is running).
+ * (data dependency), g1 is the left operand of the same `=` (PostgreSQL evaluates an operator's arguments left
+ * to right), the id is built in the CASE branch chosen after both, and the advisory variant orders lock,
+ * nextval and unlock through nested CASE conditions, which are evaluated in order.
  *
- * COST. `next_id()` is a SQL-language function whose body is a single expression, so the planner inlines it
- * into the INSERT (no function-call overhead, no PL/pgSQL interpreter): per id it does one nextval, two guard
- * reads, a clock read and bit arithmetic. Only the catch-up is PL/pgSQL.
+ * COST. `next_id()` is a SQL-language function whose body is one expression (`RETURN …`, parsed at creation so
+ * the caller's search_path cannot change it), so the planner inlines it into the INSERT: no function call, no
+ * PL/pgSQL. Per id it does one nextval, the guard (two sequence reads, or a shared lock and its release), one
+ * currval (session-local) to build the id, a clock read and bit arithmetic. The check "gap-free and not behind
+ * the clock" is one AND with a mask: x = (V >> seqTop) − (now << gapBits) is ≥ 0 with zero low gapBits exactly
+ * when tick(V) ≥ now and the gap is empty, i.e. when x & (sign bit | gap mask) = 0.
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
@@ -74,6 +86,7 @@ export const GENERATOR_OBJECTS = {
   guard: 'next_id_guard',
   nextId: 'next_id',
   catchUp: 'next_id_catch_up',
+  targetOf: 'next_id_target_of',
   lastIssued: 'next_id_last_issued',
   clock: 'next_id_clock_ms',
   idToTimestamp: 'id_to_timestamp',
@@ -92,7 +105,13 @@ export interface GeneratorOptions {
   epoch?: number;
   /** Test-only: read the clock through a replaceable function `next_id_clock_ms()`. */
   testClock?: boolean;
+  /** How the fast path is kept safe from a concurrent catch-up (see the top of this file). */
+  guard?: GuardKind;
 }
+
+/** `seqlock`: two guard reads per id, no lock. `advisory`: a shared advisory lock around the nextval. */
+export const GUARD_KINDS = ['seqlock', 'advisory'] as const;
+export type GuardKind = (typeof GUARD_KINDS)[number];
 
 /** Everything the SQL needs, derived from the layout (no shift is written anywhere else). */
 export interface GeneratorPlan {
@@ -100,11 +119,18 @@ export interface GeneratorPlan {
   readonly shard: number;
   readonly layout: Layout;
   readonly testClock: boolean;
+  readonly guard: GuardKind;
   readonly time: LayoutField;
   readonly shardField: LayoutField;
   readonly sequence: LayoutField;
   /** Constant bits of every id of this shard (the shard field in place). */
   readonly fixedBits: bigint;
+  /** The counter's step: one unit of the sequence field. */
+  readonly increment: bigint;
+  /** Lowest bit above the sequence field. */
+  readonly seqTop: number;
+  /** Width of the gap between the sequence field and the time field (instagram: the 13 shard bits). */
+  readonly gapBits: number;
   /** Largest counter value whose id still fits a signed bigint. */
   readonly maxCounter: bigint;
 }
@@ -119,6 +145,14 @@ function layoutOf(options: GeneratorOptions): Layout {
     );
   }
   return withEpoch(base, options.epoch);
+}
+
+function guardOf(guard: GuardKind | undefined): GuardKind {
+  if (guard === undefined) return 'seqlock';
+  if (!GUARD_KINDS.includes(guard)) {
+    throw new ShardflakeError('INVALID_ARGUMENT', `guard must be one of ${GUARD_KINDS.join(', ')}`);
+  }
+  return guard;
 }
 
 /** Validates the options and derives the constants of the generator. */
@@ -152,11 +186,16 @@ export function generatorPlan(options: GeneratorOptions): GeneratorPlan {
     shard,
     layout,
     testClock: options.testClock === true,
+    guard: guardOf(options.guard),
     time: layout.time,
     shardField,
     sequence,
     fixedBits: BigInt(shard) << BigInt(shardField.shift),
-    maxCounter: (layout.maxSignedTick << BigInt(sequence.bits)) | sequence.max,
+    increment: 1n << BigInt(sequence.shift),
+    seqTop: sequence.shift + sequence.bits,
+    gapBits: layout.time.shift - (sequence.shift + sequence.bits),
+    maxCounter:
+      (layout.maxSignedTick << BigInt(layout.time.shift)) | (sequence.max << BigInt(sequence.shift)),
   });
 }
 
@@ -171,27 +210,37 @@ export function generatorSignature(plan: GeneratorPlan): string {
     epoch: plan.layout.epoch,
     timeUnitMs: plan.layout.timeUnitMs,
     fields,
+    guard: plan.guard,
   });
 }
 
-/** SQL expression: the counter value `c` (an SQL expression, evaluated once per use) → the id. */
-function composeId(plan: GeneratorPlan, c: (use: number) => string): string {
-  const seqBits = plan.sequence.bits;
-  const timePart = `((${c(0)} >> ${seqBits}) << ${plan.time.shift})`;
-  const seqPart =
-    plan.sequence.shift === 0
-      ? `(${c(1)} & ${plan.sequence.max})`
-      : `((${c(1)} & ${plan.sequence.max}) << ${plan.sequence.shift})`;
-  return `(${timePart} | ${plan.fixedBits}::bigint | ${seqPart})`;
+/** SQL expression: the mask whose AND with x = (V >> seqTop) − (now << gapBits) is 0 iff V is keepable. */
+function keepMask(plan: GeneratorPlan): string {
+  // The sign bit (V behind the clock) and the gap bits (a carry out of the sequence field).
+  return BigInt.asIntN(64, (1n << 63n) | ((1n << BigInt(plan.gapBits)) - 1n)).toString();
 }
 
-/** SQL expression: the counter value that stands for the id expression `id` (its tick and sequence). */
+/** SQL boolean: counter value `v` is gap-free and not behind the clock's tick `now`. */
+function keepable(plan: GeneratorPlan, v: string, now: string): string {
+  return `(((${v} >> ${plan.seqTop}) - (${now} << ${plan.gapBits})) & (${keepMask(plan)})::bigint) = 0`;
+}
+
+/**
+ * SQL expression: the first keepable counter value ≥ `v` — `v` itself unless its sequence carried into the gap,
+ * in which case the first value of the next tick.
+ */
+function leaveGap(plan: GeneratorPlan, v: string): string {
+  if (plan.gapBits === 0) return v;
+  const gapMask = (1n << BigInt(plan.gapBits)) - 1n;
+  const shift = plan.time.shift;
+  return `CASE WHEN ((${v} >> ${plan.seqTop}) & ${gapMask}) <> 0 THEN ((${v} >> ${shift}) + 1) << ${shift} ELSE ${v} END`;
+}
+
+/** SQL expression: the counter value that stands for the id expression `id` (its time and sequence fields). */
 function counterOfId(plan: GeneratorPlan, id: string): string {
-  const seq =
-    plan.sequence.shift === 0
-      ? `(${id} & ${plan.sequence.max})`
-      : `((${id} >> ${plan.sequence.shift}) & ${plan.sequence.max})`;
-  return `(((${id} >> ${plan.time.shift}) << ${plan.sequence.bits}) | ${seq})`;
+  const { time, sequence } = plan;
+  const bits = (time.max << BigInt(time.shift)) | (sequence.max << BigInt(sequence.shift));
+  return `(${id} & (${BigInt.asIntN(64, bits)})::bigint)`;
 }
 
 /** SQL expression: the current tick (whole time units since the layout's epoch), from the given ms expression. */
@@ -209,9 +258,102 @@ function clockMs(plan: GeneratorPlan): string {
   return plan.testClock ? `${qualified(plan.schema, GENERATOR_OBJECTS.clock)}()` : SYSTEM_CLOCK_MS;
 }
 
-/** Advisory-lock key of a schema's catch-up mutex: 'SF' in the high 32 bits, the counter's OID in the low. */
-function catchUpLockKey(counter: string): string {
+/**
+ * Advisory-lock key of a schema's generator: 'SF' in the high 32 bits, the counter's OID in the low. The catch-up
+ * holds it exclusively; with `guard: 'advisory'` the fast path holds it shared around its nextval.
+ */
+function lockKey(counter: string): string {
   return `((x'5346'::bigint << 32) | ${quoteLiteral(counter)}::regclass::oid::bigint)`;
+}
+
+interface SqlNames {
+  counterLit: string;
+  guardLit: string;
+  guard: string;
+  catchUp: string;
+  counter: string;
+}
+
+function namesOf(plan: GeneratorPlan): SqlNames {
+  const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
+  const guard = qualified(plan.schema, GENERATOR_OBJECTS.guard);
+  return {
+    counter,
+    guard,
+    counterLit: `${quoteLiteral(counter)}::regclass`,
+    guardLit: `${quoteLiteral(guard)}::regclass`,
+    catchUp: `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}()`,
+  };
+}
+
+/** g1 = g2 around the nextval, the keep check folded into g2's argument (a value not kept makes it NULL). */
+function seqlockFastPath(plan: GeneratorPlan): string {
+  const n = namesOf(plan);
+  const now = tickExpr(plan, clockMs(plan));
+  return `CASE
+    WHEN pg_catalog.pg_sequence_last_value(${n.guardLit})
+       = pg_catalog.pg_sequence_last_value(
+           CASE WHEN ${keepable(plan, `pg_catalog.nextval(${n.counterLit})`, now)} THEN ${n.guardLit} END)
+    THEN pg_catalog.currval(${n.counterLit}) | ${plan.fixedBits}::bigint
+    ELSE ${n.catchUp}
+  END`;
+}
+
+/** The shared key around the nextval, released in both branches before the id is built. */
+function advisoryFastPath(plan: GeneratorPlan): string {
+  const n = namesOf(plan);
+  const key = lockKey(n.counter);
+  const now = tickExpr(plan, clockMs(plan));
+  return `CASE
+    WHEN NOT pg_catalog.pg_try_advisory_lock_shared(${key}) THEN ${n.catchUp}
+    WHEN CASE WHEN ${keepable(plan, `pg_catalog.nextval(${n.counterLit})`, now)}
+              THEN pg_catalog.pg_advisory_unlock_shared(${key})
+              ELSE NOT pg_catalog.pg_advisory_unlock_shared(${key}) END
+    THEN pg_catalog.currval(${n.counterLit}) | ${plan.fixedBits}::bigint
+    ELSE ${n.catchUp}
+  END`;
+}
+
+/** Catch-up steps (1)–(4) under the key, for the seqlock guard. Sets `c`. */
+function seqlockCatchUp(plan: GeneratorPlan, nowTick: string): string {
+  const n = namesOf(plan);
+  return `    guard_value := pg_catalog.pg_sequence_last_value(${n.guardLit});
+    IF guard_value IS NULL THEN
+      -- A catch-up died between (1) and (4); we hold the key, so none is running: finish its (4).
+      SELECT last_value INTO guard_value FROM ${n.guard};
+      PERFORM pg_catalog.setval(${n.guardLit}, guard_value, true);
+    END IF;
+${floorLines(plan, nowTick)}
+    c := pg_catalog.nextval(${n.counterLit});
+    IF c < floor_counter OR c <> ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c) THEN
+      PERFORM pg_catalog.setval(${n.guardLit}, guard_value + 1, false);   -- (1)
+      c := pg_catalog.nextval(${n.counterLit});                           -- (2)
+      target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
+      IF target <> c THEN
+        PERFORM pg_catalog.setval(${n.counterLit}, target, true);         -- (3)
+        c := target;
+      END IF;
+      PERFORM pg_catalog.setval(${n.guardLit}, guard_value + 1, true);    -- (4)
+    END IF;`;
+}
+
+/** With the advisory guard, holding the key exclusively already keeps every fast path out. Sets `c`. */
+function advisoryCatchUp(plan: GeneratorPlan, nowTick: string): string {
+  const n = namesOf(plan);
+  return `${floorLines(plan, nowTick)}
+    c := pg_catalog.nextval(${n.counterLit});
+    target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
+    IF target <> c THEN
+      PERFORM pg_catalog.setval(${n.counterLit}, target, true);
+      c := target;
+    END IF;`;
+}
+
+function floorLines(plan: GeneratorPlan, nowTick: string): string {
+  return `    floor_counter := ${nowTick} << ${plan.time.shift};
+    IF above_id IS NOT NULL THEN
+      floor_counter := GREATEST(floor_counter, ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(${counterOfId(plan, 'above_id')} + ${plan.increment}));
+    END IF;`;
 }
 
 /**
@@ -225,25 +367,11 @@ export function generatorSql(options: GeneratorOptions): string {
   const q = (name: string) => qualified(plan.schema, name);
   const counter = q(o.counter);
   const guard = q(o.guard);
-  const counterLit = `${quoteLiteral(counter)}::regclass`;
-  const guardLit = `${quoteLiteral(guard)}::regclass`;
-  const seqBits = plan.sequence.bits;
   const { time, shardField, layout } = plan;
   const signature = generatorSignature(plan);
   const nowTick = tickExpr(plan, clockMs(plan));
 
-  // A kept counter value, by use: the fast path reads it back with currval (session-local, no second fetch).
-  const current = () => `pg_catalog.currval(${counterLit})`;
-  const fastPath = `CASE
-    WHEN pg_catalog.pg_sequence_last_value(${guardLit})
-       = pg_catalog.pg_sequence_last_value(CASE WHEN pg_catalog.nextval(${counterLit}) >= 0 THEN ${guardLit} END)
-    THEN CASE
-      WHEN (${current()} >> ${seqBits}) >= ${nowTick} THEN ${composeId(plan, current)}
-      ELSE ${q(o.catchUp)}()
-    END
-    ELSE ${q(o.catchUp)}()
-  END`;
-
+  const fastPath = plan.guard === 'seqlock' ? seqlockFastPath(plan) : advisoryFastPath(plan);
   const statements: string[] = [];
   // Serialises concurrent installs of any shard (CREATE … IF NOT EXISTS is not race-free); released at commit.
   statements.push(`SELECT pg_catalog.pg_advisory_xact_lock(x'5346'::int, 1)`);
@@ -274,15 +402,12 @@ BEGIN
 END
 $shardflake$`);
   statements.push(
-    `CREATE SEQUENCE IF NOT EXISTS ${counter} AS bigint MINVALUE 0 MAXVALUE ${plan.maxCounter} START 0 CACHE 1 NO CYCLE`,
+    `CREATE SEQUENCE IF NOT EXISTS ${counter} AS bigint INCREMENT ${plan.increment} MINVALUE 0 MAXVALUE ${plan.maxCounter} START 0 CACHE 1 NO CYCLE`,
   );
-  // An upgrade keeps the counter's value; only its bounds are (re)asserted.
-  statements.push(`ALTER SEQUENCE ${counter} MAXVALUE ${plan.maxCounter} CACHE 1 NO CYCLE`);
   statements.push(`CREATE SEQUENCE IF NOT EXISTS ${guard} AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE`);
-  statements.push(`ALTER SEQUENCE ${guard} CACHE 1 NO CYCLE`);
   statements.push(
     `COMMENT ON SEQUENCE ${counter} IS ${quoteLiteral(
-      `shardflake id counter: tick * 2^${seqBits} + sequence; the last value is the newest id handed out (gaps allowed)`,
+      'shardflake id counter: the newest id handed out, without its shard bits (values in the gap are skipped)',
     )}`,
   );
   statements.push(
@@ -296,45 +421,31 @@ $shardflake$`);
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   RETURN ${SYSTEM_CLOCK_MS}`);
   }
+  // The first keepable counter value ≥ v (v itself unless its sequence carried into the gap).
+  statements.push(`CREATE OR REPLACE FUNCTION ${q(o.targetOf)}(v bigint) RETURNS bigint
+  LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+  RETURN ${leaveGap(plan, 'v')}`);
   // above_id: also move past this id (ensureGeneratorAbove, after a shard moved from a server whose clock led).
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.catchUp)}(above_id bigint DEFAULT NULL) RETURNS bigint
   LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $shardflake$
 -- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
 DECLARE
-  lock_key constant bigint := ${catchUpLockKey(counter)};
+  lock_key constant bigint := ${lockKey(counter)};
   floor_counter bigint;
   guard_value bigint;
+  target bigint;
   c bigint;
 BEGIN
   PERFORM pg_catalog.pg_advisory_lock(lock_key);
   BEGIN
-    guard_value := pg_catalog.pg_sequence_last_value(${guardLit});
-    IF guard_value IS NULL THEN
-      -- A catch-up died between (1) and (4); we hold the mutex, so none is running: finish its (4).
-      SELECT last_value INTO guard_value FROM ${guard};
-      PERFORM pg_catalog.setval(${guardLit}, guard_value, true);
-    END IF;
-    floor_counter := ${nowTick} << ${seqBits};
-    IF above_id IS NOT NULL THEN
-      floor_counter := GREATEST(floor_counter, ${counterOfId(plan, 'above_id')} + 1);
-    END IF;
-    c := pg_catalog.nextval(${counterLit});
-    IF c < floor_counter THEN
-      PERFORM pg_catalog.setval(${guardLit}, guard_value + 1, false);   -- (1)
-      c := pg_catalog.nextval(${counterLit});                           -- (2)
-      IF c < floor_counter THEN
-        PERFORM pg_catalog.setval(${counterLit}, floor_counter, true);  -- (3)
-        c := floor_counter;
-      END IF;
-      PERFORM pg_catalog.setval(${guardLit}, guard_value + 1, true);    -- (4)
-    END IF;
+${plan.guard === 'seqlock' ? seqlockCatchUp(plan, nowTick) : advisoryCatchUp(plan, nowTick)}
     PERFORM pg_catalog.pg_advisory_unlock(lock_key);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     PERFORM pg_catalog.pg_advisory_unlock(lock_key);
     RAISE;
   END;
-  RETURN ${composeId(plan, () => 'c')};
+  RETURN c | ${plan.fixedBits}::bigint;
 END
 $shardflake$`);
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.nextId)}() RETURNS bigint
@@ -345,7 +456,7 @@ $shardflake$`);
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.lastIssued)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC
-    SELECT CASE WHEN is_called THEN ${composeId(plan, () => 'last_value')} END FROM ${counter};
+    SELECT CASE WHEN is_called THEN ${q(o.targetOf)}(last_value) | ${plan.fixedBits}::bigint END FROM ${counter};
   END`);
 
   const timeOf = (id: string) => `(${id} >> ${time.shift})`;
