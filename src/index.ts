@@ -30,8 +30,8 @@ export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
 // shard moves
-export type { MoveOptions, MoveProgress, MoveResult, MoveStep } from './cluster/move.js';
-export { isInterrupted as isMoveInterrupted, moveShard, moveShards } from './cluster/move.js';
+export type { MoveOptions, MoveProgress, MoveResult, MoveStep, VerifyMode } from './cluster/move.js';
+export { isInterrupted as isMoveInterrupted, moveShard, moveShards, VERIFY_MODES } from './cluster/move.js';
 export type { CleanupOptions, CleanupResult } from './cluster/move-cleanup.js';
 export { cleanupCluster } from './cluster/move-cleanup.js';
 export type { MovePhase } from './cluster/move-phases.js';

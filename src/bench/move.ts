@@ -1,7 +1,7 @@
 import { cpus } from 'node:os';
 import { type ClusterConfig, shardSchema, validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
-import { type MoveResult, moveShard } from '../cluster/move.js';
+import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from '../cluster/move.js';
 import { createRouter } from '../cluster/router.js';
 import { connect } from '../postgres/connect.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
@@ -32,8 +32,8 @@ export interface LatencySummary {
   maxMs: number;
 }
 
-export interface MoveBenchResult {
-  rows: number;
+export interface MoveBenchRun {
+  verify: VerifyMode;
   copy: {
     rows: string;
     ms: number;
@@ -52,6 +52,12 @@ export interface MoveBenchResult {
   };
   writer: { normal: LatencySummary; duringMove: LatencySummary; ratioLongestToNormalP50: number };
   move: MoveResult;
+}
+
+export interface MoveBenchResult {
+  rows: number;
+  /** One move per verification mode, each of its own shard, in this order: in-pause, snapshots. */
+  runs: MoveBenchRun[];
   machine: { cpus: number; node: string };
 }
 
@@ -68,6 +74,66 @@ function summarize(latencies: readonly number[]): LatencySummary {
     p50Ms: round(at(0.5)),
     p99Ms: round(at(0.99)),
     maxMs: round(sorted.at(-1) ?? 0),
+  };
+}
+
+async function measureMove(
+  config: ClusterConfig,
+  shard: number,
+  verify: VerifyMode,
+  opts: typeof DEFAULTS & MoveBenchOptions,
+): Promise<MoveBenchRun> {
+  const router = await createRouter(config);
+  const normal: number[] = [];
+  const during: number[] = [];
+  let sink = normal;
+  let stop = false;
+  const writer = (async () => {
+    for (let i = 0; !stop; i++) {
+      const t = performance.now();
+      await router.insert('photos', { user_id: i % 1000, caption: 'live' }, { shard });
+      sink.push(performance.now() - t);
+    }
+  })();
+  await new Promise((r) => setTimeout(r, opts.baselineMs));
+  sink = during;
+  const move = await moveShard(config, shard, 'b', {
+    verify,
+    onProgress: (p) => {
+      if (p.totalRows > 0n) opts.onProgress?.(`copy (${verify})`, Number(p.copiedRows), Number(p.totalRows));
+    },
+  });
+  await new Promise((r) => setTimeout(r, 500));
+  stop = true;
+  await writer;
+  await router.close();
+
+  const normalSummary = summarize(normal);
+  const duringSummary = summarize(during);
+  const rowsPerSecond = move.rowsPerSecond ?? 0;
+  return {
+    verify,
+    copy: {
+      rows: move.rows.toString(),
+      ms: Math.round(move.copyMs ?? 0),
+      rowsPerSecond,
+      targetRowsPerSecond: TARGET_ROWS_PER_SECOND,
+      meetsTarget: rowsPerSecond >= TARGET_ROWS_PER_SECOND,
+    },
+    pause: {
+      longestWriteMs: duringSummary.maxMs,
+      moveReportedMs: Math.round((move.pauseMs ?? 0) * 10) / 10,
+      steps: move.pauseSteps,
+      targetMs: TARGET_PAUSE_MS,
+      meetsTarget: duringSummary.maxMs <= TARGET_PAUSE_MS,
+    },
+    writer: {
+      normal: normalSummary,
+      duringMove: duringSummary,
+      ratioLongestToNormalP50:
+        Math.round((duringSummary.maxMs / Math.max(normalSummary.p50Ms, 0.01)) * 10) / 10,
+    },
+    move,
   };
 }
 
@@ -91,67 +157,19 @@ export async function runMoveBench(options: MoveBenchOptions = {}): Promise<Move
       'bench move',
     );
     await initCluster(config);
-    const shard = 0;
-    const schema = shardSchema(config, shard);
     const source = await connect(config.servers.a as string);
-    await source.query(
-      `INSERT INTO "${schema}".photos (user_id, caption) SELECT g % 1000, 'photo ' || g FROM generate_series(1, ${opts.rows}) g`,
-    );
-    await source.query(`VACUUM ANALYZE "${schema}".photos`);
+    const runs: MoveBenchRun[] = [];
+    // Shards 0 and 1 live on server a; each mode moves its own shard to b.
+    for (const [shard, verify] of VERIFY_MODES.entries()) {
+      const schema = shardSchema(config, shard);
+      await source.query(
+        `INSERT INTO "${schema}".photos (user_id, caption) SELECT g % 1000, 'photo ' || g FROM generate_series(1, ${opts.rows}) g`,
+      );
+      await source.query(`VACUUM ANALYZE "${schema}".photos`);
+      runs.push(await measureMove(config, shard, verify, opts));
+    }
     await source.end();
-
-    const router = await createRouter(config);
-    const normal: number[] = [];
-    const during: number[] = [];
-    let sink = normal;
-    let stop = false;
-    const writer = (async () => {
-      for (let i = 0; !stop; i++) {
-        const t = performance.now();
-        await router.insert('photos', { user_id: i % 1000, caption: 'live' }, { shard });
-        sink.push(performance.now() - t);
-      }
-    })();
-    await new Promise((r) => setTimeout(r, opts.baselineMs));
-    sink = during;
-    const move = await moveShard(config, shard, 'b', {
-      onProgress: (p) => {
-        if (p.totalRows > 0n) opts.onProgress?.('copy', Number(p.copiedRows), Number(p.totalRows));
-      },
-    });
-    await new Promise((r) => setTimeout(r, 500));
-    stop = true;
-    await writer;
-    await router.close();
-
-    const normalSummary = summarize(normal);
-    const duringSummary = summarize(during);
-    const rowsPerSecond = move.rowsPerSecond ?? 0;
-    return {
-      rows: opts.rows,
-      copy: {
-        rows: move.rows.toString(),
-        ms: Math.round(move.copyMs ?? 0),
-        rowsPerSecond,
-        targetRowsPerSecond: TARGET_ROWS_PER_SECOND,
-        meetsTarget: rowsPerSecond >= TARGET_ROWS_PER_SECOND,
-      },
-      pause: {
-        longestWriteMs: duringSummary.maxMs,
-        moveReportedMs: Math.round((move.pauseMs ?? 0) * 10) / 10,
-        steps: move.pauseSteps,
-        targetMs: TARGET_PAUSE_MS,
-        meetsTarget: duringSummary.maxMs <= TARGET_PAUSE_MS,
-      },
-      writer: {
-        normal: normalSummary,
-        duringMove: duringSummary,
-        ratioLongestToNormalP50:
-          Math.round((duringSummary.maxMs / Math.max(normalSummary.p50Ms, 0.01)) * 10) / 10,
-      },
-      move,
-      machine: { cpus: cpus().length, node: process.version },
-    };
+    return { rows: opts.rows, runs, machine: { cpus: cpus().length, node: process.version } };
   } finally {
     await Promise.all(servers.map((s) => s.stop()));
   }

@@ -23,18 +23,27 @@ export function registerBenchMoveCommand(bench: Command): void {
         return;
       }
       const ok = (b: boolean) => (b ? 'meets' : 'MISSES');
-      process.stdout.write(
-        [
-          `shard move of ${r.copy.rows} rows (2 embedded PostgreSQL servers, ${r.machine.cpus} CPUs, Node ${r.machine.node})`,
-          `  initial copy      ${r.copy.rowsPerSecond.toLocaleString('en-US')} rows/s in ${r.copy.ms} ms (${ok(r.copy.meetsTarget)} target ≥ ${r.copy.targetRowsPerSecond.toLocaleString('en-US')}); then indexes + catch-up ${Math.round(r.move.indexAndCatchUpMs ?? 0)} ms`,
-          `  longest write     ${r.pause.longestWriteMs} ms seen by the router writer during the move (${ok(r.pause.meetsTarget)} target ≤ ${r.pause.targetMs} ms)`,
-          `  normal write      p50 ${r.writer.normal.p50Ms} ms, p99 ${r.writer.normal.p99Ms} ms, max ${r.writer.normal.maxMs} ms (${r.writer.normal.inserts} inserts before the move)`,
-          `  during the move   p50 ${r.writer.duringMove.p50Ms} ms, p99 ${r.writer.duringMove.p99Ms} ms (${r.writer.duringMove.inserts} inserts); longest = ${r.writer.ratioLongestToNormalP50}× normal p50`,
-          `  cutover (lock → catalog switch) ${r.pause.moveReportedMs} ms: ${Object.entries(r.pause.steps)
+      const lines = [
+        `shard moves of ${r.rows.toLocaleString('en-US')} rows (2 embedded PostgreSQL servers, ${r.machine.cpus} CPUs, Node ${r.machine.node})`,
+      ];
+      for (const run of r.runs) {
+        const m = run.move;
+        lines.push(
+          `verify ${run.verify}:`,
+          `  initial copy      ${run.copy.rowsPerSecond.toLocaleString('en-US')} rows/s in ${run.copy.ms} ms (${ok(run.copy.meetsTarget)} target ≥ ${run.copy.targetRowsPerSecond.toLocaleString('en-US')}); then indexes + catch-up ${Math.round(m.indexAndCatchUpMs ?? 0)} ms`,
+          `  longest write     ${run.pause.longestWriteMs} ms seen by the router writer during the move (${ok(run.pause.meetsTarget)} target ≤ ${run.pause.targetMs} ms)`,
+          `  normal write      p50 ${run.writer.normal.p50Ms} ms, p99 ${run.writer.normal.p99Ms} ms, max ${run.writer.normal.maxMs} ms (${run.writer.normal.inserts} inserts before the move)`,
+          `  during the move   p50 ${run.writer.duringMove.p50Ms} ms, p99 ${run.writer.duringMove.p99Ms} ms (${run.writer.duringMove.inserts} inserts); longest = ${run.writer.ratioLongestToNormalP50}× normal p50`,
+          `  cutover (lock → catalog switch) ${run.pause.moveReportedMs} ms: ${Object.entries(run.pause.steps)
             .map(([k, v]) => `${k} ${v}`)
             .join(', ')}`,
-          '',
-        ].join('\n'),
-      );
+        );
+        if (m.snapshotPauseMs !== null) {
+          lines.push(
+            `  snapshot check    pause ${m.snapshotPauseMs.toFixed(1)} ms to pin both copies, then checksums compared in ${Math.round(m.snapshotCompareMs ?? 0)} ms while writes went on`,
+          );
+        }
+      }
+      process.stdout.write(`${lines.join('\n')}\n`);
     });
 }

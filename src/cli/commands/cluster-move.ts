@@ -1,6 +1,13 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
-import { type MoveOptions, type MoveResult, type MoveStep, moveShard } from '../../cluster/move.js';
+import {
+  type MoveOptions,
+  type MoveResult,
+  type MoveStep,
+  moveShard,
+  VERIFY_MODES,
+  type VerifyMode,
+} from '../../cluster/move.js';
 import { cleanupCluster } from '../../cluster/move-cleanup.js';
 import { MOVE_PHASES } from '../../cluster/move-phases.js';
 import { rebalanceCluster } from '../../cluster/rebalance.js';
@@ -26,6 +33,16 @@ export function parseShardList(value: string): number[] {
     throw new ShardflakeError('INVALID_ARGUMENT', `--shard lists a shard twice: ${value}`);
   }
   return shards;
+}
+
+function parseVerifyMode(value: string): VerifyMode {
+  if (!(VERIFY_MODES as readonly string[]).includes(value)) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--verify must be one of ${VERIFY_MODES.join(', ')}, not ${JSON.stringify(value)}`,
+    );
+  }
+  return value as VerifyMode;
 }
 
 /**
@@ -69,9 +86,15 @@ export function registerMoveCommands(cluster: Command): void {
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .requiredOption('--shard <n[,m…]>', 'shard number(s) to move, one after another')
     .requiredOption('--to <server>', 'server name from the config')
+    .option(
+      '--verify <mode>',
+      `where the copies are compared row by row: ${VERIFY_MODES.join(' | ')} (in-pause: in the write pause; snapshots: on snapshots pinned in a ~10 ms pause, for big shards)`,
+      'in-pause',
+    )
     .option('--json', 'print the results as JSON')
-    .action(async (flags: Flags & { shard: string; to: string }) => {
+    .action(async (flags: Flags & { shard: string; to: string; verify: string }) => {
       const shards = parseShardList(flags.shard);
+      const verify = parseVerifyMode(flags.verify);
       const config = await loadConfig(flags.config);
       const afterStep = holdHook();
       const results: MoveResult[] = [];
@@ -79,6 +102,7 @@ export function registerMoveCommands(cluster: Command): void {
         const bar = progressBar(`shard ${shard}`, !flags.json);
         try {
           const result = await moveShard(config, shard, flags.to, {
+            verify,
             afterStep,
             onProgress: (p) => {
               if (p.totalRows > 0n) bar.update(Number(p.copiedRows), Number(p.totalRows));
