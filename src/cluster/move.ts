@@ -293,6 +293,18 @@ async function preflight(
       `server ${from} runs with wal_level=${(wal.rows[0] as { wal_level: string }).wal_level}; shard moves need wal_level=logical`,
     );
   }
+  // The subscription needs one slot for itself and, while copying, up to max_sync_workers_per_subscription more.
+  const slots = await source.query(
+    `SELECT current_setting('max_replication_slots')::int AS max, (SELECT count(*)::int FROM pg_replication_slots) AS used,
+            current_setting('max_wal_senders')::int AS senders`,
+  );
+  const { max, used, senders } = slots.rows[0] as { max: number; used: number; senders: number };
+  if (max - used < 1 || senders < 1) {
+    throw new ShardflakeError(
+      'NOT_SUPPORTED',
+      `server ${from} has no free replication slot (max_replication_slots=${max}, ${used} in use, max_wal_senders=${senders}); run shardflake cluster cleanup or raise the limits`,
+    );
+  }
   if (!(await schemaExists(source, schema))) {
     throw new ShardflakeError(
       'MOVE_FAILED',
