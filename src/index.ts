@@ -14,8 +14,8 @@ export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
 export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
 // postgres
 export { quoteIdent, validateIdentifier } from './postgres/identifier.js';
-export type { GeneratorOptions, GeneratorPlan } from './postgres/generator-sql.js';
-export { GENERATOR_VERSION, generatorPlan, generatorSql } from './postgres/generator-sql.js';
+export type { GeneratorSqlOptions, GeneratorSqlPlan, GuardKind } from './postgres/generator-sql.js';
+export { GENERATOR_VERSION, GUARD_KINDS, generatorPlan, generatorSql } from './postgres/generator-sql.js';
 export type { InstalledGenerator } from './postgres/install.js';
 export { ensureGeneratorAbove, installGenerator, lastIssuedId, readInstalledGenerator } from './postgres/install.js';
 // cluster

@@ -94,7 +94,7 @@ export const GENERATOR_OBJECTS = {
   timestampToMinId: 'timestamp_to_min_id',
 } as const;
 
-export interface GeneratorOptions {
+export interface GeneratorSqlOptions {
   /** The shard's schema (a plain identifier). */
   schema: string;
   /** The logical shard number; must fit the layout's shard field. */
@@ -114,7 +114,7 @@ export const GUARD_KINDS = ['seqlock', 'advisory'] as const;
 export type GuardKind = (typeof GUARD_KINDS)[number];
 
 /** Everything the SQL needs, derived from the layout (no shift is written anywhere else). */
-export interface GeneratorPlan {
+export interface GeneratorSqlPlan {
   readonly schema: string;
   readonly shard: number;
   readonly layout: Layout;
@@ -135,7 +135,7 @@ export interface GeneratorPlan {
   readonly maxCounter: bigint;
 }
 
-function layoutOf(options: GeneratorOptions): Layout {
+function layoutOf(options: GeneratorSqlOptions): Layout {
   const base = resolveLayout(options.layout ?? 'instagram');
   if (options.epoch === undefined || options.epoch === base.epoch) return base;
   if (!Number.isSafeInteger(options.epoch) || options.epoch < 0) {
@@ -156,7 +156,7 @@ function guardOf(guard: GuardKind | undefined): GuardKind {
 }
 
 /** Validates the options and derives the constants of the generator. */
-export function generatorPlan(options: GeneratorOptions): GeneratorPlan {
+export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
   const schema = validateIdentifier(options.schema, 'schema');
   const layout = layoutOf(options);
   const shardField = layout.fields.find((f) => f.kind === 'shard');
@@ -200,7 +200,7 @@ export function generatorPlan(options: GeneratorOptions): GeneratorPlan {
 }
 
 /** What the install records in the schema, so a re-install can tell "same generator" from "another shard". */
-export function generatorSignature(plan: GeneratorPlan): string {
+export function generatorSignature(plan: GeneratorSqlPlan): string {
   const fields = plan.layout.fields.map((f) => `${f.name}:${f.kind}:${f.bits}`).join(',');
   return JSON.stringify({
     shardflake: 'generator',
@@ -215,13 +215,13 @@ export function generatorSignature(plan: GeneratorPlan): string {
 }
 
 /** SQL expression: the mask whose AND with x = (V >> seqTop) − (now << gapBits) is 0 iff V is keepable. */
-function keepMask(plan: GeneratorPlan): string {
+function keepMask(plan: GeneratorSqlPlan): string {
   // The sign bit (V behind the clock) and the gap bits (a carry out of the sequence field).
   return BigInt.asIntN(64, (1n << 63n) | ((1n << BigInt(plan.gapBits)) - 1n)).toString();
 }
 
 /** SQL boolean: counter value `v` is gap-free and not behind the clock's tick `now`. */
-function keepable(plan: GeneratorPlan, v: string, now: string): string {
+function keepable(plan: GeneratorSqlPlan, v: string, now: string): string {
   return `(((${v} >> ${plan.seqTop}) - (${now} << ${plan.gapBits})) & (${keepMask(plan)})::bigint) = 0`;
 }
 
@@ -229,7 +229,7 @@ function keepable(plan: GeneratorPlan, v: string, now: string): string {
  * SQL expression: the first keepable counter value ≥ `v` — `v` itself unless its sequence carried into the gap,
  * in which case the first value of the next tick.
  */
-function leaveGap(plan: GeneratorPlan, v: string): string {
+function leaveGap(plan: GeneratorSqlPlan, v: string): string {
   if (plan.gapBits === 0) return v;
   const gapMask = (1n << BigInt(plan.gapBits)) - 1n;
   const shift = plan.time.shift;
@@ -237,14 +237,14 @@ function leaveGap(plan: GeneratorPlan, v: string): string {
 }
 
 /** SQL expression: the counter value that stands for the id expression `id` (its time and sequence fields). */
-function counterOfId(plan: GeneratorPlan, id: string): string {
+function counterOfId(plan: GeneratorSqlPlan, id: string): string {
   const { time, sequence } = plan;
   const bits = (time.max << BigInt(time.shift)) | (sequence.max << BigInt(sequence.shift));
   return `(${id} & (${BigInt.asIntN(64, bits)})::bigint)`;
 }
 
 /** SQL expression: the current tick (whole time units since the layout's epoch), from the given ms expression. */
-function tickExpr(plan: GeneratorPlan, ms: string): string {
+function tickExpr(plan: GeneratorSqlPlan, ms: string): string {
   const sinceEpoch = `(${ms} - ${plan.layout.epoch}::float8)`;
   const units =
     plan.layout.timeUnitMs === 1 ? sinceEpoch : `(${sinceEpoch} / ${plan.layout.timeUnitMs}::float8)`;
@@ -254,7 +254,7 @@ function tickExpr(plan: GeneratorPlan, ms: string): string {
 /** Milliseconds since 1970 as float8: `date_part` stays float8 on every version (extract is numeric since 14). */
 const SYSTEM_CLOCK_MS = `(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000::float8)`;
 
-function clockMs(plan: GeneratorPlan): string {
+function clockMs(plan: GeneratorSqlPlan): string {
   return plan.testClock ? `${qualified(plan.schema, GENERATOR_OBJECTS.clock)}()` : SYSTEM_CLOCK_MS;
 }
 
@@ -274,7 +274,7 @@ interface SqlNames {
   counter: string;
 }
 
-function namesOf(plan: GeneratorPlan): SqlNames {
+function namesOf(plan: GeneratorSqlPlan): SqlNames {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
   const guard = qualified(plan.schema, GENERATOR_OBJECTS.guard);
   return {
@@ -287,7 +287,7 @@ function namesOf(plan: GeneratorPlan): SqlNames {
 }
 
 /** g1 = g2 around the nextval, the keep check folded into g2's argument (a value not kept makes it NULL). */
-function seqlockFastPath(plan: GeneratorPlan): string {
+function seqlockFastPath(plan: GeneratorSqlPlan): string {
   const n = namesOf(plan);
   const now = tickExpr(plan, clockMs(plan));
   return `CASE
@@ -300,7 +300,7 @@ function seqlockFastPath(plan: GeneratorPlan): string {
 }
 
 /** The shared key around the nextval, released in both branches before the id is built. */
-function advisoryFastPath(plan: GeneratorPlan): string {
+function advisoryFastPath(plan: GeneratorSqlPlan): string {
   const n = namesOf(plan);
   const key = lockKey(n.counter);
   const now = tickExpr(plan, clockMs(plan));
@@ -315,7 +315,7 @@ function advisoryFastPath(plan: GeneratorPlan): string {
 }
 
 /** Catch-up steps (1)–(4) under the key, for the seqlock guard. Sets `c`. */
-function seqlockCatchUp(plan: GeneratorPlan, nowTick: string): string {
+function seqlockCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
   const n = namesOf(plan);
   return `    guard_value := pg_catalog.pg_sequence_last_value(${n.guardLit});
     IF guard_value IS NULL THEN
@@ -338,7 +338,7 @@ ${floorLines(plan, nowTick)}
 }
 
 /** With the advisory guard, holding the key exclusively already keeps every fast path out. Sets `c`. */
-function advisoryCatchUp(plan: GeneratorPlan, nowTick: string): string {
+function advisoryCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
   const n = namesOf(plan);
   return `${floorLines(plan, nowTick)}
     c := pg_catalog.nextval(${n.counterLit});
@@ -349,7 +349,7 @@ function advisoryCatchUp(plan: GeneratorPlan, nowTick: string): string {
     END IF;`;
 }
 
-function floorLines(plan: GeneratorPlan, nowTick: string): string {
+function floorLines(plan: GeneratorSqlPlan, nowTick: string): string {
   return `    floor_counter := ${nowTick} << ${plan.time.shift};
     IF above_id IS NOT NULL THEN
       floor_counter := GREATEST(floor_counter, ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(${counterOfId(plan, 'above_id')} + ${plan.increment}));
@@ -360,7 +360,7 @@ function floorLines(plan: GeneratorPlan, nowTick: string): string {
  * The SQL that installs (or upgrades in place) the generator and helpers into `options.schema`. Idempotent;
  * runs inside the caller's transaction (it contains no BEGIN/COMMIT) — wrap it in one when running it alone.
  */
-export function generatorSql(options: GeneratorOptions): string {
+export function generatorSql(options: GeneratorSqlOptions): string {
   const plan = generatorPlan(options);
   const o = GENERATOR_OBJECTS;
   const s = quoteIdent(plan.schema, 'schema');

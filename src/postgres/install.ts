@@ -3,8 +3,8 @@ import { type Queryable, wrapPgError } from './connect.js';
 import {
   GENERATOR_MISMATCH_SQLSTATE,
   GENERATOR_OBJECTS,
-  type GeneratorOptions,
-  type GeneratorPlan,
+  type GeneratorSqlOptions,
+  type GeneratorSqlPlan,
   generatorPlan,
   generatorSql,
 } from './generator-sql.js';
@@ -15,7 +15,7 @@ import { qualified, validateIdentifier } from './identifier.js';
  * harmless (same shard, layout and epoch) and upgrades an older version in place, keeping the counter. It runs
  * in the client's current transaction if one is open, else as one implicit transaction (a multi-statement query).
  */
-export async function installGenerator(client: Queryable, options: GeneratorOptions): Promise<GeneratorPlan> {
+export async function installGenerator(client: Queryable, options: GeneratorSqlOptions): Promise<GeneratorSqlPlan> {
   const plan = generatorPlan(options);
   try {
     await client.query(generatorSql(options));
