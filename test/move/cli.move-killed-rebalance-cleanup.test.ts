@@ -114,6 +114,26 @@ test('CLI: a move SIGKILLed while the source is locked releases the writes and f
   assert.equal(run.code, 0, run.stderr);
   assert.deepEqual((JSON.parse(run.stdout) as { after: Record<string, number> }).after, { a: 2, b: 2, c: 2 });
 
+  // Balancing by rows instead: shard 1 holds the only rows, so no move narrows the gap; the plan says so.
+  const byRows = await cli([
+    'cluster',
+    'rebalance',
+    '--config',
+    threeServers,
+    '--by',
+    'rows',
+    '--dry-run',
+    '--json',
+  ]).done;
+  assert.equal(byRows.code, 0, byRows.stderr);
+  const rowsPlan = JSON.parse(byRows.stdout) as {
+    by: string;
+    rowsBefore: Record<string, number>;
+    moves: unknown[];
+  };
+  assert.equal(rowsPlan.by, 'rows');
+  assert.deepEqual(Object.keys(rowsPlan.rowsBefore), ['a', 'b', 'c']);
+
   // Cleanup drops the three fenced old copies and leaves no replication object anywhere.
   const cleaned = await cli(['cluster', 'cleanup', '--config', threeServers, '--json']).done;
   assert.equal(cleaned.code, 0, cleaned.stderr);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { planRebalance } from '../../src/cluster/rebalance.js';
+import { planRebalance, planRebalanceByRows } from '../../src/cluster/rebalance.js';
 import { isShardflakeError } from '../../src/errors.js';
 
 test('adding a third server to two with 8 shards each moves the fewest shards to even the counts', () => {
@@ -45,6 +45,55 @@ test('property: every plan leaves the servers within one shard of each other, mo
         const floorQuota = Math.floor(shards.length / serverCount);
         const surplus = Object.values(plan.before).reduce((n, c) => n + Math.max(0, c - floorQuota), 0);
         assert.ok(plan.moves.length <= surplus);
+      },
+    ),
+  );
+});
+
+test('by rows: one big shard and many small ones end up spread so that no single move could narrow the gap further', () => {
+  const shards = [
+    { shard: 0, server: 'a', rows: 900 },
+    ...Array.from({ length: 9 }, (_, i) => ({ shard: i + 1, server: 'a', rows: 100 })),
+    { shard: 10, server: 'b', rows: 50 },
+  ];
+  const plan = planRebalanceByRows(shards, ['a', 'b', 'c']);
+  assert.deepEqual(plan.rowsBefore, { a: 1800, b: 50, c: 0 });
+  const loads = Object.values(plan.rowsAfter);
+  assert.ok(Math.max(...loads) - Math.min(...loads) < 1800);
+  assert.equal(
+    plan.moves.some((m) => m.shard === 0),
+    true,
+    'the big shard moves off the crowded server',
+  );
+});
+
+test('property (by rows): the spread between the most and least loaded server never grows, and each shard moves at most once', () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 5 }),
+      fc.array(
+        fc.record({ home: fc.integer({ min: 0, max: 4 }), rows: fc.integer({ min: 0, max: 10_000 }) }),
+        {
+          minLength: 1,
+          maxLength: 100,
+        },
+      ),
+      (serverCount, list) => {
+        const servers = Array.from({ length: serverCount }, (_, i) => `s${i}`);
+        const shards = list.map((s, shard) => ({
+          shard,
+          server: servers[s.home % serverCount] as string,
+          rows: s.rows,
+        }));
+        const plan = planRebalanceByRows(shards, servers);
+        const spread = (r: Record<string, number>) =>
+          Math.max(...Object.values(r)) - Math.min(...Object.values(r));
+        assert.ok(spread(plan.rowsAfter) <= spread(plan.rowsBefore));
+        assert.equal(new Set(plan.moves.map((m) => m.shard)).size, plan.moves.length);
+        assert.equal(
+          Object.values(plan.rowsAfter).reduce((a, b) => a + b, 0),
+          shards.reduce((a, s) => a + s.rows, 0),
+        );
       },
     ),
   );

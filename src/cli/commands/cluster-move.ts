@@ -10,7 +10,7 @@ import {
 } from '../../cluster/move.js';
 import { cleanupCluster } from '../../cluster/move-cleanup.js';
 import { MOVE_PHASES } from '../../cluster/move-phases.js';
-import { rebalanceCluster } from '../../cluster/rebalance.js';
+import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../cluster/rebalance.js';
 import { ShardflakeError } from '../../errors.js';
 import { progressBar, toJson } from './cluster.js';
 
@@ -121,12 +121,24 @@ export function registerMoveCommands(cluster: Command): void {
     .command('rebalance')
     .description('spread the logical shards evenly over the servers in the config (e.g. after adding one)')
     .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option(
+      '--by <what>',
+      `what to even out: ${BALANCE_BY.join(' | ')} (rows: live-row estimates per shard)`,
+      'shards',
+    )
     .option('--dry-run', 'print the plan without moving anything')
     .option('--json', 'print the plan and results as JSON')
-    .action(async (flags: Flags & { dryRun?: boolean }) => {
+    .action(async (flags: Flags & { dryRun?: boolean; by: string }) => {
+      if (!(BALANCE_BY as readonly string[]).includes(flags.by)) {
+        throw new ShardflakeError(
+          'INVALID_ARGUMENT',
+          `--by must be one of ${BALANCE_BY.join(', ')}, not ${JSON.stringify(flags.by)}`,
+        );
+      }
       const config = await loadConfig(flags.config);
       const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
       const result = await rebalanceCluster(config, {
+        by: flags.by as BalanceBy,
         dryRun: flags.dryRun,
         onProgress: (done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
@@ -140,6 +152,11 @@ export function registerMoveCommands(cluster: Command): void {
           .join(' ');
       const lines = [
         `shards per server now: ${counts(result.before)}; after: ${counts(result.after)}`,
+        ...(result.rowsBefore && result.rowsAfter
+          ? [
+              `rows per server (estimated) now: ${counts(result.rowsBefore)}; after: ${counts(result.rowsAfter)}`,
+            ]
+          : []),
         result.moves.length === 0
           ? 'already balanced: nothing to move'
           : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
