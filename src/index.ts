@@ -37,7 +37,7 @@ export { cleanupCluster } from './cluster/move-cleanup.js';
 export type { MovePhase } from './cluster/move-phases.js';
 export { MOVE_PHASES } from './cluster/move-phases.js';
 export type { PlannedMove, RebalanceOptions, RebalancePlan, RebalanceResult } from './cluster/rebalance.js';
-export { planRebalance, rebalanceCluster } from './cluster/rebalance.js';
+export { BALANCE_BY, planRebalance, planRebalanceByRows, rebalanceCluster } from './cluster/rebalance.js';
 export type { FeedOptions, FeedPage, InsertOptions, Router, RouterOptions, Row } from './cluster/router.js';
 export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
