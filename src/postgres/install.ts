@@ -15,7 +15,10 @@ import { qualified, validateIdentifier } from './identifier.js';
  * harmless (same shard, layout and epoch) and upgrades an older version in place, keeping the counter. It runs
  * in the client's current transaction if one is open, else as one implicit transaction (a multi-statement query).
  */
-export async function installGenerator(client: Queryable, options: GeneratorSqlOptions): Promise<GeneratorSqlPlan> {
+export async function installGenerator(
+  client: Queryable,
+  options: GeneratorSqlOptions,
+): Promise<GeneratorSqlPlan> {
   const plan = generatorPlan(options);
   try {
     await client.query(generatorSql(options));

@@ -1,3 +1,63 @@
 import type { Command } from 'commander';
+import { ShardflakeError } from '../../errors.js';
+import { GUARD_KINDS, type GuardKind, generatorSql } from '../../postgres/generator-sql.js';
 
-export function registerSqlCommands(_program: Command): void {}
+/** `--shard`: a whole number (the layout decides the range, and says OUT_OF_RANGE). */
+function shardNumber(value: string): number {
+  if (!/^[0-9]+$/.test(value.trim())) {
+    throw new ShardflakeError(
+      'OUT_OF_RANGE',
+      `--shard must be a whole number ≥ 0, not ${JSON.stringify(value)}`,
+    );
+  }
+  return Number(value);
+}
+
+/** `--epoch`: milliseconds since 1970, or an ISO 8601 date. */
+function epochMs(value: string): number {
+  const ms = /^[0-9]+$/.test(value.trim()) ? Number(value) : Date.parse(value);
+  if (!Number.isSafeInteger(ms) || ms < 0) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--epoch must be milliseconds since 1970 or an ISO 8601 date, not ${JSON.stringify(value)}`,
+    );
+  }
+  return ms;
+}
+
+function guardKind(value: string): GuardKind {
+  if (!(GUARD_KINDS as readonly string[]).includes(value)) {
+    throw new ShardflakeError('INVALID_ARGUMENT', `--guard must be one of ${GUARD_KINDS.join(', ')}`);
+  }
+  return value as GuardKind;
+}
+
+export function registerSqlCommands(program: Command): void {
+  const sql = program.command('sql').description('SQL that shardflake installs into PostgreSQL');
+  sql
+    .command('generator')
+    .description(
+      "print the SQL that installs a logical shard's id generator (next_id() and helpers) into a schema; idempotent",
+    )
+    .requiredOption('--schema <name>', 'the shard schema (a plain identifier)')
+    .requiredOption('--shard <n>', 'logical shard number (must fit the layout’s shard field)', shardNumber)
+    .option('--epoch <ms>', 'custom epoch: ms since 1970 or an ISO date (default: the layout’s)', epochMs)
+    .option('--layout <name>', 'id layout with shard and sequence fields', 'instagram')
+    .option(
+      '--guard <kind>',
+      `how the fast path is kept safe from a catch-up (${GUARD_KINDS.join(', ')})`,
+      guardKind,
+    )
+    .action((opts: { schema: string; shard: number; epoch?: number; layout: string; guard?: GuardKind }) => {
+      const body = generatorSql({
+        schema: opts.schema,
+        shard: opts.shard,
+        epoch: opts.epoch,
+        layout: opts.layout,
+        guard: opts.guard,
+      });
+      process.stdout.write(
+        `-- shardflake id generator for schema ${opts.schema}, shard ${opts.shard}\nBEGIN;\n\n${body}\nCOMMIT;\n`,
+      );
+    });
+}

@@ -1,0 +1,128 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { test } from 'node:test';
+import {
+  connect,
+  generatorSql,
+  installGenerator,
+  isShardflakeError,
+  readInstalledGenerator,
+} from 'shardflake';
+import { useServers } from '../support/postgres.js';
+import { shardWithTable } from './generator-fixture.js';
+
+test('installing is idempotent, upgrades in place and refuses to turn a shard into another', async (t) => {
+  const [server] = await useServers(1);
+  const client = await connect((server as { url: string }).url);
+  try {
+    const table = await shardWithTable(client, { schema: 'shard_0042', shard: 42 });
+    await client.query(`INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, 5000)`);
+    const before = await client.query(`SELECT max(id) AS m FROM ${table}`);
+
+    await t.test(
+      'running the install again (library and CLI SQL, twice each) keeps the table and the counter',
+      async () => {
+        await installGenerator(client, { schema: 'shard_0042', shard: 42 });
+        const cliSql = execFileSync(
+          process.execPath,
+          ['dist/src/cli/main.js', 'sql', 'generator', '--schema', 'shard_0042', '--shard', '42'],
+          {
+            encoding: 'utf8',
+          },
+        );
+        await client.query(cliSql);
+        await client.query(cliSql);
+        await client.query(`INSERT INTO ${table} (v) SELECT 2 FROM generate_series(1, 5000)`);
+        const { rows } = await client.query(
+          `SELECT count(*)::int AS n, min(id) FILTER (WHERE v = 2) AS first_new FROM ${table}`,
+        );
+        assert.equal(rows[0].n, 10_000);
+        assert.ok(rows[0].first_new > before.rows[0].m);
+        const installed = await readInstalledGenerator(client, 'shard_0042');
+        assert.equal(installed?.version, 1);
+        assert.equal(installed?.shard, 42);
+      },
+    );
+
+    await t.test('installing another shard, layout or epoch over it is refused', async () => {
+      for (const options of [
+        { schema: 'shard_0042', shard: 43 },
+        { schema: 'shard_0042', shard: 42, epoch: Date.UTC(2024, 0, 1) },
+      ]) {
+        await assert.rejects(installGenerator(client, options), (e) =>
+          isShardflakeError(e, 'INVALID_ARGUMENT'),
+        );
+      }
+    });
+
+    await t.test('next_id() is inlined into the INSERT (no function call on the fast path)', async () => {
+      const { rows } = await client.query(`EXPLAIN (VERBOSE, COSTS OFF) INSERT INTO ${table} (v) VALUES (1)`);
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      assert.match(plan, /nextval\('shard_0042\.next_id_counter'::regclass\)/);
+      assert.doesNotMatch(plan, /shard_0042\.next_id\(\)/);
+    });
+  } finally {
+    await client.end();
+  }
+});
+
+test('bad input is refused before any SQL is made', () => {
+  const hostile = [
+    'x"; DROP TABLE users; --',
+    'a b',
+    '',
+    '1abc',
+    'ünïcode',
+    'x'.repeat(64),
+    'pg_catalog"."x',
+  ];
+  for (const schema of hostile) {
+    assert.throws(
+      () => generatorSql({ schema, shard: 1 }),
+      (e) => isShardflakeError(e, 'INVALID_IDENTIFIER'),
+    );
+  }
+  for (const shard of [-1, 8192, 1.5, Number.NaN]) {
+    assert.throws(
+      () => generatorSql({ schema: 's', shard }),
+      (e) => isShardflakeError(e, 'OUT_OF_RANGE'),
+    );
+  }
+  assert.throws(
+    () => generatorSql({ schema: 's', shard: 1, layout: 'snowflake' }),
+    (e) => isShardflakeError(e, 'INVALID_LAYOUT'),
+  );
+  assert.throws(
+    () => generatorSql({ schema: 's', shard: 1, epoch: -5 }),
+    (e) => isShardflakeError(e, 'INVALID_ARGUMENT'),
+  );
+  // A name that needs no escaping is still always double-quoted (mixed case stays itself).
+  assert.match(generatorSql({ schema: 'Shard_7', shard: 7 }), /CREATE SCHEMA IF NOT EXISTS "Shard_7"/);
+});
+
+test('the CLI prints the SQL or one error line with a non-zero exit code', () => {
+  const run = (...args: string[]) => {
+    try {
+      return {
+        out: execFileSync(process.execPath, ['dist/src/cli/main.js', ...args], {
+          encoding: 'utf8',
+          stdio: 'pipe',
+        }),
+        code: 0,
+      };
+    } catch (e) {
+      const err = e as { status: number; stderr: string };
+      return { out: err.stderr, code: err.status };
+    }
+  };
+  const ok = run('sql', 'generator', '--schema', 'insta5', '--shard', '5', '--epoch', '1314220021721');
+  assert.equal(ok.code, 0);
+  assert.match(ok.out, /^-- shardflake id generator/);
+  assert.match(ok.out, /CREATE OR REPLACE FUNCTION "insta5"."next_id"\(\)/);
+  const bad = run('sql', 'generator', '--schema', 'x;drop', '--shard', '5');
+  assert.equal(bad.code, 2);
+  assert.match(bad.out, /^shardflake: error \[INVALID_IDENTIFIER\]/);
+  assert.equal(bad.out.trim().split('\n').length, 1);
+  const range = run('sql', 'generator', '--schema', 'x', '--shard', '8192');
+  assert.match(range.out, /\[OUT_OF_RANGE\]/);
+});
