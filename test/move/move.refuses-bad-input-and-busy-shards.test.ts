@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../src/cluster/config.js';
+import { shardSchema, validateConfig } from '../../src/cluster/config.js';
+import { migrateCluster } from '../../src/cluster/migrate.js';
 import { moveShard } from '../../src/cluster/move.js';
 import { createRouter } from '../../src/cluster/router.js';
 import { isShardflakeError } from '../../src/errors.js';
 import { useServers } from '../support/postgres.js';
-import { makeCluster, placement, replicationLeftovers, schemaOn, withClient } from './fixture.js';
+import { makeCluster, placement, rawConfig, replicationLeftovers, schemaOn, withClient } from './fixture.js';
 
 async function mapState(url: string): Promise<{ version: string; moves: number; states: string }> {
   return withClient(url, async (c) => {
@@ -23,7 +24,7 @@ async function mapState(url: string): Promise<{ version: string; moves: number; 
 const code = (expected: string, pattern?: RegExp) => (e: unknown) =>
   isShardflakeError(e) && e.code === expected && (!pattern || pattern.test(e.message));
 
-test('bad input, a busy shard, a table without a primary key and a target that is down are refused with clear errors and change nothing; a target dying mid-copy rolls the move back', async () => {
+test('bad input, a busy shard, a table without a primary key and a target that is down are refused with clear errors and change nothing; a target dying mid-copy rolls the move back; migrations skip the moving shard', async () => {
   const servers = await useServers(3);
   const config = await makeCluster(servers.slice(0, 2), 4);
   // Server c is in the config but will be down.
@@ -94,13 +95,30 @@ test('bad input, a busy shard, a table without a primary key and a target that i
     ),
   );
   await assert.rejects(moveShard(withC, 1, 'c'), code('SHARD_BUSY'));
+  // A migration during the move is refused for the moving shard (and applied to the others).
+  const migrated = validateConfig(
+    {
+      ...rawConfig(servers.slice(0, 2), 4),
+      migrations: [{ version: 1, name: 'extra', sql: 'ALTER TABLE items ADD COLUMN extra text' }],
+    },
+    'test config v1',
+  );
+  const during = await migrateCluster(migrated);
+  assert.deepEqual(
+    during.failed.map((f) => [f.shard, f.version]),
+    [[1, 0]],
+  );
+  assert.match(during.failed[0]?.error ?? '', /being moved/);
   release();
   const result = await first;
   assert.equal(result.to, 'b');
   assert.deepEqual(await placement(config, 1), { server: 'b', state: 'active' });
+  const after = await migrateCluster(migrated);
+  assert.deepEqual(after.failed, []);
+  assert.equal(after.migrated, 1, 'the moved shard is migrated on its new server');
 
   // Moving back while the fenced old copy still sits on a: refused until cleanup.
   assert.equal(await schemaOn(catalogUrl, shardSchema(config, 1)), true);
-  await assert.rejects(moveShard(config, 1, 'a'), code('INVALID_ARGUMENT', /cluster cleanup/));
+  await assert.rejects(moveShard(migrated, 1, 'a'), code('INVALID_ARGUMENT', /cluster cleanup/));
   assert.deepEqual(await placement(config, 1), { server: 'b', state: 'active' });
 });
