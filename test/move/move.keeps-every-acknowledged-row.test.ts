@@ -9,7 +9,7 @@ import { countRows, makeCluster, placement, replicationLeftovers, sleep, withCli
 
 const BIG = 200_000;
 
-test('a shard with 200,000 rows moves while a router writer and a direct writer keep inserting: every acknowledged row arrives, the old copy refuses writes, ids keep increasing', async () => {
+test('a shard with 200,000 rows moves while a router writer inserts and a direct writer inserts, updates and deletes: every acknowledged change arrives, the old copy refuses writes, ids keep increasing', async () => {
   const servers = await useServers(2);
   const [a, b] = servers as [(typeof servers)[0], (typeof servers)[0]];
   const config = await makeCluster(servers, 4);
@@ -33,7 +33,14 @@ test('a shard with 200,000 rows moves while a router writer and a direct writer 
     for (let i = 0; !stop; i++)
       routerIds.push(await router.insert('items', { note: 'router', n: i }, { shard }));
   })();
-  // A stale client that keeps writing straight to the old server until the fence stops it.
+  // A stale client that keeps writing straight to the old server until the fence stops it: it inserts, and
+  // updates and deletes rows of the bulk load, so the copy must carry all three kinds of change.
+  const bulkIds = await withClient(a.url, async (c) => {
+    const { rows } = await c.query(`SELECT id FROM "${schema}".items ORDER BY id LIMIT 20000`);
+    return rows.map((r: { id: bigint }) => r.id);
+  });
+  const updatedIds: bigint[] = [];
+  const deletedIds: bigint[] = [];
   const directWriter = (async () => {
     for (let i = 0; !stop; i++) {
       try {
@@ -42,6 +49,12 @@ test('a shard with 200,000 rows moves while a router writer and a direct writer 
           [i],
         );
         directIds.push((rows[0] as { id: bigint }).id);
+        const updated = bulkIds[2 * i] as bigint;
+        await direct.query(`UPDATE "${schema}".items SET note = 'updated', n = -n WHERE id = $1`, [updated]);
+        updatedIds.push(updated);
+        const deleted = bulkIds[2 * i + 1] as bigint;
+        await direct.query(`DELETE FROM "${schema}".items WHERE id = $1`, [deleted]);
+        deletedIds.push(deleted);
       } catch (error) {
         directError = error as { code?: string };
         return;
@@ -64,15 +77,24 @@ test('a shard with 200,000 rows moves while a router writer and a direct writer 
   assert.ok(directIds.length > 0, 'the direct writer wrote before the cutover');
   assert.equal(directError?.code, 'SF001', 'the direct writer was stopped by the fence');
 
-  // Every acknowledged row is on the new server, and nothing else is.
-  const onB = await withClient(b.url, async (c) => {
-    const { rows } = await c.query(`SELECT id FROM "${schema}".items WHERE note NOT LIKE 'bulk %'`);
-    return new Set(rows.map((r: { id: bigint }) => r.id));
-  });
-  for (const id of [...routerIds, ...directIds])
+  // The new copy holds exactly the old copy's rows (same contents: inserts, updates and deletes all arrived)
+  // plus the router's rows written after the switch; every acknowledged write is there.
+  const rowsOf = (url: string) =>
+    withClient(url, async (c) => {
+      const { rows } = await c.query(`SELECT id, hashtext(r::text) AS h FROM "${schema}".items AS r`);
+      return new Map(rows.map((r: { id: bigint; h: number }) => [r.id, r.h]));
+    });
+  const [onA, onB] = await Promise.all([rowsOf(a.url), rowsOf(b.url)]);
+  for (const [id, h] of onA) assert.equal(onB.get(id), h, `row ${id} arrived unchanged`);
+  const routerSet = new Set(routerIds);
+  for (const id of onB.keys())
+    assert.ok(onA.has(id) || routerSet.has(id), `row ${id} on b came from a or the router`);
+  for (const id of [...routerIds, ...directIds, ...updatedIds])
     assert.ok(onB.has(id), `acknowledged id ${id} is on server b`);
-  assert.equal(onB.size, routerIds.length + directIds.length);
-  assert.equal(await countRows(b.url, schema), BIG + routerIds.length + directIds.length);
+  for (const id of deletedIds) assert.equal(onB.has(id), false, `deleted id ${id} stays deleted`);
+  assert.ok(updatedIds.length > 0 && deletedIds.length > 0);
+  assert.equal(onB.size, BIG + routerIds.length + directIds.length - deletedIds.length);
+  assert.equal(await countRows(b.url, schema), onB.size);
 
   // Ids kept increasing across the cutover and kept the shard's bits.
   for (let i = 1; i < routerIds.length; i++) {
