@@ -20,6 +20,7 @@ import {
   schemaExists,
   subscriptionProgress,
 } from './move-copy.js';
+import { bypassGuardSql, ddlPastGuard, guardSchema, unguardSchema } from './move-ddl-guard.js';
 import { moveGeneratorState } from './move-generator.js';
 import { recordPhase, recordSubscriptionOid } from './move-record.js';
 import {
@@ -126,6 +127,7 @@ export async function prepare(s: Session): Promise<void> {
     record.schema,
     s.tables.map((t) => t.name),
   );
+  await guardSchema(source, record.schema, record.id);
   await advance(s, 'prepared');
 }
 
@@ -221,7 +223,9 @@ export async function cutover(s: Session): Promise<number> {
     const lockAt = performance.now();
     await source.query('BEGIN');
     try {
-      await source.query(`SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}`);
+      await source.query(
+        `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; ${bypassGuardSql()}`,
+      );
       await source.query(`LOCK TABLE ${tableList} IN EXCLUSIVE MODE`);
     } catch (error) {
       await source.query('ROLLBACK').catch(() => {});
@@ -319,7 +323,8 @@ export async function switchCatalog(s: Session, pausedAt: number | null): Promis
 export async function finish(s: Session): Promise<void> {
   // The fence must exist before the subscription goes (a resumed move re-checks it).
   if (!(await isFenced(s.source, s.record.schema))) {
-    await s.source.query(
+    await ddlPastGuard(
+      s.source,
       fenceSql(
         s.record.schema,
         s.tables.map((t) => t.name),
@@ -330,5 +335,6 @@ export async function finish(s: Session): Promise<void> {
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, s.record.subscriptionOid);
+  await unguardSchema(s.source, s.record.schema);
   await advance(s, 'done');
 }

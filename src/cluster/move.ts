@@ -12,6 +12,7 @@ import {
   replicationNames,
   type SourceTable,
 } from './move-copy.js';
+import { ddlPastGuard, unguardSchema } from './move-ddl-guard.js';
 import { type MovePhase, reached } from './move-phases.js';
 import {
   createMove,
@@ -170,9 +171,10 @@ export async function rollBackMove(
         `subscription ${names.subscription} and schema ${record.schema} on server ${record.to} (${(error as Error).message}; cluster cleanup drops them)`,
       );
     }
-    if (await isFenced(source, record.schema)) await source.query(unfenceSql(record.schema));
+    if (await isFenced(source, record.schema)) await ddlPastGuard(source, unfenceSql(record.schema));
     await dropPublication(source, names.publication);
     await dropSlots(source, names.slot, record.subscriptionOid);
+    await unguardSchema(source, record.schema);
     await inTransaction(catalog, async () => {
       if (placement.state !== 'active') await setShardState(catalog, record.shard, 'active');
       await recordPhase(catalog, record.id, 'rolled_back', {

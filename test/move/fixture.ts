@@ -49,13 +49,14 @@ export async function placement(
   });
 }
 
-/** Replication objects left on a server: slots, publications, subscriptions. */
+/** What a move may leave on a server: slots, publications, subscriptions, its DDL guard. */
 export async function replicationLeftovers(url: string): Promise<string[]> {
   return withClient(url, async (c) => {
     const { rows } = await c.query(
       `SELECT 'slot ' || slot_name AS o FROM pg_replication_slots
        UNION ALL SELECT 'publication ' || pubname FROM pg_publication
-       UNION ALL SELECT 'subscription ' || subname FROM pg_subscription`,
+       UNION ALL SELECT 'subscription ' || subname FROM pg_subscription
+       UNION ALL SELECT 'event trigger ' || evtname FROM pg_event_trigger WHERE evtname LIKE 'shardflake_move%'`,
     );
     return rows.map((r: { o: string }) => r.o);
   });

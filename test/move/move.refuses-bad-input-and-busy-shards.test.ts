@@ -95,6 +95,16 @@ test('bad input, a busy shard, a table without a primary key and a target that i
     ),
   );
   await assert.rejects(moveShard(withC, 1, 'c'), code('SHARD_BUSY'));
+  // DDL by hand on the moving shard is refused on its server while the move runs.
+  await withClient(catalogUrl, async (client) => {
+    await assert.rejects(
+      client.query(`ALTER TABLE "${shardSchema(config, 1)}".items ADD COLUMN by_hand integer`),
+      (e: { code?: string; message?: string }) =>
+        e.code === '55006' && /is being moved/.test(e.message ?? ''),
+    );
+    await client.query(`ALTER TABLE "${shardSchema(config, 0)}".items ADD COLUMN by_hand integer`);
+    await client.query(`ALTER TABLE "${shardSchema(config, 0)}".items DROP COLUMN by_hand`);
+  });
   // A migration during the move is refused for the moving shard (and applied to the others).
   const migrated = validateConfig(
     {
@@ -113,6 +123,7 @@ test('bad input, a busy shard, a table without a primary key and a target that i
   const result = await first;
   assert.equal(result.to, 'b');
   assert.deepEqual(await placement(config, 1), { server: 'b', state: 'active' });
+  assert.deepEqual(await replicationLeftovers(catalogUrl), [], 'the DDL guard went with the move');
   const after = await migrateCluster(migrated);
   assert.deepEqual(after.failed, []);
   assert.equal(after.migrated, 1, 'the moved shard is migrated on its new server');
