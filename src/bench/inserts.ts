@@ -5,7 +5,7 @@ import { mariadbTarget } from './inserts-mariadb.js';
 import { postgresTarget } from './inserts-postgres.js';
 import { COUNTER_NAMES, type Counters, type InsertTarget } from './inserts-target.js';
 import { ID_TYPE_NAMES, type IdType, type IdTypeName, loadIdTypes, PAPER_TYPES } from './inserts-types.js';
-import { bootstrapSlope, downsample, linearRegression, percentile, seededRandom } from './stats.js';
+import { bootstrapSlope, downsample, linearRegression, percentile, seededRandom, shuffle } from './stats.js';
 
 /**
  * `bench inserts`: the LSID paper's experiment (seed 002), extended. Per id type, N single-row autocommit
@@ -123,16 +123,6 @@ export interface InsertBenchResult {
 }
 
 const DEFAULTS = { rows: 100_000, seed: 1, chartPoints: 500, warmup: 20 } as const;
-
-/** Fisher–Yates with the run's seeded random source. */
-function shuffle<T>(items: readonly T[], random: () => number): T[] {
-  const out = [...items];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1));
-    [out[i], out[j]] = [out[j] as T, out[i] as T];
-  }
-  return out;
-}
 
 function positiveInteger(value: number, what: string, min = 1): number {
   if (!Number.isInteger(value) || value < min) {

@@ -82,6 +82,16 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
+/** Fisher–Yates with the run's seeded random source. */
+export function shuffle<T>(items: readonly T[], random: () => number): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j] as T, out[i] as T];
+  }
+  return out;
+}
+
 /** Moving-block bootstrap interval for the least-squares slope. */
 export function bootstrapSlope(
   xs: ArrayLike<number>,
