@@ -11,6 +11,9 @@ import { MOVE_PHASES, type MovePhase, parseMovePhase } from './move-phases.js';
  */
 export const MOVES_SQL_VERSION = 1;
 
+/** Advisory lock key space of shard moves: (class, shard); (class, -1) guards the table's creation. */
+export const MOVE_LOCK_CLASS = 0x5f4d4f56; // "_MOV"
+
 export function movesSql(): string {
   const phases = MOVE_PHASES.map((p) => `'${p}'`).join(', ');
   return `
@@ -68,7 +71,16 @@ function toRecord(row: Record<string, unknown>): MoveRecord {
 }
 
 export async function installMoves(catalog: Queryable): Promise<void> {
-  await catalog.query(movesSql());
+  // Two first moves at once would race on CREATE TABLE IF NOT EXISTS (a unique violation in pg_type): serialize.
+  await catalog.query('BEGIN');
+  try {
+    await catalog.query('SELECT pg_advisory_xact_lock($1::int, -1)', [MOVE_LOCK_CLASS]);
+    await catalog.query(movesSql());
+    await catalog.query('COMMIT');
+  } catch (error) {
+    await catalog.query('ROLLBACK').catch(() => {});
+    throw error;
+  }
 }
 
 export async function unfinishedMove(catalog: Queryable, shard: number): Promise<MoveRecord | null> {
@@ -125,9 +137,6 @@ export async function recordSubscriptionOid(catalog: Queryable, id: bigint, oid:
 export async function markOldCopyDropped(catalog: Queryable, id: bigint): Promise<void> {
   await catalog.query('UPDATE shardflake.moves SET old_copy_dropped_at = now() WHERE id = $1', [id]);
 }
-
-/** Advisory lock key space of shard moves: (class, shard). */
-const MOVE_LOCK_CLASS = 0x5f4d4f56; // "_MOV"
 
 /**
  * Takes the shard's move lock on `catalog` (a dedicated connection, held for the whole move). Throws SHARD_BUSY
