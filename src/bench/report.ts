@@ -104,8 +104,8 @@ export function latencySpec(engine: EngineResult): Spec {
 export function barSpec(title: string, unit: string, values: ReportBar[]): Spec {
   return {
     title,
-    width: 420,
-    height: { step: 18 },
+    width: 360,
+    height: { step: 16 },
     data: { values },
     mark: { type: 'bar', color: '#4c78a8' },
     encoding: {
@@ -236,7 +236,10 @@ async function insertSection(result: InsertBenchResult): Promise<string> {
     const reads = typeBars(engine, (t) => t.perRow.blocksRead);
     if (reads.length > 0)
       charts.push(barSpec('blocks read from outside the cache per insert', 'blocks', reads));
-    for (const spec of charts) parts.push(`<figure class="chart">${await renderSvg(spec)}</figure>`);
+    const [latency, ...bars] = charts as [Spec, ...Spec[]];
+    parts.push(`<figure class="chart">${await renderSvg(latency)}</figure>`, '<div class="bars">');
+    for (const spec of bars) parts.push(`<figure class="chart">${await renderSvg(spec)}</figure>`);
+    parts.push('</div>');
   }
   return parts.join('\n');
 }
@@ -279,6 +282,7 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f3f3f3; }
 figure.chart { margin: 12px 0; }
+div.bars { display: flex; flex-wrap: wrap; gap: 8px 32px; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: 4px; margin-top: 32px; }
 `;
 

