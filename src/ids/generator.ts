@@ -107,10 +107,15 @@ export function createGenerator(options: GeneratorOptions = {}): Generator {
   const fixed = fixedBits(layout, options);
   const state = new SequenceState(Number(sequenceField.max));
   const timeShift = BigInt(layout.time.shift);
-  // The sequence field's shift is at most 63 − its width; for every preset the shifted sequence stays below 2^53,
-  // so it is computed as a number and converted once. Wider custom layouts fall back to bigint arithmetic.
-  const sequenceScale = 2 ** sequenceField.shift;
-  const numberSafe = sequenceField.max * BigInt(sequenceScale) < BigInt(Number.MAX_SAFE_INTEGER);
+  // The shifted sequence values are precomputed bigints, so an id costs one bigint OR with the cached
+  // (tick | fixed fields) part instead of a conversion and a shift per call. Layouts with a huge sequence field
+  // (more than 2^16 values) shift per call instead of holding a large table.
+  const sequenceShift = BigInt(sequenceField.shift);
+  const lowTable: bigint[] = [];
+  if (sequenceField.max < 1n << 16n) {
+    for (let s = 0n; s <= sequenceField.max; s++) lowTable.push(s << sequenceShift);
+  }
+  const useTable = lowTable.length > 0;
   const maxTick = Number(layout.time.max);
   let cachedTick = -1;
   let base = 0n;
@@ -137,9 +142,7 @@ export function createGenerator(options: GeneratorOptions = {}): Generator {
         cachedTick = state.lastTick;
         base = (BigInt(cachedTick) << timeShift) | fixed;
       }
-      const low = numberSafe
-        ? BigInt(state.sequence * sequenceScale)
-        : BigInt(state.sequence) << BigInt(sequenceField.shift);
+      const low = useTable ? (lowTable[state.sequence] as bigint) : BigInt(state.sequence) << sequenceShift;
       return base | low;
     },
   };

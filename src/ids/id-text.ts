@@ -1,0 +1,48 @@
+import { ShardflakeError } from '../errors.js';
+import { base62Width, decodeBase62, encodeBase62 } from './base62.js';
+import { parseIdValue } from './codec.js';
+import { crockfordWidth, decodeCrockford, encodeCrockford } from './crockford.js';
+
+/**
+ * Text forms of a 64-bit id. All three keep sort order at their fixed width: decimal only when compared as
+ * numbers, base62 (11 characters) and Crockford base32 (13 characters) also when compared as plain strings —
+ * what a URL slug or a text column needs.
+ */
+export const ID_ENCODINGS = ['decimal', 'base62', 'base32'] as const;
+export type IdEncoding = (typeof ID_ENCODINGS)[number];
+
+const ID_BITS = 64;
+const BASE62_WIDTH = base62Width(ID_BITS);
+const BASE32_WIDTH = crockfordWidth(ID_BITS);
+
+export function assertIdEncoding(value: string): IdEncoding {
+  if (!(ID_ENCODINGS as readonly string[]).includes(value)) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `unknown encoding ${JSON.stringify(value)} (one of ${ID_ENCODINGS.join(', ')})`,
+    );
+  }
+  return value as IdEncoding;
+}
+
+/** A 64-bit id → its text in the chosen encoding. */
+export function formatId(id: bigint, encoding: IdEncoding = 'decimal'): string {
+  const value = parseIdValue(id);
+  if (encoding === 'base62') return encodeBase62(value, BASE62_WIDTH);
+  if (encoding === 'base32') return encodeCrockford(value, BASE32_WIDTH);
+  return value.toString();
+}
+
+/** Text in the chosen encoding → the 64-bit id. Wrong width or characters → INVALID_ID. */
+export function parseId(text: string, encoding: IdEncoding = 'decimal'): bigint {
+  if (encoding === 'decimal') return parseIdValue(text);
+  const width = encoding === 'base62' ? BASE62_WIDTH : BASE32_WIDTH;
+  if (text.length !== width) {
+    throw new ShardflakeError(
+      'INVALID_ID',
+      `${JSON.stringify(text).slice(0, 60)} is not a ${encoding} id: it must be exactly ${width} characters`,
+    );
+  }
+  const value = encoding === 'base62' ? decodeBase62(text, 'base62 id') : decodeCrockford(text, 'base32 id');
+  return parseIdValue(value);
+}
