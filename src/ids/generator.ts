@@ -147,3 +147,10 @@ export function createGenerator(options: GeneratorOptions = {}): Generator {
     },
   };
 }
+
+/** The most ids one generator of this layout can issue per second: sequence values per tick / tick length. */
+export function capPerSecond(layoutInput: LayoutInput): number {
+  const layout = resolveLayout(layoutInput);
+  if (!layout.sequence) return 0;
+  return (Number(layout.sequence.max + 1n) * 1000) / layout.timeUnitMs;
+}

@@ -1,6 +1,6 @@
 import { parse as parseUuidText, stringify as stringifyUuid } from 'uuid';
 import { ShardflakeError } from '../errors.js';
-import { decodeCrockford, encodeCrockford } from './crockford.js';
+import { decodeCrockford, encodeCrockford, isCrockford } from './crockford.js';
 import {
   LSID_BITS,
   LSID_BYTES,
@@ -112,7 +112,14 @@ export function parseLsid(text: string): DecodedLsid {
   }
   if (digits.includes('-'))
     throw invalid(text, 'hyphens belong after characters 5, 13 and 17 (ddddd-tttttttt-wwww-ss)');
-  return decodeLsid(decodeCrockford(digits, 'LSID text'), text);
+  let value: bigint;
+  try {
+    value = decodeCrockford(digits, 'LSID text');
+  } catch {
+    const bad = [...digits].find((c) => !isCrockford(c));
+    throw invalid(text, `${JSON.stringify(bad)} is not a Crockford base32 character (U is not allowed either)`);
+  }
+  return decodeLsid(value, text);
 }
 
 /** Any accepted input (text, 95-bit value, fields) → its value. */
