@@ -8,6 +8,26 @@ export type { FieldKind, FieldSpec, Layout, LayoutField, LayoutSpec, PresetName 
 
 // ids
 export { defineLayout, FIELD_KINDS, layouts, PRESET_NAMES, resolveLayout, withEpoch } from './ids/layout.js';
+export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
+export { decodeId, encodeId, idRange } from './ids/codec.js';
+export type { Generator, GeneratorOptions } from './ids/generator.js';
+export { capPerSecond, createGenerator, SequenceState } from './ids/generator.js';
+export type { IdEncoding } from './ids/id-text.js';
+export { formatId, ID_ENCODINGS, parseId } from './ids/id-text.js';
+export type { IdFormat, InspectOptions, Inspection } from './ids/inspect.js';
+export { ID_FORMATS, inspect, inspectionToJson } from './ids/inspect.js';
+export type {
+  DecodedLsid,
+  FormatOptions as LsidFormatOptions,
+  LsidGenerator,
+  LsidGeneratorOptions,
+  LsidInput,
+  LsidParts,
+} from './ids/lsid.js';
+export { lsid } from './ids/lsid.js';
+export { LsidState } from './ids/lsid-generator.js';
+export type { MacChoice } from './ids/worker-id.js';
+export { findMac, workerIdFromMac } from './ids/worker-id.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
