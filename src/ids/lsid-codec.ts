@@ -117,7 +117,10 @@ export function parseLsid(text: string): DecodedLsid {
     value = decodeCrockford(digits, 'LSID text');
   } catch {
     const bad = [...digits].find((c) => !isCrockford(c));
-    throw invalid(text, `${JSON.stringify(bad)} is not a Crockford base32 character (U is not allowed either)`);
+    throw invalid(
+      text,
+      `${JSON.stringify(bad)} is not a Crockford base32 character (U is not allowed either)`,
+    );
   }
   return decodeLsid(value, text);
 }

@@ -52,17 +52,23 @@ export class LsidState {
   sequence = 0;
 
   /**
-   * Claims the next (day, ticks, sequence) for a clock reading. `first` is the sequence a new tick starts at;
-   * `counting` is false for a fixed sequence (every id then needs its own tick).
+   * @param first the sequence a new tick starts at (drawn only when a new tick begins)
+   * @param counting false for a fixed sequence: every id then needs its own tick
    */
-  advance(day: number, ticks: number, first: number, counting: boolean): void {
+  constructor(
+    private readonly first: () => number,
+    private readonly counting: boolean,
+  ) {}
+
+  /** Claims the next (day, ticks, sequence) for a clock reading. */
+  advance(day: number, ticks: number): void {
     if (day > this.day || (day === this.day && ticks > this.ticks)) {
       this.day = day;
       this.ticks = ticks;
-      this.sequence = first;
+      this.sequence = this.first();
       return;
     }
-    if (counting && this.sequence < SEQUENCE_MAX) {
+    if (this.counting && this.sequence < SEQUENCE_MAX) {
       this.sequence += 1;
       return;
     }
@@ -72,7 +78,7 @@ export class LsidState {
       this.ticks = 0;
       this.day += 1;
     }
-    this.sequence = first;
+    this.sequence = this.first();
   }
 }
 
@@ -184,7 +190,8 @@ export function createLsidGenerator(options: LsidGeneratorOptions = {}): LsidGen
   const workerText = hyphen + groupText(worker, LSID_FIELDS.worker.chars, options.upper === true) + hyphen;
   let prefixDay = -1;
   let prefix = '';
-  const state = new LsidState();
+  const first = fixed >= 0 ? () => fixed : mode === 'random' ? random : () => 0;
+  const state = new LsidState(first, counting);
 
   return {
     worker,
@@ -196,7 +203,7 @@ export function createLsidGenerator(options: LsidGeneratorOptions = {}): LsidGen
       if (!(day >= 0 && day <= LSID_FIELDS.day.max && ticks >= 0)) {
         throw new ShardflakeError('OUT_OF_RANGE', `clock reading ${ms} is outside LSID's time range`);
       }
-      state.advance(day, ticks, counting ? (mode === 'random' ? random() : 0) : fixed, counting);
+      state.advance(day, ticks);
       if (state.day !== prefixDay) {
         if (state.day > LSID_FIELDS.day.max)
           throw new ShardflakeError('CLOCK_EXHAUSTED', 'LSID has run out of days');
