@@ -28,6 +28,8 @@ export { lsid } from './ids/lsid.js';
 export { LsidState } from './ids/lsid-generator.js';
 export type { MacChoice } from './ids/worker-id.js';
 export { findMac, workerIdFromMac } from './ids/worker-id.js';
+export type { IdsBenchEntry, IdsBenchOptions, IdsBenchResult, IdsBenchTarget } from './bench/ids.js';
+export { runIdsBench } from './bench/ids.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
