@@ -9,16 +9,16 @@ import { createLsidGenerator } from '../ids/lsid-generator.js';
 
 /**
  * D1: id generation throughput, ours and the peers', measured side by side in one run. Each candidate runs for
- * `durationMs` of real time per round, storing every id (so all pay the same for keeping their output), over
- * `rounds` interleaved rounds; the best round counts (on a shared machine the best round is the one least
- * disturbed by other processes). After timing, every id is checked: duplicates and order violations (an id not
- * greater than the one before) are counted. Figures are reported as ratios against each layout's cap
+ * `durationMs` of real time per round, over `rounds` interleaved rounds; the best round counts (on a shared
+ * machine the best round is the one least disturbed by other processes). Then a checking pass keeps every id of
+ * a fresh generator (as many as its best round made, at most 4M, made back to back) and counts duplicates and
+ * order violations (an id not greater than the one before). Figures are reported as ratios against each layout's cap
  * (sequence values per tick / tick length) and against crypto.randomUUID() from the same run.
  */
 export interface IdsBenchOptions {
   /** Real time per candidate and round (default 1000 ms). */
   durationMs?: number;
-  /** Interleaved rounds; the best counts (default 2). */
+  /** Interleaved rounds; the best counts (default 3). */
   rounds?: number;
   /** Only candidates whose name contains one of these strings. */
   only?: string[];
@@ -35,11 +35,13 @@ export interface IdsBenchEntry {
   /** What one id is: a 64-bit bigint or a string. */
   type: 'bigint' | 'string';
   idsPerSecond: number;
-  /** Ids produced in the best round. */
+  /** Ids produced in the best timed round. */
   count: number;
-  /** Ids in the best round that equal an earlier id of the same round. */
+  /** Ids of the checking pass: a fresh generator's first ids (as many as the best round made, at most 4M). */
+  checked: number;
+  /** Ids of the checking pass that equal an earlier one. */
   duplicates: number;
-  /** Ids in the best round not greater than the one before (time-sortable formats should have 0). */
+  /** Ids of the checking pass not greater than the one before (time-sortable formats should have 0). */
   orderViolations: number;
   /** The layout's maximum rate for one generator, if it has one. */
   cap: number | null;
@@ -180,78 +182,88 @@ async function candidates(): Promise<Candidate[]> {
   return list;
 }
 
-/** Room for the ids of one measurement; a candidate that fills it stops early (its rate is still exact). */
-const CAPACITY = 24_000_000;
+/** Ids kept for the duplicate check: the first this many of a fresh generator, made back to back. */
+const CHECKED_IDS = 4_000_000;
 
 interface Round {
   idsPerSecond: number;
   count: number;
+  checked: number;
   duplicates: number;
   orderViolations: number;
 }
 
-function measureBigints(next: () => bigint | string, durationMs: number, store: BigUint64Array): Round {
+/**
+ * The timed pass. Ids go into a small ring (so nothing is optimised away) rather than one huge array: keeping
+ * millions of strings alive measures the garbage collector more than the generator, and penalises flat strings
+ * (randomUUID) against cheap concatenations (LSID).
+ */
+function measureRate(
+  next: () => bigint | string,
+  durationMs: number,
+): { idsPerSecond: number; count: number } {
+  const ring: (bigint | string)[] = new Array(1024);
   let n = 0;
   const start = performance.now();
   let now = start;
-  while (now - start < durationMs && n + 1024 <= store.length) {
-    for (let i = 0; i < 1024; i++) store[n++] = next() as bigint;
+  while (now - start < durationMs) {
+    for (let i = 0; i < 1024; i++) ring[i] = next();
+    n += 1024;
     now = performance.now();
   }
-  const idsPerSecond = n / ((now - start) / 1000);
-  let orderViolations = 0;
-  for (let i = 1; i < n; i++) if ((store[i] as bigint) <= (store[i - 1] as bigint)) orderViolations++;
-  const sorted = store.subarray(0, n).sort();
-  let duplicates = 0;
-  for (let i = 1; i < n; i++) if (sorted[i] === sorted[i - 1]) duplicates++;
-  return { idsPerSecond, count: n, duplicates, orderViolations };
+  return { idsPerSecond: n / ((now - start) / 1000), count: n };
 }
 
-function measureStrings(next: () => bigint | string, durationMs: number, store: string[]): Round {
-  let n = 0;
-  const start = performance.now();
-  let now = start;
-  while (now - start < durationMs && n + 1024 <= CAPACITY) {
-    for (let i = 0; i < 1024; i++) store[n++] = next() as string;
-    now = performance.now();
-  }
-  const idsPerSecond = n / ((now - start) / 1000);
+/** The checking pass: `count` ids of a fresh generator, back to back, all kept; duplicates and order counted. */
+function check(candidate: Candidate, count: number): { duplicates: number; orderViolations: number } {
+  const next = candidate.make();
   let orderViolations = 0;
-  for (let i = 1; i < n; i++) if ((store[i] as string) <= (store[i - 1] as string)) orderViolations++;
-  const seen = new Set<string>();
-  for (let i = 0; i < n; i++) seen.add(store[i] as string);
-  const duplicates = n - seen.size;
-  store.length = 0; // let the strings go before the next candidate
-  return { idsPerSecond, count: n, duplicates, orderViolations };
+  if (candidate.type === 'bigint') {
+    const ids = new BigUint64Array(count);
+    for (let i = 0; i < count; i++) ids[i] = next() as bigint;
+    for (let i = 1; i < count; i++) if ((ids[i] as bigint) <= (ids[i - 1] as bigint)) orderViolations++;
+    ids.sort();
+    let duplicates = 0;
+    for (let i = 1; i < count; i++) if (ids[i] === ids[i - 1]) duplicates++;
+    return { duplicates, orderViolations };
+  }
+  const ids: string[] = new Array(count);
+  for (let i = 0; i < count; i++) ids[i] = next() as string;
+  for (let i = 1; i < count; i++) if ((ids[i] as string) <= (ids[i - 1] as string)) orderViolations++;
+  return { duplicates: count - new Set(ids).size, orderViolations };
 }
 
 export async function runIdsBench(options: IdsBenchOptions = {}): Promise<IdsBenchResult> {
   const durationMs = options.durationMs ?? 1000;
-  const rounds = options.rounds ?? 2;
+  const rounds = options.rounds ?? 3;
   const all = await candidates();
   const chosen = options.only?.length
     ? all.filter((c) => options.only?.some((o) => c.name.includes(o)))
     : all;
   const startedAt = new Date().toISOString();
   const loadStart = loadavg()[0] ?? 0;
-  const bigints = new BigUint64Array(CAPACITY);
-  const strings: string[] = [];
   const best = new Map<string, Round>();
   let done = 0;
+  const total = chosen.length * (rounds + 1);
   for (let round = 0; round < rounds; round++) {
     for (const candidate of chosen) {
-      options.onProgress?.(done++, chosen.length * rounds, candidate.name);
+      options.onProgress?.(done++, total, candidate.name);
       const next = candidate.make();
       for (let i = 0; i < 2000; i++) next(); // warm up the JIT
-      const result =
-        candidate.type === 'bigint'
-          ? measureBigints(next, durationMs, bigints)
-          : measureStrings(next, durationMs, strings);
+      const rate = measureRate(next, durationMs);
       const previous = best.get(candidate.name);
-      if (!previous || result.idsPerSecond > previous.idsPerSecond) best.set(candidate.name, result);
+      if (!previous || rate.idsPerSecond > previous.idsPerSecond) {
+        best.set(candidate.name, { ...rate, checked: 0, duplicates: 0, orderViolations: 0 });
+      }
     }
   }
-  options.onProgress?.(done, chosen.length * rounds, 'done');
+  for (const candidate of chosen) {
+    options.onProgress?.(done++, total, `checking ${candidate.name}`);
+    const round = best.get(candidate.name) as Round;
+    round.checked = Math.min(round.count, CHECKED_IDS);
+    Object.assign(round, check(candidate, round.checked));
+  }
+  options.onProgress?.(done, total, 'done');
   const uuidRate = best.get('crypto.randomUUID')?.idsPerSecond ?? null;
   const entries: IdsBenchEntry[] = chosen.map((c) => {
     const r = best.get(c.name) as Round;
@@ -261,6 +273,7 @@ export async function runIdsBench(options: IdsBenchOptions = {}): Promise<IdsBen
       type: c.type,
       idsPerSecond: Math.round(r.idsPerSecond),
       count: r.count,
+      checked: r.checked,
       duplicates: r.duplicates,
       orderViolations: r.orderViolations,
       cap: c.cap ?? null,

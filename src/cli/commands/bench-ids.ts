@@ -23,10 +23,20 @@ function table(result: IdsBenchResult): string {
     e.cap ? e.cap.toLocaleString('en-US') : '',
     e.ratioToCap?.toFixed(3) ?? '',
     e.ratioToRandomUUID?.toFixed(3) ?? '',
+    e.checked.toLocaleString('en-US'),
     String(e.duplicates),
     String(e.orderViolations),
   ]);
-  const header = ['generator', 'ids/s', 'cap ids/s', '÷ cap', '÷ randomUUID', 'duplicates', 'not increasing'];
+  const header = [
+    'generator',
+    'ids/s',
+    'cap ids/s',
+    '÷ cap',
+    '÷ randomUUID',
+    'ids checked',
+    'duplicates',
+    'not increasing',
+  ];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)));
   const line = (cells: string[]) =>
     cells
@@ -53,7 +63,7 @@ export function registerBenchIdsCommand(bench: Command): void {
     )
     .option('--json', 'print the result as JSON')
     .option('--duration <ms>', 'real time per generator and round', positive('--duration'), 1000)
-    .option('--rounds <n>', 'interleaved rounds; the best counts', positive('--rounds'), 2)
+    .option('--rounds <n>', 'interleaved rounds; the best counts', positive('--rounds'), 3)
     .option('--only <names>', 'comma-separated substrings of generator names')
     .action(async (opts: { json?: boolean; duration: number; rounds: number; only?: string }) => {
       const showBar = process.stderr.isTTY && !opts.json;
