@@ -95,6 +95,8 @@ export interface TypeResult {
   };
   /** [insert number, latency µs], downsampled for charts. */
   points: [number, number][];
+  /** [middle insert number, median latency µs] of 50 consecutive slices: the drift the line summarises. */
+  medians: [number, number][];
 }
 
 export interface EngineResult {
@@ -324,6 +326,16 @@ function summarize(m: Measured, seed: number, chartPoints: number): TypeResult {
     Array.from(m.latenciesNs, (v, i) => [i, round(v / 1000, 1)] as [number, number]),
     chartPoints,
   );
+  const slices = Math.min(50, n);
+  const medians: [number, number][] = [];
+  for (let k = 0; k < slices; k++) {
+    const from = Math.floor((k * n) / slices);
+    const to = Math.floor(((k + 1) * n) / slices);
+    medians.push([
+      Math.floor((from + to - 1) / 2),
+      round(percentile(m.latenciesNs.subarray(from, to), 50) / 1000, 1),
+    ]);
+  }
   return {
     type: m.type.name,
     description: m.type.description,
@@ -341,6 +353,7 @@ function summarize(m: Measured, seed: number, chartPoints: number): TypeResult {
     ...(m.sizes.leafDensity === undefined ? {} : { leafDensity: round(m.sizes.leafDensity, 1) }),
     perRow,
     points,
+    medians,
   };
 }
 

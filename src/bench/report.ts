@@ -67,6 +67,7 @@ export function latencySpec(engine: EngineResult): Spec {
   const values: Record<string, unknown>[] = [];
   for (const t of engine.types) {
     for (const [x, y] of t.points) values.push({ type: t.type, kind: 'point', x, y });
+    for (const [x, y] of t.medians ?? []) values.push({ type: t.type, kind: 'median', x, y });
     const last = t.rows - 1;
     values.push({ type: t.type, kind: 'fit', x: 0, y: t.interceptNs / 1000 });
     values.push({ type: t.type, kind: 'fit', x: last, y: (t.interceptNs + t.slopeNsPerRow * last) / 1000 });
@@ -74,7 +75,7 @@ export function latencySpec(engine: EngineResult): Spec {
   // Outliers (a checkpoint, a neighbour's burst) would flatten every panel; the scale stops at the worst p99.
   const top = Math.max(...engine.types.map((t) => t.p99Us)) * 1.3;
   return {
-    title: `${engineName(engine)}: latency per insert vs insert count (points sampled; line = least squares)`,
+    title: `${engineName(engine)}: latency per insert vs insert count (dots: sampled inserts; black: median of each 1/50 of the run; red: least squares)`,
     data: { values },
     facet: { field: 'type', type: 'nominal', title: null, sort: engine.types.map((t) => t.type) },
     columns: 3,
@@ -89,6 +90,11 @@ export function latencySpec(engine: EngineResult): Spec {
             x: { field: 'x', type: 'quantitative', title: 'insert #' },
             y: { field: 'y', type: 'quantitative', title: 'latency (µs)', scale: { domain: [0, top] } },
           },
+        },
+        {
+          transform: [{ filter: "datum.kind === 'median'" }],
+          mark: { type: 'line', color: '#222', strokeWidth: 1, opacity: 0.7, clip: true },
+          encoding: { x: { field: 'x', type: 'quantitative' }, y: { field: 'y', type: 'quantitative' } },
         },
         {
           transform: [{ filter: "datum.kind === 'fit'" }],
