@@ -3,6 +3,7 @@ import { ulidToUUID, ulid as ulidWith } from 'ulid';
 import { v4 as uuidv4, v7 as uuidv7 } from 'uuid';
 import { ShardflakeError } from '../errors.js';
 import { createGenerator } from '../ids/generator.js';
+import { lsid } from '../ids/lsid.js';
 
 /**
  * The id types the insert benchmark compares, as data: how each is stored (Postgres and InnoDB column types),
@@ -29,15 +30,6 @@ export interface IdType {
   readonly pgValue?: () => unknown;
   /** Makes one key value for MariaDB (`app` types, and server types emulated app-side there). */
   readonly mysqlValue?: () => unknown;
-}
-
-/** The shape of `src/ids/lsid.ts` this benchmark uses (the ids engineer's module, loaded when present). */
-interface LsidModule {
-  lsid: {
-    generate(): string;
-    toBytes(value: string): Uint8Array;
-    toUuid(value: string): string;
-  };
 }
 
 export const ID_TYPE_NAMES = [
@@ -84,22 +76,10 @@ function bufferedRandom(): () => number {
 const ulidRandom = bufferedRandom();
 const ulid = (): string => ulidWith(undefined, ulidRandom);
 
-async function loadLsid(): Promise<LsidModule['lsid'] | undefined> {
-  // A computed specifier: the module is another engineer's and may not exist yet in this tree.
-  const specifier = ['..', 'ids', 'lsid.js'].join('/');
-  try {
-    const module = (await import(specifier)) as LsidModule;
-    return module.lsid;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Builds the id types. LSID types are left out (and named in `unavailable`) when `src/ids/lsid.ts` is missing. */
-export async function loadIdTypes(): Promise<{ types: Map<IdTypeName, IdType>; unavailable: string[] }> {
+/** Builds the id types, each with its own generator state. */
+export function idTypes(): Map<IdTypeName, IdType> {
   const snowflake = createGenerator({ layout: 'snowflake', worker: BENCH_WORKER });
   const instagram = createGenerator({ layout: 'instagram', shard: BENCH_SHARD });
-  const lsid = await loadLsid();
   const list: (IdType & { name: IdTypeName })[] = [
     {
       name: 'bigserial',
@@ -129,43 +109,40 @@ export async function loadIdTypes(): Promise<{ types: Map<IdTypeName, IdType>; u
       pgValue: () => snowflake.next().toString(),
       mysqlValue: () => snowflake.next().toString(),
     },
-    ...(lsid
-      ? ([
-          {
-            name: 'lsid-uuid',
-            description: 'LSID in its sort-preserving uuid form',
-            source: 'app',
-            pgColumn: 'uuid PRIMARY KEY',
-            pgArrayType: 'uuid',
-            mysqlColumn: 'BINARY(16) NOT NULL PRIMARY KEY',
-            keyBytes: 16,
-            pgValue: () => lsid.toUuid(lsid.generate()),
-            mysqlValue: () => uuidBytes(lsid.toUuid(lsid.generate())),
-          },
-          {
-            name: 'lsid-bytea',
-            description: 'LSID as its 12 bytes',
-            source: 'app',
-            pgColumn: 'bytea PRIMARY KEY',
-            pgArrayType: 'bytea',
-            mysqlColumn: 'BINARY(12) NOT NULL PRIMARY KEY',
-            keyBytes: 12,
-            pgValue: () => hexUuid(lsid.toBytes(lsid.generate())),
-            mysqlValue: () => hexUuid(lsid.toBytes(lsid.generate())),
-          },
-          {
-            name: 'lsid-text',
-            description: 'LSID as its 22-character text, as the paper stored it',
-            source: 'app',
-            pgColumn: 'text COLLATE "C" PRIMARY KEY',
-            pgArrayType: 'text',
-            mysqlColumn: 'CHAR(22) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY',
-            keyBytes: 22,
-            pgValue: () => lsid.generate(),
-            mysqlValue: () => lsid.generate(),
-          },
-        ] as const)
-      : []),
+    {
+      name: 'lsid-uuid',
+      description: 'LSID in its sort-preserving uuid form',
+      source: 'app',
+      pgColumn: 'uuid PRIMARY KEY',
+      pgArrayType: 'uuid',
+      mysqlColumn: 'BINARY(16) NOT NULL PRIMARY KEY',
+      keyBytes: 16,
+      pgValue: () => lsid.toUuid(lsid.generate()),
+      mysqlValue: () => uuidBytes(lsid.toUuid(lsid.generate())),
+    },
+    {
+      name: 'lsid-bytea',
+      description: 'LSID as its 12 bytes',
+      source: 'app',
+      pgColumn: 'bytea PRIMARY KEY',
+      pgArrayType: 'bytea',
+      mysqlColumn: 'BINARY(12) NOT NULL PRIMARY KEY',
+      keyBytes: 12,
+      pgValue: () => hexUuid(lsid.toBytes(lsid.generate())),
+      mysqlValue: () => hexUuid(lsid.toBytes(lsid.generate())),
+    },
+    {
+      name: 'lsid-text',
+      description: 'LSID as its 22-character text, as the paper stored it',
+      source: 'app',
+      pgColumn: 'text COLLATE "C" PRIMARY KEY',
+      pgArrayType: 'text',
+      mysqlColumn: 'CHAR(22) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY',
+      keyBytes: 22,
+      pgValue: () => lsid.generate(),
+      mysqlValue: () => lsid.generate(),
+    },
+
     {
       name: 'ulid-uuid',
       description: 'ULID stored in a uuid column (same 128 bits, same order)',
@@ -211,9 +188,7 @@ export async function loadIdTypes(): Promise<{ types: Map<IdTypeName, IdType>; u
       mysqlValue: () => uuidBytes(uuidv7()),
     },
   ];
-  const types = new Map<IdTypeName, IdType>(list.map((t) => [t.name, t]));
-  const unavailable = lsid ? [] : ['lsid-uuid', 'lsid-bytea', 'lsid-text'];
-  return { types, unavailable };
+  return new Map<IdTypeName, IdType>(list.map((t) => [t.name, t]));
 }
 
 /** Parses `--types a,b,…` against the known names. */

@@ -210,9 +210,6 @@ async function insertSection(result: InsertBenchResult): Promise<string> {
       (result.interrupted ? ' <b>Interrupted: partial results.</b>' : '') +
       '</p>',
   ];
-  if (result.unavailable.length > 0) {
-    parts.push(`<p>Not run (not available in this build): ${escapeHtml(result.unavailable.join(', '))}.</p>`);
-  }
   parts.push('<h3>Against the paper (table 1)</h3>', paperTable(result));
   for (const engine of result.engines) {
     parts.push(`<h3>${escapeHtml(engineName(engine))}</h3>`, `<p>${escapeHtml(engine.description)}</p>`);

@@ -85,7 +85,6 @@ function insertText(result: InsertBenchResult): string {
   });
   return [
     `bench inserts (${result.mode}): ${result.rows} timed inserts per type${result.preload ? ` after ${result.preload} preloaded` : ''}, batches of ${result.batch}, ${result.durationSeconds} s${result.interrupted ? ' — INTERRUPTED, partial results' : ''}`,
-    ...(result.unavailable.length ? [`not available in this build: ${result.unavailable.join(', ')}`] : []),
     '',
     ...result.engines.flatMap(engineText),
     'against the paper (table 1):',
