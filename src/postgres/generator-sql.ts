@@ -89,6 +89,7 @@ export const GENERATOR_OBJECTS = {
   targetOf: 'next_id_target_of',
   lastIssued: 'next_id_last_issued',
   clock: 'next_id_clock_ms',
+  testPause: 'next_id_test_pause',
   idToTimestamp: 'id_to_timestamp',
   idToShard: 'id_to_shard',
   timestampToMinId: 'timestamp_to_min_id',
@@ -328,7 +329,7 @@ ${floorLines(plan, nowTick)}
     IF c < floor_counter OR c <> ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c) THEN
       PERFORM pg_catalog.setval(${n.guardLit}, guard_value + 1, false);   -- (1)
       c := pg_catalog.nextval(${n.counterLit});                           -- (2)
-      target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
+${testPause(plan)}      target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
       IF target <> c THEN
         PERFORM pg_catalog.setval(${n.counterLit}, target, true);         -- (3)
         c := target;
@@ -342,11 +343,16 @@ function advisoryCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
   const n = namesOf(plan);
   return `${floorLines(plan, nowTick)}
     c := pg_catalog.nextval(${n.counterLit});
-    target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
+${testPause(plan)}    target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
     IF target <> c THEN
       PERFORM pg_catalog.setval(${n.counterLit}, target, true);
       c := target;
     END IF;`;
+}
+
+/** Test-only: a replaceable pause inside the catch-up's window, so that tests can hold the window open. */
+function testPause(plan: GeneratorSqlPlan): string {
+  return plan.testClock ? `    PERFORM ${qualified(plan.schema, GENERATOR_OBJECTS.testPause)}();\n` : '';
 }
 
 function floorLines(plan: GeneratorSqlPlan, nowTick: string): string {
@@ -420,6 +426,9 @@ $shardflake$`);
     statements.push(`CREATE OR REPLACE FUNCTION ${q(o.clock)}() RETURNS float8
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   RETURN ${SYSTEM_CLOCK_MS}`);
+    statements.push(`CREATE OR REPLACE FUNCTION ${q(o.testPause)}() RETURNS void
+  LANGUAGE sql VOLATILE PARALLEL UNSAFE
+  BEGIN ATOMIC END`);
   }
   // The first keepable counter value ≥ v (v itself unless its sequence carried into the gap).
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.targetOf)}(v bigint) RETURNS bigint
