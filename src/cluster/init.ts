@@ -11,6 +11,7 @@ import {
 } from './catalog.js';
 import { type ClusterConfig, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, type ServerClients } from './connections.js';
+import { isFenced } from './fence.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardCreationSql } from './shard-ddl.js';
 
 /**
@@ -59,13 +60,17 @@ export function planPlacement(config: Pick<ClusterConfig, 'servers' | 'logicalSh
 
 /** Writes the cluster row, or checks that an existing one matches the config. */
 async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Promise<void> {
-  await installCatalog(catalog);
-  await catalog.query(
-    `INSERT INTO shardflake.cluster (logical_shards, epoch_ms, catalog_sql_version, layout, schema_prefix)
-     VALUES ($1, $2, 1, $3, $4) ON CONFLICT (singleton) DO NOTHING`,
-    [config.logicalShards, config.epoch, config.layout.name, config.schemaPrefix],
-  );
-  const info = await readClusterInfo(catalog);
+  // The catalog DDL is idempotent but its ALTERs take exclusive locks: a rerun on an existing cluster skips it.
+  let info = await readClusterInfo(catalog);
+  if (!info) {
+    await installCatalog(catalog);
+    await catalog.query(
+      `INSERT INTO shardflake.cluster (logical_shards, epoch_ms, catalog_sql_version, layout, schema_prefix)
+       VALUES ($1, $2, 1, $3, $4) ON CONFLICT (singleton) DO NOTHING`,
+      [config.logicalShards, config.epoch, config.layout.name, config.schemaPrefix],
+    );
+    info = await readClusterInfo(catalog);
+  }
   if (!info) throw new ShardflakeError('DATABASE_ERROR', 'the catalog has no cluster row after writing it');
   const mismatches: string[] = [];
   if (info.logicalShards !== config.logicalShards) mismatches.push(`logicalShards ${info.logicalShards}`);
@@ -93,6 +98,14 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     const catalog = clients.get(config.catalog) as pg.Client;
     const schemaOf = (shard: number) => shardSchema(config, shard);
 
+    // The catalog's placement, when a catalog exists (read only: nothing is created before every server is seen).
+    // It wins over what the servers hold: after a move and before `cluster cleanup`, the moved shard's schema is
+    // on both servers, and only the catalog knows which copy is live.
+    const placed = new Map<number, string>();
+    if (await readClusterInfo(catalog)) {
+      for (const s of (await readShardMap(catalog)).shards) placed.set(s.shard, s.server);
+    }
+
     // Look at every server before changing any: a schema with a shard's name that is not a complete shard would
     // make the run fail half-way, so it is refused up front.
     const found = new Map<number, string>();
@@ -103,17 +116,27 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
       for (const row of rows as { schema: string; complete: boolean }[]) {
         const shard = Number(row.schema.slice(config.schemaPrefix.length));
         if (shard >= config.logicalShards) continue;
+        // A copy on a server other than the catalog's is a move's business (an old fenced copy waiting for
+        // cleanup, or a new copy still filling): init leaves it alone.
+        const at = placed.get(shard);
+        if (at !== undefined && at !== name) continue;
         if (!row.complete) {
           throw new ShardflakeError(
             'INVALID_CONFIG',
             `schema ${row.schema} already exists on server ${name} but is not a complete shardflake shard; drop it or choose another schemaPrefix`,
           );
         }
+        if (at !== undefined) {
+          found.set(shard, name);
+          continue;
+        }
+        // Not in the catalog: a fenced copy is the old side of a move, never the live one.
+        if (await isFenced(client, row.schema)) continue;
         const other = found.get(shard);
         if (other !== undefined) {
           throw new ShardflakeError(
             'INVALID_CONFIG',
-            `shard ${shard} exists on both server ${other} and server ${name}`,
+            `shard ${shard} exists (unfenced) on both server ${other} and server ${name} and the catalog does not say which is live`,
           );
         }
         found.set(shard, name);
@@ -143,7 +166,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
       todo.get(placement[shard] as string)?.push(shard);
     }
     const total = config.logicalShards;
-    let done = total - [...todo.values()].reduce((n, list) => n + list.length, 0);
+    const pending = [...todo.values()].reduce((n, list) => n + list.length, 0);
+    let done = total - pending;
     opts.onProgress?.(done, total);
 
     const batches = new Map<string, number[][]>();
@@ -203,10 +227,14 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     const failure = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failure) throw failure.reason;
 
-    // Shards created by this run become visible to routers together.
-    await catalog.query('BEGIN');
-    const mapVersion = await bumpMapVersion(catalog);
-    await catalog.query('COMMIT');
+    // Shards created or recovered by this run become visible to routers together. A run that found everything in
+    // place changes nothing, not even the map version (routers would re-read the map for nothing).
+    let mapVersion = map.version;
+    if (recovered.length > 0 || pending > 0) {
+      await catalog.query('BEGIN');
+      mapVersion = await bumpMapVersion(catalog);
+      await catalog.query('COMMIT');
+    }
     const perServer: Record<string, number> = Object.fromEntries(
       Object.keys(config.servers).map((n) => [n, 0]),
     );
