@@ -16,9 +16,12 @@ import { type ShardKey, shardForKey } from './shard-key.js';
  * and re-reads the map first). No operation makes a catalog round trip of its own, and each statement's text is
  * built once per (schema, table, columns) and cached, which keeps routing within a few percent of plain `pg`.
  *
- * Writes during a shard move: a write that reaches a fenced copy (SQLSTATE SF001, raised by the move's fence)
- * refreshes the map and retries, with a short backoff, for up to `writeRetryMs` (10 s), so a cutover pauses
- * writes instead of failing them.
+ * Writes during a shard move: a write that reaches a fenced copy (SQLSTATE SF001, raised by the move's fence) or
+ * fails on a shard in state `moving` retries for up to `writeRetryMs` (10 s), so a cutover pauses writes instead
+ * of failing them. Between attempts it waits for whichever comes first: the NOTIFY of a newer map (the cutover's
+ * catalog switch, usually a few ms after the fence commits) or a backoff timeout (10, 20, 40 … 200 ms, after which
+ * the map is re-read anyway, in case a notification was lost). So a retry runs as soon as the new map is known,
+ * not at the next tick of a sleep.
  */
 export interface RouterOptions {
   /** Connections per server pool (default 10). */
@@ -29,6 +32,21 @@ export interface RouterOptions {
   listen?: boolean;
   /** Called after each map refresh. */
   onMapChange?: (version: bigint) => void;
+  /** First wait between write retries when no newer map arrives (default 10 ms); it doubles up to the maximum. */
+  retryBackoffMs?: number;
+  /** Longest wait between write retries (default 200 ms). */
+  maxRetryBackoffMs?: number;
+  /** Called before each write retry, once the wait is over. */
+  onRetry?: (retry: WriteRetry) => void;
+}
+
+export interface WriteRetry {
+  shard: number;
+  /** 1 for the first retry. */
+  attempt: number;
+  reason: 'fenced' | 'moving';
+  /** What ended the wait: a newer map (from NOTIFY or another refresh), or the backoff timeout. */
+  woke: 'map' | 'timeout';
 }
 
 export type Row = Record<string, unknown>;
@@ -82,7 +100,13 @@ export interface Router {
 }
 
 export const FENCED_SQLSTATE = 'SF001';
-const DEFAULTS = { poolSize: 10, writeRetryMs: 10_000, listen: true };
+const DEFAULTS = {
+  poolSize: 10,
+  writeRetryMs: 10_000,
+  listen: true,
+  retryBackoffMs: 10,
+  maxRetryBackoffMs: 200,
+};
 
 interface MapState {
   version: bigint;
@@ -91,8 +115,6 @@ interface MapState {
   shardField: LayoutField;
   shards: ShardPlacement[];
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function createRouter(
   config: Pick<ClusterConfig, 'servers' | 'catalog'>,
@@ -110,6 +132,25 @@ export async function createRouter(
   let refreshing: Promise<void> | undefined;
   let listener: pg.Client | undefined;
   let closed = false;
+  // Writes waiting to retry: each is woken by the first map newer than the one its attempt used.
+  const mapWaiters = new Map<() => void, bigint>();
+
+  /** Resolves 'map' once the loaded map is newer than `version`, or 'timeout' after `ms`. */
+  function newerMap(version: bigint, ms: number): Promise<'map' | 'timeout'> {
+    if (state && state.version > version) return Promise.resolve('map');
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        mapWaiters.delete(wake);
+        resolve('map');
+      };
+      const timer = setTimeout(() => {
+        mapWaiters.delete(wake);
+        resolve('timeout');
+      }, ms);
+      mapWaiters.set(wake, version);
+    });
+  }
 
   function poolFor(server: string): pg.Pool {
     let pool = pools.get(server);
@@ -143,6 +184,7 @@ export async function createRouter(
       for (const s of map.shards) shards[s.shard] = s;
       state = { version: map.version, logicalShards: info.logicalShards, layout, shardField, shards };
       opts.onMapChange?.(map.version);
+      for (const [wake, version] of mapWaiters) if (map.version > version) wake();
     } catch (error) {
       throw wrapPgError(error);
     }
@@ -231,8 +273,8 @@ export async function createRouter(
     write: boolean,
   ): Promise<pg.QueryResult> {
     const deadline = performance.now() + (write ? opts.writeRetryMs : 0);
-    let backoff = 10;
-    for (;;) {
+    let backoff = opts.retryBackoffMs;
+    for (let attempt = 1; ; attempt++) {
       const map = await fresh();
       const p = placementIn(map, shardOf(map));
       try {
@@ -248,9 +290,14 @@ export async function createRouter(
             { sqlState: (error as { code?: string }).code, cause: error },
           );
         }
-        stale = true;
-        await sleep(backoff);
-        backoff = Math.min(backoff * 2, 200);
+        const woke = await newerMap(
+          map.version,
+          Math.min(backoff, Math.max(0, deadline - performance.now())),
+        );
+        // No newer map in time: re-read it anyway (a notification may have been lost, or LISTEN is off).
+        if (woke === 'timeout') stale = true;
+        backoff = Math.min(backoff * 2, opts.maxRetryBackoffMs);
+        opts.onRetry?.({ shard: p.shard, attempt, reason: fenced ? 'fenced' : 'moving', woke });
       }
     }
   }
@@ -422,6 +469,7 @@ export async function createRouter(
 
     async close() {
       closed = true;
+      for (const wake of [...mapWaiters.keys()]) wake();
       await listener?.end().catch(() => {});
       listener = undefined;
       await Promise.all([...pools.values(), catalogPool].map((p) => p.end().catch(() => {})));

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
 import { bumpMapVersion } from '../../src/cluster/catalog.js';
 import { initCluster } from '../../src/cluster/init.js';
-import { createRouter, type Router } from '../../src/cluster/router.js';
+import { createRouter, type Router, type WriteRetry } from '../../src/cluster/router.js';
 import { connect } from '../../src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
@@ -145,6 +145,44 @@ describe('router', () => {
     const id = await router.insert('photos', { user_id: 7 }, { key: 7 });
     assert.equal(router.shardOfId(id), 7);
     await Promise.all([catalog.end(), owner.end()]);
+  });
+
+  it('wakes a retrying write with the NOTIFY of the new map, not at the end of its backoff', {
+    timeout: 60_000,
+  }, async () => {
+    // Backoff far longer than the test's timeout: the write can only finish in time if the map change wakes it.
+    const retries: WriteRetry[] = [];
+    const waiting = await createRouter(config, {
+      retryBackoffMs: 120_000,
+      maxRetryBackoffMs: 120_000,
+      writeRetryMs: 240_000,
+      onRetry: (r) => retries.push(r),
+    });
+    const catalog = await connect(servers[0]!.url);
+    const { rows } = await catalog.query(
+      'SELECT server, schema_name FROM shardflake.shards WHERE shard = 11',
+    );
+    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
+    const owner = await connect(servers.find((s) => s.name === server)!.url);
+    // The fence counts its hits in a sequence (not rolled back with the write), so the test knows when to cut over.
+    await owner.query(`CREATE SEQUENCE "${schema}".hits`);
+    await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN PERFORM nextval('"${schema}".hits'); RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
+    await owner.query(
+      `CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH ROW EXECUTE FUNCTION "${schema}".fenced()`,
+    );
+    const write = waiting.insert('photos', { user_id: 11 }, { key: 11 });
+    const hits = async () =>
+      Number((await owner.query(`SELECT last_value, is_called FROM "${schema}".hits`)).rows[0].is_called);
+    while ((await hits()) === 0) await new Promise((r) => setTimeout(r, 10));
+    await owner.query(`DROP TRIGGER fence ON "${schema}".photos`);
+    await catalog.query('BEGIN');
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    const id = await write;
+    assert.equal(waiting.shardOfId(id), 11);
+    assert.deepEqual(retries, [{ shard: 11, attempt: 1, reason: 'fenced', woke: 'map' }]);
+    await Promise.all([catalog.end(), owner.end(), waiting.close()]);
   });
 
   it('gives up on a fenced shard after the bounded retry time with SHARD_FENCED', async () => {
