@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { connect, ensureGeneratorAbove, installGenerator, lastIssuedId, layouts } from 'shardflake';
+import {
+  connect,
+  defineLayout,
+  ensureGeneratorAbove,
+  installGenerator,
+  lastIssuedId,
+  layouts,
+} from 'shardflake';
 import { decodeId, encodeId } from '../../src/ids/codec.js';
 import { qualified } from '../../src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
@@ -75,6 +82,39 @@ test('production SQL: state moved ahead of the clock (as after a step back, or a
     await ensureGeneratorAbove(client, schema, now[0] as bigint);
     const after = await ids(client, schema, 1);
     assert.ok((after[0] as bigint) > (next.at(-1) as bigint));
+  } finally {
+    await client.end();
+  }
+});
+
+test('above 2^seqBits ids per tick the time bits run ahead of the clock, by at most ids / 2^seqBits ticks', async (t) => {
+  const [server] = await useServers(1);
+  const client = await connect((server as { url: string }).url);
+  try {
+    // 4 sequence bits: 16 ids per ms, so a single statement easily outruns the clock.
+    const layout = defineLayout({
+      name: 'narrow',
+      epoch: layouts.instagram.epoch,
+      timeUnitMs: 1,
+      fields: [
+        { kind: 'time', bits: 41 },
+        { kind: 'shard', bits: 13 },
+        { kind: 'sequence', bits: 4 },
+      ],
+    });
+    await installGenerator(client, { schema: 'narrow', shard: 1, layout });
+    const n = 50_000;
+    const { rows } = await client.query(
+      `SELECT count(DISTINCT id)::int AS d, max(id) AS max_id, min(id) AS min_id, clock_timestamp() AS done_at
+       FROM (SELECT ${qualified('narrow', 'next_id')}() AS id FROM generate_series(1, ${n})) s`,
+    );
+    assert.equal(rows[0].d, n);
+    const first = decodeId(rows[0].min_id as bigint, layout).timestamp.getTime();
+    const last = decodeId(rows[0].max_id as bigint, layout).timestamp.getTime();
+    const ahead = last - (rows[0].done_at as Date).getTime();
+    assert.ok(last - first <= n / 16, `${last - first} ms of time bits for ${n} ids`);
+    assert.ok(ahead > 0 && ahead <= n / 16, `ran ${ahead} ms ahead`);
+    t.diagnostic(`${n} ids at 16 per ms: time bits ${ahead} ms ahead of the clock when the statement ended`);
   } finally {
     await client.end();
   }
