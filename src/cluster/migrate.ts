@@ -1,10 +1,11 @@
 import type pg from 'pg';
 import { redactSecrets, ShardflakeError } from '../errors.js';
-import { connect } from '../postgres/connect.js';
+import { connect, wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
 import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll } from './connections.js';
+import { lockShard, MOVE_LOCK_CLASS, unfinishedMove, unlockShard } from './move-record.js';
 import { MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 
 /**
@@ -16,12 +17,19 @@ import { MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
  * The catalog's copy of each shard's version (for `cluster status`) is written afterwards; a run killed in
  * between leaves it behind, and the next run reads the truth from the shard and just records it.
  * Shards in state `moving` are refused (DDL during a move would break its replication) and reported.
+ *
+ * Moves and migrations exclude each other per shard with the move's advisory lock (`lockShard`): each shard's step
+ * runs holding it and re-reads the shard's placement and state under it, so a move cannot start while the shard is
+ * being migrated, a migration cannot run on a shard a move has locked (even in the moment before the move marks
+ * it `moving`), and a shard moved since the map was read is migrated where it lives now.
  */
 export interface MigrateOptions {
   /** Parallel connections per server (default 2). */
   connectionsPerServer?: number;
   onProgress?: (done: number, total: number) => void;
   signal?: AbortSignal;
+  /** How long a shard's step waits for its lock held by another migrate (default 10 000 ms). */
+  shardLockWaitMs?: number;
 }
 
 export interface ShardFailure {
@@ -44,7 +52,35 @@ export interface MigrateResult {
   durationMs: number;
 }
 
-const DEFAULTS = { connectionsPerServer: 2 };
+const DEFAULTS = { connectionsPerServer: 2, shardLockWaitMs: 10_000 };
+
+const MOVING = 'the shard is being moved; migrate again after the move';
+
+/**
+ * Takes the shard's move lock on `lock` (a catalog connection of this worker). Returns why the shard is refused, or
+ * null once locked. A running move holds the lock for its whole run, so the shard is refused at once; another
+ * migrate holds it for one step, so that is waited for (up to the connection's lock_timeout).
+ */
+async function lockForMigration(lock: pg.Client, shard: number): Promise<string | null> {
+  try {
+    await lockShard(lock, shard);
+    return null;
+  } catch (error) {
+    if (!(error instanceof ShardflakeError && error.code === 'SHARD_BUSY')) throw error;
+  }
+  const move = await unfinishedMove(lock, shard).catch(() => null);
+  if (move)
+    return `the shard is being moved (move #${move.id} to server ${move.to}); migrate again after the move`;
+  try {
+    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [MOVE_LOCK_CLASS, shard]);
+    return null;
+  } catch (error) {
+    if ((error as { code?: string }).code === '55P03') {
+      return 'another process (a move or a migration) kept the shard locked; migrate again';
+    }
+    throw wrapPgError(error);
+  }
+}
 
 export async function migrateCluster(
   config: ClusterConfig,
@@ -88,7 +124,7 @@ export async function migrateCluster(
           server: s.server,
           schema: s.schema,
           version: known,
-          error: 'the shard is being moved; migrate again after the move',
+          error: MOVING,
         });
       } else {
         const list = todo.get(s.server) ?? [];
@@ -112,29 +148,72 @@ export async function migrateCluster(
       });
     };
 
-    const work = async (server: string, client: pg.Client, queue: { shard: number; schema: string }[]) => {
+    const catalogUrl = config.servers[config.catalog] as string;
+    const work = async (home: string, queue: { shard: number; schema: string }[]) => {
+      // This worker's connections: its catalog connection (holds the shard locks) and one per server it works on
+      // (normally only its home server; another one when a shard moved away since the map was read).
+      const lock = await connect(catalogUrl, { applicationName: 'shardflake migrate lock' });
+      extra.push(lock);
+      await lock.query(`SET lock_timeout = ${Math.max(1, Math.round(opts.shardLockWaitMs))}`);
+      const clients = new Map<string, pg.Client>();
+      const clientFor = async (server: string) => {
+        let client = clients.get(server);
+        if (!client) {
+          const url = config.servers[server];
+          if (!url) throw new ShardflakeError('UNKNOWN_SERVER', `server ${server} is not in the config`);
+          client = await connect(url, { applicationName: 'shardflake migrate' });
+          extra.push(client);
+          clients.set(server, client);
+        }
+        return client;
+      };
       for (let next = queue.shift(); next; next = queue.shift()) {
         opts.signal?.throwIfAborted();
         const { shard, schema } = next;
+        let server = home;
         let version = versions.get(shard)?.schemaVersion ?? 0;
+        const refused = await lockForMigration(lock, shard);
+        if (refused) {
+          failed.push({ shard, server, schema, version, error: refused });
+          done++;
+          opts.onProgress?.(done, total);
+          continue;
+        }
         try {
-          const results = (await client.query(
-            `BEGIN; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')};
-             LOCK TABLE ${MIGRATIONS_TABLE} IN EXCLUSIVE MODE;
-             SELECT coalesce(max(version), 0)::int AS version FROM ${MIGRATIONS_TABLE}`,
-          )) as unknown as pg.QueryResult[];
-          version = ((results[results.length - 1] as pg.QueryResult).rows[0] as { version: number }).version;
-          if (version < target) await client.query(`${shardMigrationSql(config, schema, version)}COMMIT;`);
-          else await client.query('COMMIT');
-          if (version < target) migrated++;
-          else alreadyCurrent++;
-          record(shard, target, null);
-        } catch (error) {
-          await client.query('ROLLBACK').catch(() => {});
-          const e = error as { message?: string; code?: string };
-          const message = redactSecrets(String(e.message ?? error));
-          failed.push({ shard, server, schema, version, error: message, sqlState: e.code });
-          record(shard, version, message);
+          // Under the lock: where the shard lives now, and whether a move left it `moving` (a crashed one).
+          const now = await lock.query('SELECT server, state FROM shardflake.shards WHERE shard = $1', [
+            shard,
+          ]);
+          const placed = now.rows[0] as { server: string; state: string } | undefined;
+          if (placed) server = placed.server;
+          if (placed?.state === 'moving') {
+            failed.push({ shard, server, schema, version, error: MOVING });
+          } else {
+            const client = await clientFor(server);
+            try {
+              const results = (await client.query(
+                `BEGIN; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')};
+                 LOCK TABLE ${MIGRATIONS_TABLE} IN EXCLUSIVE MODE;
+                 SELECT coalesce(max(version), 0)::int AS version FROM ${MIGRATIONS_TABLE}`,
+              )) as unknown as pg.QueryResult[];
+              version = ((results[results.length - 1] as pg.QueryResult).rows[0] as { version: number })
+                .version;
+              if (version < target)
+                await client.query(`${shardMigrationSql(config, schema, version)}COMMIT;`);
+              else await client.query('COMMIT');
+              if (version < target) migrated++;
+              else alreadyCurrent++;
+              record(shard, target, null);
+            } catch (error) {
+              await client.query('ROLLBACK').catch(() => {});
+              const e = error as { message?: string; code?: string };
+              const message = redactSecrets(String(e.message ?? error));
+              failed.push({ shard, server, schema, version, error: message, sqlState: e.code });
+              record(shard, version, message);
+            }
+          }
+        } finally {
+          await unlockShard(lock, shard);
         }
         done++;
         opts.onProgress?.(done, total);
@@ -144,11 +223,7 @@ export async function migrateCluster(
     const workers: Promise<void>[] = [];
     for (const [server, queue] of todo) {
       const count = Math.min(opts.connectionsPerServer, queue.length);
-      for (let i = 0; i < count; i++) {
-        const c = await connect(config.servers[server] as string, { applicationName: 'shardflake migrate' });
-        extra.push(c);
-        workers.push(work(server, c, queue));
-      }
+      for (let i = 0; i < count; i++) workers.push(work(server, queue));
     }
     const settled = await Promise.allSettled(workers);
     await catalogWrites;

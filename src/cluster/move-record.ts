@@ -140,7 +140,7 @@ export async function markOldCopyDropped(catalog: Queryable, id: bigint): Promis
 
 /**
  * Takes the shard's move lock on `catalog` (a dedicated connection, held for the whole move). Throws SHARD_BUSY
- * when another live process holds it.
+ * when another live process holds it. `cluster migrate` takes the same lock around each shard's step.
  */
 export async function lockShard(catalog: pg.Client, shard: number): Promise<void> {
   const { rows } = await catalog.query('SELECT pg_try_advisory_lock($1::int, $2::int) AS ok', [
@@ -151,7 +151,9 @@ export async function lockShard(catalog: pg.Client, shard: number): Promise<void
     const running = await unfinishedMove(catalog, shard).catch(() => null);
     throw new ShardflakeError(
       'SHARD_BUSY',
-      `shard ${shard} is being moved by another process${running ? ` (move #${running.id} to server ${running.to}, phase ${running.phase})` : ''}; wait for it to finish`,
+      running
+        ? `shard ${shard} is being moved by another process (move #${running.id} to server ${running.to}, phase ${running.phase}); wait for it to finish`
+        : `shard ${shard} is locked by another process (a move starting, or cluster migrate working on it); try again`,
     );
   }
 }
