@@ -322,19 +322,19 @@ function seqlockCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
     IF guard_value IS NULL THEN
       -- A catch-up died between (1) and (4); we hold the key, so none is running: finish its (4).
       SELECT last_value INTO guard_value FROM ${n.guard};
-      PERFORM pg_catalog.setval(${n.guardLit}, guard_value, true);
+      stored := pg_catalog.setval(${n.guardLit}, guard_value, true);
     END IF;
 ${floorLines(plan, nowTick)}
     c := pg_catalog.nextval(${n.counterLit});
     IF c < floor_counter OR c <> ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c) THEN
-      PERFORM pg_catalog.setval(${n.guardLit}, guard_value + 1, false);   -- (1)
+      stored := pg_catalog.setval(${n.guardLit}, guard_value + 1, false);   -- (1)
       c := pg_catalog.nextval(${n.counterLit});                           -- (2)
 ${testPause(plan)}      target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
       IF target <> c THEN
-        PERFORM pg_catalog.setval(${n.counterLit}, target, true);         -- (3)
+        stored := pg_catalog.setval(${n.counterLit}, target, true);         -- (3)
         c := target;
       END IF;
-      PERFORM pg_catalog.setval(${n.guardLit}, guard_value + 1, true);    -- (4)
+      stored := pg_catalog.setval(${n.guardLit}, guard_value + 1, true);    -- (4)
     END IF;`;
 }
 
@@ -345,7 +345,7 @@ function advisoryCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
     c := pg_catalog.nextval(${n.counterLit});
 ${testPause(plan)}    target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
     IF target <> c THEN
-      PERFORM pg_catalog.setval(${n.counterLit}, target, true);
+      stored := pg_catalog.setval(${n.counterLit}, target, true);
       c := target;
     END IF;`;
 }
@@ -445,11 +445,16 @@ DECLARE
   guard_value bigint;
   target bigint;
   c bigint;
+  -- Results assigned instead of PERFORMed: PL/pgSQL evaluates an assignment as a simple expression, several times
+  -- cheaper than PERFORM's full statement, and the catch-up runs up to once per tick.
+  stored bigint;
+  locked text;
+  released boolean;
 BEGIN
-  PERFORM pg_catalog.pg_advisory_lock(lock_key);
+  locked := pg_catalog.pg_advisory_lock(lock_key)::text;
   BEGIN
 ${plan.guard === 'seqlock' ? seqlockCatchUp(plan, nowTick) : advisoryCatchUp(plan, nowTick)}
-    PERFORM pg_catalog.pg_advisory_unlock(lock_key);
+    released := pg_catalog.pg_advisory_unlock(lock_key);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     PERFORM pg_catalog.pg_advisory_unlock(lock_key);
     RAISE;
