@@ -379,8 +379,11 @@ export function generatorSql(options: GeneratorSqlOptions): string {
 
   const fastPath = plan.guard === 'seqlock' ? seqlockFastPath(plan) : advisoryFastPath(plan);
   const statements: string[] = [];
-  // Serialises concurrent installs of any shard (CREATE … IF NOT EXISTS is not race-free); released at commit.
-  statements.push(`SELECT pg_catalog.pg_advisory_xact_lock(x'5346'::int, 1)`);
+  // Serialises concurrent installs into the same schema (CREATE … IF NOT EXISTS is not race-free); released at
+  // commit. Keyed by the schema name, so a cluster creating many shards in parallel is not serialised by it.
+  statements.push(
+    `SELECT pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(${quoteLiteral(plan.schema)}))`,
+  );
   statements.push(`CREATE SCHEMA IF NOT EXISTS ${s}`);
   // Refuse to turn one shard's generator into another's, or to downgrade a newer install.
   statements.push(`DO $shardflake$
