@@ -373,11 +373,13 @@ export function capabilityNotes(
     );
   } else {
     notes.push(
-      `The largest index (${largest.type}, ${mb(largest.indexBytes)}) is ${(largest.indexBytes / engine.cacheBytes).toFixed(1)}× ${cacheName} (${mb(engine.cacheBytes)}); all indexes together ${mb(totalIndex)}: random keys must evict and re-read pages, visible in blocks read and full-page images per insert.`,
+      `The largest index (${largest.type}, ${mb(largest.indexBytes)}) is ${(largest.indexBytes / engine.cacheBytes).toFixed(1)}× ${cacheName} (${mb(engine.cacheBytes)}); all indexes together ${mb(totalIndex)}: random keys must evict and re-read pages, visible in ${engine.engine === 'postgres' ? 'blocks read and full-page images' : 'buffer-pool misses and page splits'} per insert.`,
     );
   }
+  const carries =
+    engine.engine === 'postgres' ? 'WAL bytes and full-page images' : 'buffer-pool misses and redo bytes';
   notes.push(
-    `Pages evicted from ${cacheName} still sit in the OS page cache (${Math.round(totalmem() / 2 ** 30)} GiB RAM here), so a "read" costs a memory copy, not a disk seek: this run cannot show the disk-bound latency of a database far larger than RAM; WAL bytes and full-page images per insert are the figures that carry over.`,
+    `Pages evicted from ${cacheName} still sit in the OS page cache (${Math.round(totalmem() / 2 ** 30)} GiB RAM here), so a "read" costs a memory copy, not a disk seek: this run cannot show the disk-bound latency of a database far larger than RAM; ${carries} per insert are the figures that carry over.`,
   );
   const spans = engine.types.map((t) => Math.abs(t.slopeNsPerRow * t.rows) / Math.max(1, t.interceptNs));
   const maxSpan = Math.max(...spans);
