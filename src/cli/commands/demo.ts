@@ -1,3 +1,5 @@
+import { chmod, writeFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { EmbeddedServer } from '../../postgres/embedded.js';
 import { progressBar } from './cluster.js';
@@ -55,14 +57,22 @@ export function registerDemoCommand(program: Command): void {
         });
         bar.stop();
         if (flags.keep) {
+          // The password goes into a pgpass file (owner-only), never onto the screen.
+          const passFile = resolve(flags.dir, 'pgpass');
+          await writeFile(
+            passFile,
+            servers.map((s) => `127.0.0.1:${s.port}:*:postgres:${new URL(s.url).password}\n`).join(''),
+            { mode: 0o600 },
+          );
+          await chmod(passFile, 0o600);
           process.stdout.write('\nthe servers keep running until you press Ctrl-C. Connect with psql:\n');
           for (const s of servers) {
             process.stdout.write(
-              `  psql -h 127.0.0.1 -p ${s.port} -U postgres postgres   # server ${s.name}\n`,
+              `  PGPASSFILE=${passFile} psql -h 127.0.0.1 -p ${s.port} -U postgres postgres   # server ${s.name}\n`,
             );
           }
           process.stdout.write(
-            '  (the password is the local demo default, PASSWORD in src/postgres/embedded.ts; try: SELECT * FROM shardflake.shards LIMIT 5;)\n',
+            '  try: SELECT * FROM shardflake.shards LIMIT 5;  SELECT id, shard_0001.id_to_timestamp(id) FROM shard_0001.photos LIMIT 5;\n',
           );
           await new Promise(() => {});
         }
