@@ -30,6 +30,8 @@ export type { MacChoice } from './ids/worker-id.js';
 export { findMac, workerIdFromMac } from './ids/worker-id.js';
 export type { IdsBenchEntry, IdsBenchOptions, IdsBenchResult, IdsBenchTarget } from './bench/ids.js';
 export { runIdsBench } from './bench/ids.js';
+export type { SqlBenchGuardResult, SqlBenchOptions, SqlBenchResult, SqlBenchSide } from './bench/sql.js';
+export { runSqlBench } from './bench/sql.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
