@@ -11,6 +11,11 @@ import { createRouter, type Router } from './router.js';
  * logical shards over them, users/photos/likes written through the router, decoded ids, and a cross-shard feed.
  * The folder persists, so a second run reuses the servers' data (and finishes an init a killed run left behind);
  * servers a hard-killed run left running there are stopped first (see demo-leftovers.ts).
+ *
+ * The demo's servers run with `synchronous_commit = off`: a commit returns before its WAL reaches the disk, so the
+ * single-row inserts are not each held up by a WAL flush (a crash may lose the last fraction of a second of
+ * commits; never corrupt data). That is a setting of these local demo servers only: the router sends the same
+ * statements as always, and servers you configure yourself keep their own setting.
  */
 export interface DemoOptions {
   /** Data folder (default `.shardflake/demo`). */
@@ -47,6 +52,8 @@ const DEFAULTS = {
 
 /** The demo's servers, as startEmbeddedServers names them. */
 export const DEMO_SERVERS = ['a', 'b'] as const;
+/** Settings of the demo's local servers only (why: see the top of this file). */
+export const DEMO_SERVER_SETTINGS = { synchronous_commit: 'off' };
 
 export const DEMO_TABLES = {
   users:
@@ -92,11 +99,12 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const servers = await startEmbeddedServers(DEMO_SERVERS.length, {
     dir: opts.dir,
     persistent: true,
+    settings: DEMO_SERVER_SETTINGS,
   });
   opts.onServers?.(servers);
   timings.startServers = ms(t);
   log(
-    `started ${servers.length} PostgreSQL servers in ${(timings.startServers / 1000).toFixed(1)} s (data in ${opts.dir}):`,
+    `started ${servers.length} PostgreSQL servers in ${(timings.startServers / 1000).toFixed(1)} s (data in ${opts.dir}; synchronous_commit=off, for this demo only):`,
   );
   for (const s of servers) log(`  ${s.name}  ${describeUrl(s.url)}`);
 
