@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { ShardflakeError } from '../errors.js';
 import { connect, describeUrl, wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
 import { installGenerator } from '../postgres/install.js';
@@ -29,16 +30,23 @@ export async function postgresTarget(url: string): Promise<InsertTarget> {
     const hasFpi = await client
       .query(`SELECT 1 FROM pg_attribute WHERE attrelid = 'pg_stat_wal'::regclass AND attname = 'wal_fpi'`)
       .then((r) => (r.rowCount ?? 0) > 0);
-    const hasPgstattuple = await client
-      .query('CREATE EXTENSION IF NOT EXISTS pgstattuple')
-      .then(() => true)
-      .catch(() => false);
+    // pgstattuple gives the leaf fill; created only if missing, and dropped again on close.
+    const hadPgstattuple = await client
+      .query(`SELECT 1 FROM pg_extension WHERE extname = 'pgstattuple'`)
+      .then((r) => (r.rowCount ?? 0) > 0);
+    const createdPgstattuple =
+      !hadPgstattuple &&
+      (await client
+        .query('CREATE EXTENSION pgstattuple')
+        .then(() => true)
+        .catch(() => false));
     return new PostgresTarget(client, {
       description: `PostgreSQL ${row.version} at ${describeUrl(url)} (shared_buffers ${Math.round(Number(row.cache) / 2 ** 20)} MB, synchronous_commit=${row.sync}, full_page_writes=${row.fpw})`,
       cacheBytes: Number(row.cache),
       hasFlush,
       hasFpi,
-      hasPgstattuple,
+      hasPgstattuple: hadPgstattuple || createdPgstattuple,
+      createdPgstattuple,
     });
   } catch (error) {
     await client.end().catch(() => {});
@@ -52,6 +60,7 @@ interface Features {
   hasFlush: boolean;
   hasFpi: boolean;
   hasPgstattuple: boolean;
+  createdPgstattuple: boolean;
 }
 
 class PostgresTarget implements InsertTarget {
@@ -59,6 +68,7 @@ class PostgresTarget implements InsertTarget {
   readonly description: string;
   readonly cacheBytes: number;
   private readonly created = new Set<string>();
+  private createdGenerator = false;
 
   constructor(
     private readonly client: pg.Client,
@@ -83,8 +93,19 @@ class PostgresTarget implements InsertTarget {
 
   async prepare(type: IdType): Promise<void> {
     const table = quoteIdent(tableFor(type));
-    if (type.name === 'instagram')
+    if (type.name === 'instagram' && !this.createdGenerator) {
+      const { rowCount } = await this.run('SELECT 1 FROM pg_namespace WHERE nspname = $1', [
+        GENERATOR_SCHEMA,
+      ]);
+      if (rowCount) {
+        throw new ShardflakeError(
+          'INVALID_ARGUMENT',
+          `schema ${GENERATOR_SCHEMA} already exists on this server (left by a killed run? DROP SCHEMA ${GENERATOR_SCHEMA} CASCADE); the benchmark will not touch it`,
+        );
+      }
       await installGenerator(this.client, { schema: GENERATOR_SCHEMA, shard: 1 });
+      this.createdGenerator = true;
+    }
     await this.run(`DROP TABLE IF EXISTS ${table}`);
     this.created.add(table);
     // autovacuum off: a vacuum starting in one type's table mid-run would charge its I/O to whichever type runs.
@@ -173,6 +194,9 @@ class PostgresTarget implements InsertTarget {
 
   async close(): Promise<void> {
     for (const table of this.created) await this.run(`DROP TABLE IF EXISTS ${table}`).catch(() => {});
+    if (this.createdGenerator)
+      await this.run(`DROP SCHEMA ${quoteIdent(GENERATOR_SCHEMA)} CASCADE`).catch(() => {});
+    if (this.features.createdPgstattuple) await this.run('DROP EXTENSION pgstattuple').catch(() => {});
     await this.client.end().catch(() => {});
   }
 }
