@@ -91,7 +91,9 @@ test('above 2^seqBits ids per tick the time bits run ahead of the clock, by at m
   const [server] = await useServers(1);
   const client = await connect((server as { url: string }).url);
   try {
-    // 4 sequence bits: 16 ids per ms, so a single statement easily outruns the clock.
+    // 2 sequence bits: 4 ids per ms, so a single statement outruns the clock by far, even on a loaded machine
+    // (50,000 ids are 12.5 s of time bits; the statement takes well under a second).
+    const perTick = 4;
     const layout = defineLayout({
       name: 'narrow',
       epoch: layouts.instagram.epoch,
@@ -99,22 +101,22 @@ test('above 2^seqBits ids per tick the time bits run ahead of the clock, by at m
       fields: [
         { kind: 'time', bits: 41 },
         { kind: 'shard', bits: 13 },
-        { kind: 'sequence', bits: 4 },
+        { kind: 'sequence', bits: 2 },
       ],
     });
     await installGenerator(client, { schema: 'narrow', shard: 1, layout });
     const n = 50_000;
     const { rows } = await client.query(
-      `SELECT count(DISTINCT id)::int AS d, max(id) AS max_id, min(id) AS min_id, clock_timestamp() AS done_at
+      `SELECT count(DISTINCT id)::int AS d, max(id) AS max_id, clock_timestamp() AS done_at
        FROM (SELECT ${qualified('narrow', 'next_id')}() AS id FROM generate_series(1, ${n})) s`,
     );
     assert.equal(rows[0].d, n);
-    const first = decodeId(rows[0].min_id as bigint, layout).timestamp.getTime();
     const last = decodeId(rows[0].max_id as bigint, layout).timestamp.getTime();
     const ahead = last - (rows[0].done_at as Date).getTime();
-    assert.ok(last - first <= n / 16, `${last - first} ms of time bits for ${n} ids`);
-    assert.ok(ahead > 0 && ahead <= n / 16, `ran ${ahead} ms ahead`);
-    t.diagnostic(`${n} ids at 16 per ms: time bits ${ahead} ms ahead of the clock when the statement ended`);
+    // Ahead, but never by more than the ids issued divided by the ids a tick holds. (The span from first to last
+    // id can exceed n / perTick when the clock overtakes the counter mid-statement and a catch-up jumps it.)
+    assert.ok(ahead > 0 && ahead <= n / perTick, `ran ${ahead} ms ahead`);
+    t.diagnostic(`${n} ids at ${perTick} per ms: time bits ${ahead} ms ahead of the clock when the statement ended`);
   } finally {
     await client.end();
   }
