@@ -8,6 +8,7 @@ import { assertIdEncoding, formatId, type IdEncoding } from '../../ids/id-text.j
 import { inspect, inspectionToJson } from '../../ids/inspect.js';
 import { type Layout, layouts, PRESET_NAMES, resolveLayout, withEpoch } from '../../ids/layout.js';
 import { createLsidGenerator } from '../../ids/lsid-generator.js';
+import { epochOption } from '../options.js';
 
 /** `id new --format`: 64-bit ids of the chosen layout, or one of the other formats. */
 export const NEW_FORMATS = ['int64', 'lsid', 'ulid', 'uuidv7', 'uuidv4', 'objectid'] as const;
@@ -38,17 +39,6 @@ function countOption(value: string): number {
     );
   }
   return count;
-}
-
-function epochOption(value: string): number {
-  const ms = /^[0-9]+$/.test(value.trim()) ? Number(value) : Date.parse(value);
-  if (!Number.isSafeInteger(ms) || ms < 0) {
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      `--epoch must be milliseconds since 1970 or an ISO 8601 date, not ${JSON.stringify(value)}`,
-    );
-  }
-  return ms;
 }
 
 function formatOption(value: string): NewFormat {

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { ShardflakeError } from '../../errors.js';
 import { GUARD_KINDS, type GuardKind, generatorSql } from '../../postgres/generator-sql.js';
+import { epochOption } from '../options.js';
 
 /** `--shard`: a whole number (the layout decides the range, and says OUT_OF_RANGE). */
 function shardNumber(value: string): number {
@@ -11,18 +12,6 @@ function shardNumber(value: string): number {
     );
   }
   return Number(value);
-}
-
-/** `--epoch`: milliseconds since 1970, or an ISO 8601 date. */
-function epochMs(value: string): number {
-  const ms = /^[0-9]+$/.test(value.trim()) ? Number(value) : Date.parse(value);
-  if (!Number.isSafeInteger(ms) || ms < 0) {
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      `--epoch must be milliseconds since 1970 or an ISO 8601 date, not ${JSON.stringify(value)}`,
-    );
-  }
-  return ms;
 }
 
 function guardKind(value: string): GuardKind {
@@ -41,7 +30,7 @@ export function registerSqlCommands(program: Command): void {
     )
     .requiredOption('--schema <name>', 'the shard schema (a plain identifier)')
     .requiredOption('--shard <n>', 'logical shard number (must fit the layout’s shard field)', shardNumber)
-    .option('--epoch <ms>', 'custom epoch: ms since 1970 or an ISO date (default: the layout’s)', epochMs)
+    .option('--epoch <ms>', 'custom epoch: ms since 1970 or an ISO date (default: the layout’s)', epochOption)
     .option('--layout <name>', 'id layout with shard and sequence fields', 'instagram')
     .option(
       '--guard <kind>',

@@ -1,0 +1,18 @@
+import { ShardflakeError } from '../errors.js';
+
+/**
+ * Flag parsers shared by more than one command. Each turns bad input into one INVALID_ARGUMENT sentence that the
+ * CLI prints as a single stderr line.
+ */
+
+/** `--epoch`: milliseconds since 1970, or an ISO 8601 date. */
+export function epochOption(value: string): number {
+  const ms = /^[0-9]+$/.test(value.trim()) ? Number(value) : Date.parse(value);
+  if (!Number.isSafeInteger(ms) || ms < 0) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--epoch must be milliseconds since 1970 or an ISO 8601 date, not ${JSON.stringify(value)}`,
+    );
+  }
+  return ms;
+}
