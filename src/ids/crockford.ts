@@ -1,4 +1,4 @@
-import { ShardflakeError } from '../errors.js';
+import { createRadix } from './radix.js';
 
 /**
  * Crockford's Base32 (https://www.crockford.com/base32.html): digits and upper-case letters without I, L, O, U,
@@ -9,21 +9,12 @@ import { ShardflakeError } from '../errors.js';
 export const CROCKFORD_ALPHABET = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 export const CROCKFORD_BITS_PER_CHAR = 5;
 
-/** Character code → 5-bit value, or −1 for a character Crockford's Base32 does not allow. */
-const DECODE = new Int8Array(128).fill(-1);
-for (let i = 0; i < CROCKFORD_ALPHABET.length; i++) {
-  const upper = CROCKFORD_ALPHABET.charCodeAt(i);
-  DECODE[upper] = i;
-  DECODE[String.fromCharCode(upper).toLowerCase().charCodeAt(0)] = i;
-}
-for (const [alias, value] of [
-  ['I', 1],
-  ['L', 1],
-  ['O', 0],
-] as const) {
-  DECODE[alias.charCodeAt(0)] = value;
-  DECODE[alias.toLowerCase().charCodeAt(0)] = value;
-}
+const crockford = createRadix({
+  name: "Crockford's Base32",
+  alphabet: CROCKFORD_ALPHABET,
+  caseInsensitive: true,
+  aliases: { I: 1, L: 1, O: 0 },
+});
 
 /** Number of characters needed for `bits` bits. */
 export function crockfordWidth(bits: number): number {
@@ -31,48 +22,17 @@ export function crockfordWidth(bits: number): number {
 }
 
 /** A non-negative bigint → exactly `width` characters (upper case), zero-padded on the left. */
-export function encodeCrockford(value: bigint, width: number): string {
-  if (value < 0n || value >> BigInt(width * CROCKFORD_BITS_PER_CHAR) !== 0n) {
-    throw new ShardflakeError('OUT_OF_RANGE', `${value} does not fit ${width} Crockford base32 characters`);
-  }
-  let out = '';
-  let rest = value;
-  for (let i = 0; i < width; i++) {
-    out = CROCKFORD_ALPHABET[Number(rest & 31n)] + out;
-    rest >>= 5n;
-  }
-  return out;
-}
+export const encodeCrockford = (value: bigint, width: number): string => crockford.encode(value, width);
 
 /**
  * Crockford text → bigint. Case-insensitive, I/L → 1, O → 0; every other character (U, hyphens, spaces, …)
  * is an INVALID_ID. `what` names the format in the error message.
  */
-export function decodeCrockford(text: string, what = 'Crockford base32 text'): bigint {
-  if (text.length === 0) throw new ShardflakeError('INVALID_ID', `empty ${what}`);
-  let value = 0n;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    const digit = code < 128 ? (DECODE[code] as number) : -1;
-    if (digit < 0) {
-      throw new ShardflakeError(
-        'INVALID_ID',
-        `${JSON.stringify(text).slice(0, 60)} is not valid ${what}: character ${JSON.stringify(text[i])} at position ${i + 1} is not in Crockford's Base32`,
-      );
-    }
-    value = (value << 5n) | BigInt(digit);
-  }
-  return value;
-}
+export const decodeCrockford = (text: string, what = 'Crockford base32 text'): bigint =>
+  crockford.decode(text, what);
 
 /** True when every character is one Crockford decoding accepts (including the I/L/O aliases). */
-export function isCrockford(text: string): boolean {
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code >= 128 || (DECODE[code] as number) < 0) return false;
-  }
-  return text.length > 0;
-}
+export const isCrockford = (text: string): boolean => crockford.accepts(text);
 
 /** 5-bit value → its character; exposed for encoders that build text from precomputed pieces (LSID). */
 export function crockfordDigit(value: number): string {
