@@ -16,3 +16,17 @@ export function epochOption(value: string): number {
   }
   return ms;
 }
+
+/** A whole-number flag of at least `min` (default 1): `--rows`, `--shards`, `--rounds`, … */
+export function positiveInteger(flag: string, min = 1) {
+  return (value: string): number => {
+    const n = /^[0-9]+$/.test(value.trim()) ? Number(value) : Number.NaN;
+    if (!(Number.isSafeInteger(n) && n >= min)) {
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `${flag} must be a whole number ≥ ${min}, not ${JSON.stringify(value)}`,
+      );
+    }
+    return n;
+  };
+}

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { positiveInteger } from '../options.js';
 import { writeBenchReport } from '../report-option.js';
 import { progressBar, toJson } from './cluster.js';
 
@@ -10,9 +11,9 @@ export function registerBenchClusterCommand(bench: Command): void {
       'cluster init time, router insert throughput vs direct pg (same run), cross-shard feed latency',
     )
     .option('--json', 'print the results as JSON')
-    .option('--shards <n>', 'logical shards to create', (v) => Number.parseInt(v, 10), 8192)
-    .option('--rows <n>', 'rows per insert round', (v) => Number.parseInt(v, 10), 3000)
-    .option('--rounds <n>', 'insert rounds per side', (v) => Number.parseInt(v, 10), 6)
+    .option('--shards <n>', 'logical shards to create', positiveInteger('--shards'), 8192)
+    .option('--rows <n>', 'rows per insert round', positiveInteger('--rows'), 3000)
+    .option('--rounds <n>', 'insert rounds per side', positiveInteger('--rounds'), 6)
     .option('--report <file>', 'also write a self-contained HTML report')
     .action(
       async (flags: { json?: boolean; shards: number; rows: number; rounds: number; report?: string }) => {

@@ -1,21 +1,8 @@
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { type IdsBenchResult, runIdsBench } from '../../bench/ids.js';
-import { ShardflakeError } from '../../errors.js';
+import { positiveInteger } from '../options.js';
 import { writeBenchReport } from '../report-option.js';
-
-function positive(flag: string) {
-  return (value: string): number => {
-    const n = /^[0-9]+$/.test(value.trim()) ? Number(value) : Number.NaN;
-    if (!(Number.isSafeInteger(n) && n >= 1)) {
-      throw new ShardflakeError(
-        'INVALID_ARGUMENT',
-        `${flag} must be a whole number ≥ 1, not ${JSON.stringify(value)}`,
-      );
-    }
-    return n;
-  };
-}
 
 function table(result: IdsBenchResult): string {
   const rows = result.entries.map((e) => [
@@ -63,8 +50,8 @@ export function registerBenchIdsCommand(bench: Command): void {
       'id generation throughput: our generators vs their caps and vs peer libraries, duplicates counted',
     )
     .option('--json', 'print the result as JSON')
-    .option('--duration <ms>', 'real time per generator and round', positive('--duration'), 1000)
-    .option('--rounds <n>', 'interleaved rounds; the best counts', positive('--rounds'), 3)
+    .option('--duration <ms>', 'real time per generator and round', positiveInteger('--duration'), 1000)
+    .option('--rounds <n>', 'interleaved rounds; the best counts', positiveInteger('--rounds'), 3)
     .option('--only <names>', 'comma-separated substrings of generator names')
     .option('--report <file>', 'also write a self-contained HTML report')
     .action(

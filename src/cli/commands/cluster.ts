@@ -6,6 +6,7 @@ import { migrateCluster } from '../../cluster/migrate.js';
 import { clusterStatus } from '../../cluster/status.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
+import { positiveInteger } from '../options.js';
 import { registerMoveCommands } from './cluster-move.js';
 
 /** JSON with bigints as strings (ids beyond 2^53 must not lose digits in a JavaScript reader). */
@@ -60,8 +61,8 @@ export function registerClusterCommands(program: Command): void {
     )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the result as JSON')
-    .option('--batch-size <n>', 'shards per transaction', (v) => Number.parseInt(v, 10))
-    .option('--connections <n>', 'parallel connections per server', (v) => Number.parseInt(v, 10))
+    .option('--batch-size <n>', 'shards per transaction', positiveInteger('--batch-size'))
+    .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
     .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
       const config = await loadConfig(flags.config);
       const bar = progressBar('init   ', !flags.json);
@@ -132,7 +133,7 @@ export function registerClusterCommands(program: Command): void {
     .description("apply the config's migrations to every logical shard, one transaction per shard; resumable")
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the result as JSON')
-    .option('--connections <n>', 'parallel connections per server', (v) => Number.parseInt(v, 10))
+    .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
     .action(async (flags: Flags & { connections?: number }) => {
       const config = await loadConfig(flags.config);
       const bar = progressBar('migrate', !flags.json);

@@ -2,6 +2,7 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { EmbeddedServer } from '../../postgres/embedded.js';
+import { positiveInteger } from '../options.js';
 import { progressBar } from './cluster.js';
 
 /** `shardflake demo` (= `npm start`): the whole design on two local PostgreSQL servers, in under a minute. */
@@ -13,7 +14,7 @@ export function registerDemoCommand(program: Command): void {
     )
     .option('--keep', 'leave the servers running (until Ctrl-C) and print how to connect with psql')
     .option('--dir <folder>', 'data folder for the servers', '.shardflake/demo')
-    .option('--shards <n>', 'logical shards', (v) => Number.parseInt(v, 10), 256)
+    .option('--shards <n>', 'logical shards', positiveInteger('--shards'), 256)
     .action(async (flags: { keep?: boolean; dir: string; shards: number }) => {
       let servers: EmbeddedServer[] = [];
       let stopping: Promise<void> | undefined;
