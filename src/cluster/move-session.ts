@@ -57,6 +57,23 @@ export interface Session {
   mapVersion: bigint;
 }
 
+/** A session at the start of a run (fresh or resumed): connections, the move's record, nothing measured yet. */
+export function newSession(
+  parts: Pick<Session, 'config' | 'opts' | 'catalog' | 'source' | 'target' | 'record' | 'names' | 'tables'>,
+): Session {
+  return {
+    ...parts,
+    copyMs: null,
+    pauseMs: null,
+    pauseSteps: {},
+    indexMs: null,
+    copiedRows: 0n,
+    rows: 0n,
+    snapshot: null,
+    mapVersion: 0n,
+  };
+}
+
 export async function connectServer(config: ClusterConfig, server: string): Promise<pg.Client> {
   const url = config.servers[server];
   if (url === undefined) {

@@ -31,6 +31,7 @@ import {
   DEFAULTS,
   inTransaction,
   isInterrupted,
+  newSession,
   type Options,
   readPlacement,
   type Session,
@@ -215,7 +216,7 @@ export async function settleMove(
     throw e;
   });
   try {
-    const s: Session = {
+    const s = newSession({
       config,
       opts: { ...DEFAULTS },
       catalog,
@@ -224,15 +225,7 @@ export async function settleMove(
       record,
       names: replicationNames(record.id),
       tables: await listTables(source, record.schema),
-      copyMs: null,
-      pauseMs: null,
-      pauseSteps: {},
-      indexMs: null,
-      copiedRows: 0n,
-      rows: 0n,
-      snapshot: null,
-      mapVersion: 0n,
-    };
+    });
     await finish(s);
     return 'finished';
   } finally {
@@ -314,7 +307,7 @@ export async function moveShard(
     } else {
       tables = await listTables(source, record.schema);
     }
-    session = {
+    session = newSession({
       config,
       opts,
       catalog,
@@ -323,15 +316,7 @@ export async function moveShard(
       record,
       names: replicationNames(record.id),
       tables,
-      copyMs: null,
-      pauseMs: null,
-      pauseSteps: {},
-      indexMs: null,
-      copiedRows: 0n,
-      rows: 0n,
-      snapshot: null,
-      mapVersion: 0n,
-    };
+    });
     if (!resumedFrom) await checkpoint(session, 'planned');
     try {
       await drive(session);
