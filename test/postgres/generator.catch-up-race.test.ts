@@ -118,12 +118,26 @@ test('catch-ups racing fast paths under a stepping clock never hand out an id tw
     );
   }
   await t.test('control: the same race without the guard does produce duplicates', async () => {
-    // Whether one run hits the race depends on scheduling (on a heavily loaded machine the behind sessions may
-    // fetch too few values inside a window), so the control tries up to six times; the first duplicate ends it.
+    // Whether a run hits the race depends on how fast the behind sessions fetch values (R per ms) against the
+    // ids a tick holds (2^bits): the counter must lag the ahead session's clock (R < 2^bits), yet the values
+    // fetched inside one held-open window must reach the catch-up's target (roughly R > 2^bits / 2). R depends
+    // on the machine's load, so the attempts sweep the sequence width, covering R from about 8 to 512 per ms;
+    // the first duplicate ends the sweep.
     let duplicates = 0;
-    for (let attempt = 0; attempt < 6 && duplicates === 0; attempt++) {
+    const widths = [8, 7, 9, 6, 5, 4];
+    for (let attempt = 0; attempt < widths.length && duplicates === 0; attempt++) {
       const schema = `race_unguarded_${attempt}`;
-      const sql = withoutGuard(generatorSql({ schema, shard: 77, layout, testClock: true }), schema);
+      const swept = defineLayout({
+        name: `race-${widths[attempt]}`,
+        epoch: layout.epoch,
+        timeUnitMs: 1,
+        fields: [
+          { kind: 'time', bits: 41 },
+          { kind: 'sequence', bits: widths[attempt] as number },
+          { kind: 'shard', bits: 13 },
+        ],
+      });
+      const sql = withoutGuard(generatorSql({ schema, shard: 77, layout: swept, testClock: true }), schema);
       duplicates += (await race(url, schema, sql)).duplicateErrors;
     }
     assert.ok(
