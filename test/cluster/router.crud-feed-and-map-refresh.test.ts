@@ -9,6 +9,25 @@ import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
 const servers = await useServers(2);
+
+/**
+ * Fences a shard's current copy the way a move does (every INSERT raises SF001) and returns connections to the
+ * catalog and to the copy's server, for the test to lift the fence or bump the map.
+ */
+async function fenceShard(shard: number) {
+  const catalog = await connect(servers[0]!.url);
+  const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = $1', [
+    shard,
+  ]);
+  const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
+  const owner = await connect(servers.find((s) => s.name === server)!.url);
+  await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
+  await owner.query(
+    `CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH ROW EXECUTE FUNCTION "${schema}".fenced()`,
+  );
+  return { catalog, owner, schema };
+}
 const config = testConfig(servers, { logicalShards: 16 });
 let router: Router;
 
@@ -125,16 +144,7 @@ describe('router', () => {
   });
 
   it('retries a write that hits a fenced copy (SF001) until the map moves it, then succeeds', async () => {
-    const catalog = await connect(servers[0]!.url);
-    const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 7');
-    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
-    const owner = await connect(servers.find((s) => s.name === server)!.url);
-    // A fence like the move's: every write to this copy raises SF001.
-    await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
-      $$ BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
-    await owner.query(
-      `CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH ROW EXECUTE FUNCTION "${schema}".fenced()`,
-    );
+    const { catalog, owner, schema } = await fenceShard(7);
     setTimeout(async () => {
       // The "cutover": the fence comes off (as if the shard now lived elsewhere) and the map is bumped.
       await owner.query(`DROP TRIGGER fence ON "${schema}".photos`);
@@ -187,15 +197,7 @@ describe('router', () => {
 
   it('gives up on a fenced shard after the bounded retry time with SHARD_FENCED', async () => {
     const short = await createRouter(config, { writeRetryMs: 200 });
-    const catalog = await connect(servers[0]!.url);
-    const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 8');
-    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
-    const owner = await connect(servers.find((s) => s.name === server)!.url);
-    await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
-      $$ BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
-    await owner.query(
-      `CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH ROW EXECUTE FUNCTION "${schema}".fenced()`,
-    );
+    const { catalog, owner, schema } = await fenceShard(8);
     await assert.rejects(short.insert('photos', { user_id: 8 }, { key: 8 }), (e: unknown) =>
       isShardflakeError(e, 'SHARD_FENCED'),
     );
