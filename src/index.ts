@@ -2,51 +2,21 @@
  * shardflake's public API. Everything a user imports comes from here, with types.
  */
 
-export type { ErrorCode, ErrorDetails } from './errors.js';
-export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
-export type { FieldKind, FieldSpec, Layout, LayoutField, LayoutSpec, PresetName } from './ids/layout.js';
-
-// ids
-export { defineLayout, FIELD_KINDS, layouts, PRESET_NAMES, resolveLayout, withEpoch } from './ids/layout.js';
-export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
-export { decodeId, encodeId, idRange } from './ids/codec.js';
-export type { Generator, GeneratorOptions } from './ids/generator.js';
-export { capPerSecond, createGenerator, SequenceState } from './ids/generator.js';
-export type { IdEncoding } from './ids/id-text.js';
-export { formatId, ID_ENCODINGS, parseId } from './ids/id-text.js';
-export type { IdFormat, InspectOptions, Inspection } from './ids/inspect.js';
-export { ID_FORMATS, inspect, inspectionToJson } from './ids/inspect.js';
-export type {
-  DecodedLsid,
-  FormatOptions as LsidFormatOptions,
-  LsidGenerator,
-  LsidGeneratorOptions,
-  LsidInput,
-  LsidParts,
-} from './ids/lsid.js';
-export { lsid } from './ids/lsid.js';
-export { LsidState } from './ids/lsid-generator.js';
-export type { MacChoice } from './ids/worker-id.js';
-export { findMac, workerIdFromMac } from './ids/worker-id.js';
 export type { IdsBenchEntry, IdsBenchOptions, IdsBenchResult, IdsBenchTarget } from './bench/ids.js';
 export { runIdsBench } from './bench/ids.js';
-export type { SqlBenchGuardResult, SqlBenchOptions, SqlBenchResult, SqlBenchSide } from './bench/sql.js';
+export type { SqlBenchNextIdResult, SqlBenchOptions, SqlBenchResult, SqlBenchSide } from './bench/sql.js';
 export { runSqlBench } from './bench/sql.js';
-export type { ConnectOptions, Queryable } from './postgres/connect.js';
-export { connect, createPool, describeUrl } from './postgres/connect.js';
-export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
-export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
-// postgres
-export { quoteIdent, validateIdentifier } from './postgres/identifier.js';
-export type { GeneratorSqlOptions, GeneratorSqlPlan, GuardKind } from './postgres/generator-sql.js';
-export { GENERATOR_VERSION, GUARD_KINDS, generatorPlan, generatorSql } from './postgres/generator-sql.js';
-export type { InstalledGenerator } from './postgres/install.js';
-export { ensureGeneratorAbove, installGenerator, lastIssuedId, readInstalledGenerator } from './postgres/install.js';
 // cluster
 export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog.js';
 export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog.js';
 export type { ClusterConfig, Migration, TableTemplate } from './cluster/config.js';
-export { loadConfig, MAX_LOGICAL_SHARDS, parseConfig, shardSchema, validateConfig } from './cluster/config.js';
+export {
+  loadConfig,
+  MAX_LOGICAL_SHARDS,
+  parseConfig,
+  shardSchema,
+  validateConfig,
+} from './cluster/config.js';
 export type { InitOptions, InitResult } from './cluster/init.js';
 export { initCluster, planPlacement } from './cluster/init.js';
 export type { Lease, LeaseOptions } from './cluster/leases.js';
@@ -68,4 +38,44 @@ export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+export type { ErrorCode, ErrorDetails } from './errors.js';
+export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
+export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
+export { decodeId, encodeId, idRange } from './ids/codec.js';
+export type { Generator, GeneratorOptions } from './ids/generator.js';
+export { capPerSecond, createGenerator, SequenceState } from './ids/generator.js';
+export type { IdEncoding } from './ids/id-text.js';
+export { formatId, ID_ENCODINGS, parseId } from './ids/id-text.js';
+export type { IdFormat, Inspection, InspectOptions } from './ids/inspect.js';
+export { ID_FORMATS, inspect, inspectionToJson } from './ids/inspect.js';
+export type { FieldKind, FieldSpec, Layout, LayoutField, LayoutSpec, PresetName } from './ids/layout.js';
+// ids
+export { defineLayout, FIELD_KINDS, layouts, PRESET_NAMES, resolveLayout, withEpoch } from './ids/layout.js';
+export type {
+  DecodedLsid,
+  FormatOptions as LsidFormatOptions,
+  LsidGenerator,
+  LsidGeneratorOptions,
+  LsidInput,
+  LsidParts,
+} from './ids/lsid.js';
+export { lsid } from './ids/lsid.js';
+export { LsidState } from './ids/lsid-generator.js';
+export type { MacChoice } from './ids/worker-id.js';
+export { findMac, workerIdFromMac } from './ids/worker-id.js';
+export type { ConnectOptions, Queryable } from './postgres/connect.js';
+export { connect, createPool, describeUrl } from './postgres/connect.js';
+export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
+export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
+export type { GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
+export { GENERATOR_VERSION, generatorPlan, generatorSql } from './postgres/generator-sql.js';
+// postgres
+export { quoteIdent, validateIdentifier } from './postgres/identifier.js';
+export type { InstalledGenerator } from './postgres/install.js';
+export {
+  ensureGeneratorAbove,
+  installGenerator,
+  lastIssuedId,
+  readInstalledGenerator,
+} from './postgres/install.js';
 export { VERSION } from './version.js';

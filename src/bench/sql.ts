@@ -2,7 +2,7 @@ import { cpus } from 'node:os';
 import type pg from 'pg';
 import { connect, describeUrl } from '../postgres/connect.js';
 import { type EmbeddedServer, startEmbeddedServer } from '../postgres/embedded.js';
-import { GENERATOR_OBJECTS, type GuardKind } from '../postgres/generator-sql.js';
+import { GENERATOR_OBJECTS } from '../postgres/generator-sql.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { installGenerator } from '../postgres/install.js';
 
@@ -19,8 +19,6 @@ import { installGenerator } from '../postgres/install.js';
 export interface SqlBenchOptions {
   /** A server to use instead of starting an embedded one (its `public` schema stays untouched). */
   url?: string;
-  /** Guards to measure (default both; the first is the one installed by default). */
-  guards?: readonly GuardKind[];
   /** Rows of the bulk INSERT … SELECT (default 1,000,000). */
   rows?: number;
   /** Rounds per measurement (default 3). */
@@ -40,11 +38,13 @@ export interface SqlBenchSide {
   median: number;
 }
 
-export interface SqlBenchGuardResult {
-  guard: GuardKind;
-  bulk: { nextIdMs: SqlBenchSide; ratio: number; aheadMs: number[] };
-  single: { nextIdPerSecond: SqlBenchSide; ratio: number };
-  calls: { nextIdPerSecond: SqlBenchSide; ratio: number };
+export interface SqlBenchNextIdResult {
+  /** Bulk time; ratio = median / bigserial's median (lower is better); how far the last id ran ahead, per round. */
+  bulk: { ms: SqlBenchSide; ratio: number; aheadMs: number[] };
+  /** Single-row inserts per second; ratio = median / bigserial's (higher is better). */
+  single: { perSecond: SqlBenchSide; ratio: number };
+  /** next_id() calls per second; ratio = median / nextval()'s. */
+  calls: { perSecond: SqlBenchSide; ratio: number };
 }
 
 export interface SqlBenchResult {
@@ -56,11 +56,10 @@ export interface SqlBenchResult {
     singlePerSecond: SqlBenchSide;
     nextvalPerSecond: SqlBenchSide;
   };
-  guards: SqlBenchGuardResult[];
+  nextId: SqlBenchNextIdResult;
 }
 
 const DEFAULTS = {
-  guards: ['seqlock', 'advisory'] as readonly GuardKind[],
   rows: 1_000_000,
   rounds: 3,
   clients: 2,
@@ -116,27 +115,23 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
   const clients: pg.Client[] = [];
   try {
     const version = String((await admin.query('SHOW server_version')).rows[0].server_version);
-    // One schema per guard, each its own shard; the bigserial table beside them.
-    const schemaOf = (guard: GuardKind) => `${BENCH_SCHEMA}_${guard}`;
+    const schema = `${BENCH_SCHEMA}_next_id`;
     const serial = qualified(BENCH_SCHEMA, 't_bigserial');
-    await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(BENCH_SCHEMA)} CASCADE`);
+    const nextIdTable = qualified(schema, 't_next_id');
+    for (const name of [BENCH_SCHEMA, schema]) {
+      await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(name)} CASCADE`);
+    }
     await admin.query(`CREATE SCHEMA ${quoteIdent(BENCH_SCHEMA)}`);
     await admin.query(`CREATE TABLE ${serial} (id bigserial PRIMARY KEY, v integer)`);
-    const tables = new Map<GuardKind, string>();
-    for (const [i, guard] of opts.guards.entries()) {
-      const schema = schemaOf(guard);
-      await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema)} CASCADE`);
-      await installGenerator(admin, { schema, shard: i + 1, guard });
-      const table = qualified(schema, 't_next_id');
-      await admin.query(
-        `CREATE TABLE ${table} (id bigint PRIMARY KEY DEFAULT ${qualified(schema, GENERATOR_OBJECTS.nextId)}(), v integer)`,
-      );
-      tables.set(guard, table);
-    }
+    await installGenerator(admin, { schema, shard: 1 });
+    await admin.query(
+      `CREATE TABLE ${nextIdTable} (id bigint PRIMARY KEY DEFAULT ${qualified(schema, GENERATOR_OBJECTS.nextId)}(), v integer)`,
+    );
     const serialSeq = qualified(BENCH_SCHEMA, 't_bigserial_id_seq');
-    const all: { key: 'bigserial' | GuardKind; table: string }[] = [
+    type Key = 'bigserial' | 'next_id';
+    const all: { key: Key; table: string }[] = [
       { key: 'bigserial', table: serial },
-      ...opts.guards.map((g) => ({ key: g, table: tables.get(g) as string })),
+      { key: 'next_id', table: nextIdTable },
     ];
     const order = (round: number) => (round % 2 === 0 ? all : [...all].reverse());
     const totalSteps = opts.rounds * 3;
@@ -154,8 +149,7 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
           `INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, ${opts.rows})`,
         );
         bulk.set(key, [...(bulk.get(key) ?? []), ms]);
-        if (key !== 'bigserial') {
-          const schema = schemaOf(key);
+        if (key === 'next_id') {
           const { rows } = await admin.query(
             `SELECT (extract(epoch FROM ${qualified(schema, GENERATOR_OBJECTS.idToTimestamp)}(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead FROM ${table}`,
           );
@@ -188,13 +182,13 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
         const expr =
           key === 'bigserial'
             ? `pg_catalog.nextval('${serialSeq.replaceAll("'", "''")}'::regclass)`
-            : `${qualified(schemaOf(key), GENERATOR_OBJECTS.nextId)}()`;
+            : `${qualified(schema, GENERATOR_OBJECTS.nextId)}()`;
         const ms = await timedMs(admin, `SELECT count(${expr}) FROM generate_series(1, ${opts.callRows})`);
         calls.set(key, [...(calls.get(key) ?? []), opts.callRows / (ms / 1000)]);
       }
       progress('calls', ++step, totalSteps);
     }
-    await admin.query(all.map((t) => `TRUNCATE ${t.table}`).join(';'));
+    await admin.query(`DROP SCHEMA ${quoteIdent(BENCH_SCHEMA)}, ${quoteIdent(schema)} CASCADE`);
 
     const base = {
       bulkMs: side(bulk.get('bigserial') ?? []),
@@ -212,21 +206,16 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
         callRows: opts.callRows,
       },
       bigserial: base,
-      guards: opts.guards.map((guard) => {
-        const b = side(bulk.get(guard) ?? []);
-        const s = side(single.get(guard) ?? []);
-        const c = side(calls.get(guard) ?? []);
+      nextId: (() => {
+        const b = side(bulk.get('next_id') ?? []);
+        const s = side(single.get('next_id') ?? []);
+        const c = side(calls.get('next_id') ?? []);
         return {
-          guard,
-          bulk: {
-            nextIdMs: b,
-            ratio: round3(b.median / base.bulkMs.median),
-            aheadMs: ahead.get(guard) ?? [],
-          },
-          single: { nextIdPerSecond: s, ratio: round3(s.median / base.singlePerSecond.median) },
-          calls: { nextIdPerSecond: c, ratio: round3(c.median / base.nextvalPerSecond.median) },
+          bulk: { ms: b, ratio: round3(b.median / base.bulkMs.median), aheadMs: ahead.get('next_id') ?? [] },
+          single: { perSecond: s, ratio: round3(s.median / base.singlePerSecond.median) },
+          calls: { perSecond: c, ratio: round3(c.median / base.nextvalPerSecond.median) },
         };
-      }),
+      })(),
     };
   } finally {
     await Promise.all(clients.map((c) => c.end().catch(() => {})));

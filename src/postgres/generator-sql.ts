@@ -5,77 +5,60 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
 /*
  * The id generator that runs inside PostgreSQL, one per logical shard (schema).
  *
- * STATE. One counter V held in the sequence `next_id_counter` (CACHE 1): V is the id without its shard bits —
- * the tick in the time field, the sequence in the sequence field, zeros elsewhere — and the sequence's
- * increment is one step of the sequence field. An id is `V | shard bits`, so ids are unique and ordered
- * exactly when counter values are. The sequence field never wraps: a full sequence carries upwards, so the
- * seed's collision (more than 2^seqBits ids in one millisecond repeat `nextval % 1024`) cannot happen. When
- * the layout has a field between the sequence and the time (instagram's shard), a carry lands in that gap; the
- * fast path rejects such a value and the catch-up moves the counter to the next tick. So when demand stays
- * above 2^seqBits ids per tick the time bits run ahead of the clock, and they fall back to the clock after.
+ * STATE. One sequence, `next_id_counter` (CACHE 1), holds the pair (era, sequence) as c = sequence · 2^T + era:
+ * the era is a tick (whole time units since the layout's epoch) in the low T bits, T wide enough for every tick
+ * an id can carry; the sequence is in the bits above it, and the sequence's INCREMENT is 2^T. So `nextval` — an
+ * atomic fetch-and-add that no transaction can roll back — adds one to the sequence and NEVER changes the era:
+ * a sequence that outgrows the id's sequence field runs into the sign bit (an error), not into the time bits. The
+ * id handed out for c is (era, sequence) put into the layout's time and sequence fields, plus the shard bits.
  *
- * FAST PATH (inlined SQL). `nextval` is an atomic fetch-and-add that no transaction can roll back, so when the
- * fetched value is gap-free and at or ahead of the clock (tick(V) ≥ now) it is simply the next id. This is also
- * what happens after the server clock steps back: the counter is ahead, ids keep increasing from it.
+ * FAST PATH (inlined SQL, no lock, one relation). v := nextval; keep v if its sequence fits the id's field and
+ * its era is not behind the clock (era ≥ now — also true after the server clock stepped back: ids then keep
+ * increasing from the era). Otherwise v is discarded (a gap in the ids, never a duplicate) and the catch-up runs.
  *
- * CATCH-UP (PL/pgSQL, rare: at most about once per tick). When the counter lags the clock it must jump to
- * now's tick. A sequence has no fetch-and-max, only `setval`, an absolute store. "Read V, compare, setval(T)"
- * races with concurrent `nextval` callers: session A reads v, session B's `nextval` hands out v+1 … v+k (k can
- * be anything — A may be descheduled), A stores T; if v+k ≥ T, the values T+1 … v+k are handed out a second
- * time (and T itself if v+k = T). Making catch-up callers take turns does not help: the values handed out twice
- * belong to fast-path callers that took no turn. So the fast path must cooperate, as cheaply as possible. Two
- * guards are built and measured (`bench sql`); both run the catch-up under a session-level advisory lock on the
- * schema's key (released before the function returns, and in its exception handler — never held until commit):
+ * CATCH-UP (PL/pgSQL, about once per tick, or once per 2^seqBits ids when demand outruns the clock). Under a
+ * session-level advisory lock on the schema's key (released before it returns, and in its exception handler —
+ * never held until commit):
+ *    v := nextval; if v is keepable, return it (another catch-up already moved the counter);
+ *    else start a new era: e' := max(now, era(v) + 1), setval(counter, e', is_called = true) — the pair (e', 0) —
+ *    and return the id of (e', 0).
  *
- * GUARD `seqlock` (default; no lock in the fast path). A seqlock kept in a second sequence, `next_id_guard`, read
- * with `pg_sequence_last_value` (NULL while `is_called` is false, which here means "catch-up in progress"). The
- * catch-up, holding the key, does:
- *    (1) guard := in progress (g+1, is_called = false)      → guard reads NULL
- *    (2) v := nextval(counter)                               → every value fetched before (1) is < v
- *    (3) if v lags or is in the gap: setval(counter, T ≥ v)  → later nextvals return > T; the result is T
- *    (4) guard := g+1 (is_called = true)
- * The fast path evaluates, in this order, g1 := guard, v := nextval(counter), g2 := guard, and keeps v only if
- * g1 = g2 (both non-NULL) and v passes the clock/gap check; otherwise it discards v (a gap, never a duplicate)
- * and calls the catch-up. Proof that a kept v is never handed out again: the only store that moves the counter
- * is (3). If v's nextval came after some catch-up's (3), that store was below v. If it came before that
- * catch-up's (2), v < the (2) value ≤ T, and afterwards the counter hands out only values above T. Otherwise v's
- * nextval lies between (1) and (3) of that catch-up: then g1 was read before v's nextval and g2 after, so either
- * g1 was read after (1) and before (4) — NULL, rejected — or g1 was read before (1) and g2 after (1) — g2 is
- * NULL or a later guard value ≠ g1, rejected. (Each sequence operation is atomic under the sequence's buffer
- * lock, so all of them fall in one total order.) The catch-up's own result is its (2) value or the T it stored,
- * which no one else can keep: values before (2) are below it, values after (3) above it, values in between are
- * rejected. If a session dies inside a catch-up, the key goes with the session and the next catch-up (which
- * holds the key, so none is running) finishes the dead one's (4).
+ * WHY NO ID IS HANDED OUT TWICE. Every counter value belongs to the era of the store (setval) that began it:
+ * nextval never changes the era, so the values fetched between one store and the next are distinct pairs of
+ * that store's era. Stores happen only inside catch-ups, one at a time (the key), and each store's era is
+ * greater than the era it read after taking the key, which is the era of the previous store (the counter's era
+ * is always the last store's era). So eras only grow, each era is begun by exactly one store, and two handed-out
+ * values in the same era come from the same store and differ in sequence. This is true however the sessions
+ * interleave: a session that fetched a value of the old era just before a store still keeps an old-era pair,
+ * which the new era cannot produce. No guard is needed in the fast path, and no clock has to be monotonic.
+ * (The naive design — the counter is the id without its shard bits and a catch-up stores "now" into it — hands
+ * out an id twice when fast paths keep incrementing past the catch-up's target between its read and its store;
+ * test/postgres/generator.catch-up-race.test.ts builds that race and shows both outcomes.)
  *
- * GUARD `advisory`. The fast path takes the same key *shared* (try, never waits) around its nextval and releases
- * it in both branches before it builds the id; the catch-up holds it exclusively, so no nextval of a fast path
- * can fall between the catch-up's read and its store. Cheaper per id than two guard reads on some machines, but
- * a nextval that fails inside the shared section (a read-only transaction, a missing USAGE privilege) leaves
- * the shared lock held by that session until it ends, and every catch-up then waits for it. The seqlock has no
- * such failure mode, which is why it is the default.
+ * INCREASING in call order: a call that starts after another returned fetches later; within an era later
+ * fetches have larger sequences, and a later era is a larger tick. The id's time field is above its sequence
+ * field (checked), so ids order like (era, sequence).
  *
- * Increasing in call order (both guards): a call that starts after another returned fetches its counter value
- * later, and the counter only moves up (every store in (3) is above every value handed out before it).
- *
- * Evaluation order in the fast path is forced, not hoped for: g2's argument is a CASE over nextval's result
- * (data dependency), g1 is the left operand of the same `=` (PostgreSQL evaluates an operator's arguments left
- * to right), the id is built in the CASE branch chosen after both, and the advisory variant orders lock,
- * nextval and unlock through nested CASE conditions, which are evaluated in order.
+ * RUN-AHEAD. Each era holds 2^seqBits ids; above that many per tick, the next era is era + 1 even when the clock
+ * has not moved, so the time bits run ahead of the clock by (ids issued beyond the clock's pace) / 2^seqBits
+ * ticks, and fall back to the clock when demand drops (measured in `bench sql`, tested in
+ * test/postgres/generator.clock-step-back.test.ts).
  *
  * COST. `next_id()` is a SQL-language function whose body is one expression (`RETURN …`, parsed at creation so
  * the caller's search_path cannot change it), so the planner inlines it into the INSERT: no function call, no
- * PL/pgSQL. Per id it does one nextval, the guard (two sequence reads, or a shared lock and its release), one
- * currval (session-local) to build the id, a clock read and bit arithmetic. The check "gap-free and not behind
- * the clock" is one AND with a mask: x = (V >> seqTop) − (now << gapBits) is ≥ 0 with zero low gapBits exactly
- * when tick(V) ≥ now and the gap is empty, i.e. when x & (sign bit | gap mask) = 0.
+ * PL/pgSQL, and per id one nextval (the only relation it touches, as with bigserial), a clock read, two currval
+ * (session-local) and bit arithmetic. The keep check is one expression of v: with K the mask of the era bits
+ * and of the bits above the id's sequence field, ((v & K) − now) >> T is 0 exactly when the sequence fits
+ * (otherwise v & K ≥ 2^(T+seqBits)) and 0 ≤ era − now < 2^T.
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
- * it and step time backwards; the production SQL contains no such indirection.
+ * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the catch-up's window; the
+ * production SQL contains no such indirection.
  */
 
 /** Recorded in the schema (comment on `next_id()`); a newer install upgrades an older one in place. */
-export const GENERATOR_VERSION = 1;
+export const GENERATOR_VERSION = 2;
 
 /** SQLSTATE raised when a schema already holds a generator for another shard/layout, or a newer version. */
 export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
@@ -83,10 +66,8 @@ export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
 /** Names of the objects installed into a shard's schema. */
 export const GENERATOR_OBJECTS = {
   counter: 'next_id_counter',
-  guard: 'next_id_guard',
   nextId: 'next_id',
   catchUp: 'next_id_catch_up',
-  targetOf: 'next_id_target_of',
   lastIssued: 'next_id_last_issued',
   clock: 'next_id_clock_ms',
   testPause: 'next_id_test_pause',
@@ -94,6 +75,9 @@ export const GENERATOR_OBJECTS = {
   idToShard: 'id_to_shard',
   timestampToMinId: 'timestamp_to_min_id',
 } as const;
+
+/** Objects of version 1 (a seqlock guard in a second sequence) that an upgrade removes. */
+const V1_OBJECTS = { guard: 'next_id_guard', targetOf: 'next_id_target_of' } as const;
 
 export interface GeneratorSqlOptions {
   /** The shard's schema (a plain identifier). */
@@ -104,15 +88,9 @@ export interface GeneratorSqlOptions {
   layout?: string | Layout | LayoutSpec;
   /** Custom epoch in ms since 1970 (default: the layout's). */
   epoch?: number;
-  /** Test-only: read the clock through a replaceable function `next_id_clock_ms()`. */
+  /** Test-only: read the clock through a replaceable function and call a pause hook inside the catch-up. */
   testClock?: boolean;
-  /** How the fast path is kept safe from a concurrent catch-up (see the top of this file). */
-  guard?: GuardKind;
 }
-
-/** `seqlock`: two guard reads per id, no lock. `advisory`: a shared advisory lock around the nextval. */
-export const GUARD_KINDS = ['seqlock', 'advisory'] as const;
-export type GuardKind = (typeof GUARD_KINDS)[number];
 
 /** Everything the SQL needs, derived from the layout (no shift is written anywhere else). */
 export interface GeneratorSqlPlan {
@@ -120,20 +98,15 @@ export interface GeneratorSqlPlan {
   readonly shard: number;
   readonly layout: Layout;
   readonly testClock: boolean;
-  readonly guard: GuardKind;
   readonly time: LayoutField;
   readonly shardField: LayoutField;
   readonly sequence: LayoutField;
   /** Constant bits of every id of this shard (the shard field in place). */
   readonly fixedBits: bigint;
-  /** The counter's step: one unit of the sequence field. */
-  readonly increment: bigint;
-  /** Lowest bit above the sequence field. */
-  readonly seqTop: number;
-  /** Width of the gap between the sequence field and the time field (instagram: the 13 shard bits). */
-  readonly gapBits: number;
-  /** Largest counter value whose id still fits a signed bigint. */
-  readonly maxCounter: bigint;
+  /** Width of the era (tick) part of the counter: enough bits for the largest tick an id can carry. */
+  readonly eraBits: number;
+  /** Largest tick an id of this layout can carry as a non-negative bigint. */
+  readonly maxTick: bigint;
 }
 
 function layoutOf(options: GeneratorSqlOptions): Layout {
@@ -148,31 +121,32 @@ function layoutOf(options: GeneratorSqlOptions): Layout {
   return withEpoch(base, options.epoch);
 }
 
-function guardOf(guard: GuardKind | undefined): GuardKind {
-  if (guard === undefined) return 'seqlock';
-  if (!GUARD_KINDS.includes(guard)) {
-    throw new ShardflakeError('INVALID_ARGUMENT', `guard must be one of ${GUARD_KINDS.join(', ')}`);
-  }
-  return guard;
-}
-
 /** Validates the options and derives the constants of the generator. */
 export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
   const schema = validateIdentifier(options.schema, 'schema');
   const layout = layoutOf(options);
   const shardField = layout.fields.find((f) => f.kind === 'shard');
   const sequence = layout.sequence;
+  const invalid = (why: string) =>
+    new ShardflakeError('INVALID_LAYOUT', `layout ${JSON.stringify(layout.name)} ${why}`);
   if (!shardField || !sequence) {
-    throw new ShardflakeError(
-      'INVALID_LAYOUT',
-      `layout ${JSON.stringify(layout.name)} needs a shard field and a sequence field for an in-database generator`,
-    );
+    throw invalid('needs a shard field and a sequence field for an in-database generator');
   }
   const others = layout.fields.filter((f) => f !== layout.time && f !== shardField && f !== sequence);
   if (others.length > 0) {
-    throw new ShardflakeError(
-      'INVALID_LAYOUT',
-      `layout ${JSON.stringify(layout.name)} has fields (${others.map((f) => f.name).join(', ')}) the in-database generator cannot fill; use time, shard and sequence only`,
+    throw invalid(
+      `has fields (${others.map((f) => f.name).join(', ')}) the in-database generator cannot fill; use time, shard and sequence only`,
+    );
+  }
+  if (sequence.shift > layout.time.shift) {
+    throw invalid('puts the sequence above the time; ids would not sort by time');
+  }
+  const maxTick = layout.maxSignedTick;
+  const eraBits = maxTick.toString(2).length;
+  // The counter's sequence part needs at least one bit more than the id's field, so that a full field is seen.
+  if (eraBits + sequence.bits > 62) {
+    throw invalid(
+      `leaves no room in a bigint counter for a ${eraBits}-bit tick and a ${sequence.bits}-bit sequence`,
     );
   }
   const shard = options.shard;
@@ -187,16 +161,12 @@ export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
     shard,
     layout,
     testClock: options.testClock === true,
-    guard: guardOf(options.guard),
     time: layout.time,
     shardField,
     sequence,
     fixedBits: BigInt(shard) << BigInt(shardField.shift),
-    increment: 1n << BigInt(sequence.shift),
-    seqTop: sequence.shift + sequence.bits,
-    gapBits: layout.time.shift - (sequence.shift + sequence.bits),
-    maxCounter:
-      (layout.maxSignedTick << BigInt(layout.time.shift)) | (sequence.max << BigInt(sequence.shift)),
+    eraBits,
+    maxTick,
   });
 }
 
@@ -211,37 +181,31 @@ export function generatorSignature(plan: GeneratorSqlPlan): string {
     epoch: plan.layout.epoch,
     timeUnitMs: plan.layout.timeUnitMs,
     fields,
-    guard: plan.guard,
   });
 }
 
-/** SQL expression: the mask whose AND with x = (V >> seqTop) − (now << gapBits) is 0 iff V is keepable. */
-function keepMask(plan: GeneratorSqlPlan): string {
-  // The sign bit (V behind the clock) and the gap bits (a carry out of the sequence field).
-  return BigInt.asIntN(64, (1n << 63n) | ((1n << BigInt(plan.gapBits)) - 1n)).toString();
-}
+const int8 = (n: bigint) => `(${BigInt.asIntN(64, n)})::bigint`;
 
-/** SQL boolean: counter value `v` is gap-free and not behind the clock's tick `now`. */
+/** The counter's increment: one step of the sequence part, above the era. */
+const step = (plan: GeneratorSqlPlan) => 1n << BigInt(plan.eraBits);
+const eraMask = (plan: GeneratorSqlPlan) => step(plan) - 1n;
+
+/** SQL boolean: counter value `v` (an expression evaluated once) is keepable at tick `now`. */
 function keepable(plan: GeneratorSqlPlan, v: string, now: string): string {
-  return `(((${v} >> ${plan.seqTop}) - (${now} << ${plan.gapBits})) & (${keepMask(plan)})::bigint) = 0`;
+  // K: the era bits and every bit above the id's sequence field (see COST at the top).
+  const k = eraMask(plan) | ~((1n << BigInt(plan.eraBits + plan.sequence.bits)) - 1n);
+  return `(((${v} & ${int8(k)}) - ${now}) >> ${plan.eraBits}) = 0`;
 }
 
-/**
- * SQL expression: the first keepable counter value ≥ `v` — `v` itself unless its sequence carried into the gap,
- * in which case the first value of the next tick.
- */
-function leaveGap(plan: GeneratorSqlPlan, v: string): string {
-  if (plan.gapBits === 0) return v;
-  const gapMask = (1n << BigInt(plan.gapBits)) - 1n;
-  const shift = plan.time.shift;
-  return `CASE WHEN ((${v} >> ${plan.seqTop}) & ${gapMask}) <> 0 THEN ((${v} >> ${shift}) + 1) << ${shift} ELSE ${v} END`;
+/** SQL expression: the id of the counter pair whose era is `era` and whose sequence is `seq`. */
+function idOf(plan: GeneratorSqlPlan, era: string, seq: string): string {
+  const seqPart = plan.sequence.shift === 0 ? `(${seq})` : `((${seq}) << ${plan.sequence.shift})`;
+  return `((${era}) << ${plan.time.shift}) | ${plan.fixedBits}::bigint | ${seqPart}`;
 }
 
-/** SQL expression: the counter value that stands for the id expression `id` (its time and sequence fields). */
-function counterOfId(plan: GeneratorSqlPlan, id: string): string {
-  const { time, sequence } = plan;
-  const bits = (time.max << BigInt(time.shift)) | (sequence.max << BigInt(sequence.shift));
-  return `(${id} & (${BigInt.asIntN(64, bits)})::bigint)`;
+/** SQL expression: the id of counter value `c` (may be evaluated twice, so pass something stable). */
+function idOfCounter(plan: GeneratorSqlPlan, c: string): string {
+  return idOf(plan, `${c} & ${int8(eraMask(plan))}`, `${c} >> ${plan.eraBits}`);
 }
 
 /** SQL expression: the current tick (whole time units since the layout's epoch), from the given ms expression. */
@@ -259,95 +223,21 @@ function clockMs(plan: GeneratorSqlPlan): string {
   return plan.testClock ? `${qualified(plan.schema, GENERATOR_OBJECTS.clock)}()` : SYSTEM_CLOCK_MS;
 }
 
-/**
- * Advisory-lock key of a schema's generator: 'SF' in the high 32 bits, the counter's OID in the low. The catch-up
- * holds it exclusively; with `guard: 'advisory'` the fast path holds it shared around its nextval.
- */
+/** Advisory-lock key of a schema's generator: 'SF' in the high 32 bits, the counter's OID in the low. */
 function lockKey(counter: string): string {
   return `((x'5346'::bigint << 32) | ${quoteLiteral(counter)}::regclass::oid::bigint)`;
 }
 
-interface SqlNames {
-  counterLit: string;
-  guardLit: string;
-  guard: string;
-  catchUp: string;
-  counter: string;
-}
-
-function namesOf(plan: GeneratorSqlPlan): SqlNames {
+/** The fast path: keep nextval's value if it is keepable, else catch up. */
+function fastPath(plan: GeneratorSqlPlan): string {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
-  const guard = qualified(plan.schema, GENERATOR_OBJECTS.guard);
-  return {
-    counter,
-    guard,
-    counterLit: `${quoteLiteral(counter)}::regclass`,
-    guardLit: `${quoteLiteral(guard)}::regclass`,
-    catchUp: `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}()`,
-  };
-}
-
-/** g1 = g2 around the nextval, the keep check folded into g2's argument (a value not kept makes it NULL). */
-function seqlockFastPath(plan: GeneratorSqlPlan): string {
-  const n = namesOf(plan);
+  const lit = `${quoteLiteral(counter)}::regclass`;
   const now = tickExpr(plan, clockMs(plan));
   return `CASE
-    WHEN pg_catalog.pg_sequence_last_value(${n.guardLit})
-       = pg_catalog.pg_sequence_last_value(
-           CASE WHEN ${keepable(plan, `pg_catalog.nextval(${n.counterLit})`, now)} THEN ${n.guardLit} END)
-    THEN pg_catalog.currval(${n.counterLit}) | ${plan.fixedBits}::bigint
-    ELSE ${n.catchUp}
+    WHEN ${keepable(plan, `pg_catalog.nextval(${lit})`, now)}
+    THEN ${idOfCounter(plan, `pg_catalog.currval(${lit})`)}
+    ELSE ${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}()
   END`;
-}
-
-/** The shared key around the nextval, released in both branches before the id is built. */
-function advisoryFastPath(plan: GeneratorSqlPlan): string {
-  const n = namesOf(plan);
-  const key = lockKey(n.counter);
-  const now = tickExpr(plan, clockMs(plan));
-  return `CASE
-    WHEN NOT pg_catalog.pg_try_advisory_lock_shared(${key}) THEN ${n.catchUp}
-    WHEN CASE WHEN ${keepable(plan, `pg_catalog.nextval(${n.counterLit})`, now)}
-              THEN pg_catalog.pg_advisory_unlock_shared(${key})
-              ELSE NOT pg_catalog.pg_advisory_unlock_shared(${key}) END
-    THEN pg_catalog.currval(${n.counterLit}) | ${plan.fixedBits}::bigint
-    ELSE ${n.catchUp}
-  END`;
-}
-
-/** Catch-up steps (1)–(4) under the key, for the seqlock guard. Sets `c`. */
-function seqlockCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
-  const n = namesOf(plan);
-  return `    guard_value := pg_catalog.pg_sequence_last_value(${n.guardLit});
-    IF guard_value IS NULL THEN
-      -- A catch-up died between (1) and (4); we hold the key, so none is running: finish its (4).
-      SELECT last_value INTO guard_value FROM ${n.guard};
-      stored := pg_catalog.setval(${n.guardLit}, guard_value, true);
-    END IF;
-${floorLines(plan, nowTick)}
-    c := pg_catalog.nextval(${n.counterLit});
-    IF c < floor_counter OR c <> ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c) THEN
-      stored := pg_catalog.setval(${n.guardLit}, guard_value + 1, false);   -- (1)
-      c := pg_catalog.nextval(${n.counterLit});                           -- (2)
-${testPause(plan)}      target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
-      IF target <> c THEN
-        stored := pg_catalog.setval(${n.counterLit}, target, true);         -- (3)
-        c := target;
-      END IF;
-      stored := pg_catalog.setval(${n.guardLit}, guard_value + 1, true);    -- (4)
-    END IF;`;
-}
-
-/** With the advisory guard, holding the key exclusively already keeps every fast path out. Sets `c`. */
-function advisoryCatchUp(plan: GeneratorSqlPlan, nowTick: string): string {
-  const n = namesOf(plan);
-  return `${floorLines(plan, nowTick)}
-    c := pg_catalog.nextval(${n.counterLit});
-${testPause(plan)}    target := GREATEST(${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(c), floor_counter);
-    IF target <> c THEN
-      stored := pg_catalog.setval(${n.counterLit}, target, true);
-      c := target;
-    END IF;`;
 }
 
 /** Test-only: a replaceable pause inside the catch-up's window, so that tests can hold the window open. */
@@ -355,11 +245,78 @@ function testPause(plan: GeneratorSqlPlan): string {
   return plan.testClock ? `    PERFORM ${qualified(plan.schema, GENERATOR_OBJECTS.testPause)}();\n` : '';
 }
 
-function floorLines(plan: GeneratorSqlPlan, nowTick: string): string {
-  return `    floor_counter := ${nowTick} << ${plan.time.shift};
-    IF above_id IS NOT NULL THEN
-      floor_counter := GREATEST(floor_counter, ${qualified(plan.schema, GENERATOR_OBJECTS.targetOf)}(${counterOfId(plan, 'above_id')} + ${plan.increment}));
-    END IF;`;
+/** The catch-up (see the top of this file). `above_id`: also move past this id (`ensureGeneratorAbove`). */
+function catchUpSql(plan: GeneratorSqlPlan): string {
+  const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
+  const lit = `${quoteLiteral(counter)}::regclass`;
+  const mask = int8(eraMask(plan));
+  const seqMax = plan.sequence.max;
+  const timeOfAbove = `((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)})`;
+  return `CREATE OR REPLACE FUNCTION ${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL) RETURNS bigint
+  LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $shardflake$
+-- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
+DECLARE
+  lock_key constant bigint := ${lockKey(counter)};
+  now_tick bigint;
+  c bigint;
+  era bigint;
+  seq bigint;
+  -- Results assigned instead of PERFORMed: PL/pgSQL evaluates an assignment as a simple expression, several times
+  -- cheaper than PERFORM's full statement.
+  stored bigint;
+  locked text;
+  released boolean;
+BEGIN
+  locked := pg_catalog.pg_advisory_lock(lock_key)::text;
+  BEGIN
+    now_tick := ${tickExpr(plan, clockMs(plan))};
+    c := pg_catalog.nextval(${lit});
+${testPause(plan)}    era := c & ${mask};
+    seq := c >> ${plan.eraBits};
+    IF era < now_tick OR seq > ${seqMax} OR above_id >= ${idOf(plan, 'era', 'seq')} THEN
+      -- A new era: after the clock, after the era read under the key (so eras only grow), after above_id.
+      era := GREATEST(now_tick, era + 1, COALESCE(${timeOfAbove} + 1, 0));
+      IF era > ${plan.maxTick} THEN
+        RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
+          ${quoteLiteral(plan.schema)}, era, ${quoteLiteral(plan.layout.name)} USING ERRCODE = '22003';
+      END IF;
+      stored := pg_catalog.setval(${lit}, era, true);
+      seq := 0;
+    END IF;
+    released := pg_catalog.pg_advisory_unlock(lock_key);
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    PERFORM pg_catalog.pg_advisory_unlock(lock_key);
+    RAISE;
+  END;
+  RETURN ${idOf(plan, 'era', 'seq')};
+END
+$shardflake$`;
+}
+
+/**
+ * Version 1 kept the id without its shard bits in the counter (increment: one sequence step). Converting it
+ * waits for every transaction that called the old next_id() (ALTER SEQUENCE conflicts with nextval's lock), then
+ * starts the counter at the era after the last tick version 1 reached, so every new id is above every old one.
+ */
+function upgradeFromV1(plan: GeneratorSqlPlan): string {
+  const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
+  return `DO $shardflake$
+DECLARE
+  last bigint;
+  called boolean;
+BEGIN
+  IF (SELECT seqincrement FROM pg_catalog.pg_sequence
+      WHERE seqrelid = ${quoteLiteral(counter)}::regclass) = ${step(plan)} THEN
+    RETURN;
+  END IF;
+  ALTER SEQUENCE ${counter} INCREMENT BY ${step(plan)} MINVALUE 0 MAXVALUE ${BigInt.asIntN(64, (1n << 63n) - 1n)};
+  SELECT last_value, is_called INTO last, called FROM ${counter};
+  IF called THEN
+    PERFORM pg_catalog.setval(${quoteLiteral(counter)}::regclass, (last >> ${plan.time.shift}) + 1, true);
+  END IF;
+END
+$shardflake$`;
 }
 
 /**
@@ -372,12 +329,9 @@ export function generatorSql(options: GeneratorSqlOptions): string {
   const s = quoteIdent(plan.schema, 'schema');
   const q = (name: string) => qualified(plan.schema, name);
   const counter = q(o.counter);
-  const guard = q(o.guard);
   const { time, shardField, layout } = plan;
   const signature = generatorSignature(plan);
-  const nowTick = tickExpr(plan, clockMs(plan));
 
-  const fastPath = plan.guard === 'seqlock' ? seqlockFastPath(plan) : advisoryFastPath(plan);
   const statements: string[] = [];
   // Serialises concurrent installs into the same schema (CREATE … IF NOT EXISTS is not race-free); released at
   // commit. Keyed by the schema name, so a cluster creating many shards in parallel is not serialised by it.
@@ -385,7 +339,8 @@ export function generatorSql(options: GeneratorSqlOptions): string {
     `SELECT pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(${quoteLiteral(plan.schema)}))`,
   );
   statements.push(`CREATE SCHEMA IF NOT EXISTS ${s}`);
-  // Refuse to turn one shard's generator into another's, or to downgrade a newer install.
+  // Refuse to turn one shard's generator into another's, or to downgrade a newer install. ('guard' was part of
+  // version 1's signature.)
   statements.push(`DO $shardflake$
 DECLARE
   installed text := (SELECT pg_catalog.obj_description(p.oid, 'pg_proc') FROM pg_catalog.pg_proc p
@@ -402,7 +357,7 @@ BEGIN
       ${quoteLiteral(plan.schema)}, found->>'version', wanted->>'version'
       USING ERRCODE = '${GENERATOR_MISMATCH_SQLSTATE}';
   END IF;
-  IF (found - 'version') IS DISTINCT FROM (wanted - 'version') THEN
+  IF (found - 'version' - 'guard') IS DISTINCT FROM (wanted - 'version') THEN
     RAISE EXCEPTION 'schema % already has a generator for shard % (layout %, epoch %), not shard % (layout %, epoch %)',
       ${quoteLiteral(plan.schema)}, found->>'shard', found->>'layout', found->>'epoch',
       wanted->>'shard', wanted->>'layout', wanted->>'epoch'
@@ -411,21 +366,16 @@ BEGIN
 END
 $shardflake$`);
   statements.push(
-    `CREATE SEQUENCE IF NOT EXISTS ${counter} AS bigint INCREMENT ${plan.increment} MINVALUE 0 MAXVALUE ${plan.maxCounter} START 0 CACHE 1 NO CYCLE`,
+    `CREATE SEQUENCE IF NOT EXISTS ${counter} AS bigint INCREMENT ${step(plan)} MINVALUE 0 START 0 CACHE 1 NO CYCLE`,
   );
-  statements.push(`CREATE SEQUENCE IF NOT EXISTS ${guard} AS bigint MINVALUE 0 START 0 CACHE 1 NO CYCLE`);
+  statements.push(upgradeFromV1(plan));
   statements.push(
     `COMMENT ON SEQUENCE ${counter} IS ${quoteLiteral(
-      'shardflake id counter: the newest id handed out, without its shard bits (values in the gap are skipped)',
-    )}`,
-  );
-  statements.push(
-    `COMMENT ON SEQUENCE ${guard} IS ${quoteLiteral(
-      'shardflake generator guard (a seqlock): NULL last value = catch-up in progress',
+      `shardflake id counter: sequence * 2^${plan.eraBits} + era (a tick); only next_id() and its catch-up may touch it`,
     )}`,
   );
   if (plan.testClock) {
-    // Test-only time source: tests replace this function to move time. Not part of the production SQL.
+    // Test-only time source and pause hook: tests replace these functions. Not part of the production SQL.
     statements.push(`CREATE OR REPLACE FUNCTION ${q(o.clock)}() RETURNS float8
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   RETURN ${SYSTEM_CLOCK_MS}`);
@@ -433,48 +383,25 @@ $shardflake$`);
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC END`);
   }
-  // The first keepable counter value ≥ v (v itself unless its sequence carried into the gap).
-  statements.push(`CREATE OR REPLACE FUNCTION ${q(o.targetOf)}(v bigint) RETURNS bigint
-  LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-  RETURN ${leaveGap(plan, 'v')}`);
-  // above_id: also move past this id (ensureGeneratorAbove, after a shard moved from a server whose clock led).
-  statements.push(`CREATE OR REPLACE FUNCTION ${q(o.catchUp)}(above_id bigint DEFAULT NULL) RETURNS bigint
-  LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-AS $shardflake$
--- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
-DECLARE
-  lock_key constant bigint := ${lockKey(counter)};
-  floor_counter bigint;
-  guard_value bigint;
-  target bigint;
-  c bigint;
-  -- Results assigned instead of PERFORMed: PL/pgSQL evaluates an assignment as a simple expression, several times
-  -- cheaper than PERFORM's full statement, and the catch-up runs up to once per tick.
-  stored bigint;
-  locked text;
-  released boolean;
-BEGIN
-  locked := pg_catalog.pg_advisory_lock(lock_key)::text;
-  BEGIN
-${plan.guard === 'seqlock' ? seqlockCatchUp(plan, nowTick) : advisoryCatchUp(plan, nowTick)}
-    released := pg_catalog.pg_advisory_unlock(lock_key);
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(lock_key);
-    RAISE;
-  END;
-  RETURN c | ${plan.fixedBits}::bigint;
-END
-$shardflake$`);
+  statements.push(catchUpSql(plan));
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.nextId)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
-  RETURN ${fastPath}`);
+  RETURN ${fastPath(plan)}`);
   statements.push(`COMMENT ON FUNCTION ${q(o.nextId)}() IS ${quoteLiteral(signature)}`);
-  // ≥ every id handed out (values a fast path discarded count too), NULL before the first.
+  // ≥ every id handed out (a sequence past the id's field means that era's ids ended at its largest), NULL
+  // before the first.
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.lastIssued)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC
-    SELECT CASE WHEN is_called THEN ${q(o.targetOf)}(last_value) | ${plan.fixedBits}::bigint END FROM ${counter};
+    SELECT CASE WHEN is_called THEN ${idOf(
+      plan,
+      `last_value & ${int8(eraMask(plan))}`,
+      `LEAST(last_value >> ${plan.eraBits}, ${plan.sequence.max})`,
+    )} END FROM ${counter};
   END`);
+  // Version 1's objects, unused since (their dependants were replaced above).
+  statements.push(`DROP FUNCTION IF EXISTS ${q(V1_OBJECTS.targetOf)}(bigint)`);
+  statements.push(`DROP SEQUENCE IF EXISTS ${q(V1_OBJECTS.guard)}`);
 
   const timeOf = (id: string) => `(${id} >> ${time.shift})`;
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.idToTimestamp)}(id bigint) RETURNS timestamptz

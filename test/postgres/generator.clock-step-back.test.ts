@@ -116,7 +116,9 @@ test('above 2^seqBits ids per tick the time bits run ahead of the clock, by at m
     // Ahead, but never by more than the ids issued divided by the ids a tick holds. (The span from first to last
     // id can exceed n / perTick when the clock overtakes the counter mid-statement and a catch-up jumps it.)
     assert.ok(ahead > 0 && ahead <= n / perTick, `ran ${ahead} ms ahead`);
-    t.diagnostic(`${n} ids at ${perTick} per ms: time bits ${ahead} ms ahead of the clock when the statement ended`);
+    t.diagnostic(
+      `${n} ids at ${perTick} per ms: time bits ${ahead} ms ahead of the clock when the statement ended`,
+    );
   } finally {
     await client.end();
   }

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import {
   connect,
+  GENERATOR_VERSION,
   generatorSql,
   installGenerator,
   isShardflakeError,
@@ -39,7 +41,7 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
         assert.equal(rows[0].n, 10_000);
         assert.ok(rows[0].first_new > before.rows[0].m);
         const installed = await readInstalledGenerator(client, 'shard_0042');
-        assert.equal(installed?.version, 1);
+        assert.equal(installed?.version, GENERATOR_VERSION);
         assert.equal(installed?.shard, 42);
       },
     );
@@ -61,6 +63,39 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
       assert.match(plan, /nextval\('shard_0042\.next_id_counter'::regclass\)/);
       assert.doesNotMatch(plan, /shard_0042\.next_id\(\)/);
     });
+  } finally {
+    await client.end();
+  }
+});
+
+test('a version 1 generator (seqlock guard) is upgraded in place: new ids above every old one, guard removed', async () => {
+  const [server] = await useServers(1);
+  const client = await connect((server as { url: string }).url);
+  try {
+    // The SQL `shardflake sql generator --schema g1 --shard 1` printed in version 1.
+    await client.query(readFileSync('test/postgres/fixtures/generator-v1-shard-g1.sql', 'utf8'));
+    await client.query('CREATE TABLE g1.items (id bigint PRIMARY KEY DEFAULT g1.next_id(), v integer)');
+    await client.query('INSERT INTO g1.items (v) SELECT 1 FROM generate_series(1, 20000)');
+    assert.equal((await readInstalledGenerator(client, 'g1'))?.version, 1);
+
+    await installGenerator(client, { schema: 'g1', shard: 1 });
+    assert.equal((await readInstalledGenerator(client, 'g1'))?.version, GENERATOR_VERSION);
+    await client.query('INSERT INTO g1.items (v) SELECT 2 FROM generate_series(1, 20000)');
+    const { rows } = await client.query(
+      `SELECT count(DISTINCT id)::int AS n, max(id) FILTER (WHERE v = 1) AS old_max,
+              min(id) FILTER (WHERE v = 2) AS new_min, bool_and(g1.id_to_shard(id) = 1) AS shard_ok,
+              to_regclass('g1.next_id_guard') IS NULL AS guard_gone
+       FROM g1.items`,
+    );
+    assert.equal(rows[0].n, 40_000);
+    assert.ok(BigInt(rows[0].new_min) > BigInt(rows[0].old_max));
+    assert.equal(rows[0].shard_ok, true);
+    assert.equal(rows[0].guard_gone, true);
+    // And installing again changes nothing.
+    await installGenerator(client, { schema: 'g1', shard: 1 });
+    await client.query('INSERT INTO g1.items (v) SELECT 3 FROM generate_series(1, 10)');
+    const after = await client.query('SELECT count(DISTINCT id)::int AS n FROM g1.items');
+    assert.equal(after.rows[0].n, 40_010);
   } finally {
     await client.end();
   }

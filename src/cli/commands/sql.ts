@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { ShardflakeError } from '../../errors.js';
-import { GUARD_KINDS, type GuardKind, generatorSql } from '../../postgres/generator-sql.js';
+import { generatorSql } from '../../postgres/generator-sql.js';
 import { epochOption } from '../options.js';
 
 /** `--shard`: a whole number (the layout decides the range, and says OUT_OF_RANGE). */
@@ -14,13 +14,6 @@ function shardNumber(value: string): number {
   return Number(value);
 }
 
-function guardKind(value: string): GuardKind {
-  if (!(GUARD_KINDS as readonly string[]).includes(value)) {
-    throw new ShardflakeError('INVALID_ARGUMENT', `--guard must be one of ${GUARD_KINDS.join(', ')}`);
-  }
-  return value as GuardKind;
-}
-
 export function registerSqlCommands(program: Command): void {
   const sql = program.command('sql').description('SQL that shardflake installs into PostgreSQL');
   sql
@@ -32,18 +25,12 @@ export function registerSqlCommands(program: Command): void {
     .requiredOption('--shard <n>', 'logical shard number (must fit the layout’s shard field)', shardNumber)
     .option('--epoch <ms>', 'custom epoch: ms since 1970 or an ISO date (default: the layout’s)', epochOption)
     .option('--layout <name>', 'id layout with shard and sequence fields', 'instagram')
-    .option(
-      '--guard <kind>',
-      `how the fast path is kept safe from a catch-up (${GUARD_KINDS.join(', ')})`,
-      guardKind,
-    )
-    .action((opts: { schema: string; shard: number; epoch?: number; layout: string; guard?: GuardKind }) => {
+    .action((opts: { schema: string; shard: number; epoch?: number; layout: string }) => {
       const body = generatorSql({
         schema: opts.schema,
         shard: opts.shard,
         epoch: opts.epoch,
         layout: opts.layout,
-        guard: opts.guard,
       });
       process.stdout.write(
         `-- shardflake id generator for schema ${opts.schema}, shard ${opts.shard}\nBEGIN;\n\n${body}\nCOMMIT;\n`,
