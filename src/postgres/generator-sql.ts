@@ -67,6 +67,7 @@ export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
 export const GENERATOR_OBJECTS = {
   counter: 'next_id_counter',
   nextId: 'next_id',
+  newEra: 'next_id_new_era',
   catchUp: 'next_id_catch_up',
   lastIssued: 'next_id_last_issued',
   clock: 'next_id_clock_ms',
@@ -236,7 +237,7 @@ function fastPath(plan: GeneratorSqlPlan): string {
   return `CASE
     WHEN ${keepable(plan, `pg_catalog.nextval(${lit})`, now)}
     THEN ${idOfCounter(plan, `pg_catalog.currval(${lit})`)}
-    ELSE ${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}()
+    ELSE ${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()
   END`;
 }
 
@@ -245,15 +246,29 @@ function testPause(plan: GeneratorSqlPlan): string {
   return plan.testClock ? `    PERFORM ${qualified(plan.schema, GENERATOR_OBJECTS.testPause)}();\n` : '';
 }
 
-/** The catch-up (see the top of this file). `above_id`: also move past this id (`ensureGeneratorAbove`). */
-function catchUpSql(plan: GeneratorSqlPlan): string {
+/**
+ * The catch-up (see the top of this file), in two entry points made from one body:
+ * - `next_id_new_era()`, what next_id() calls: SECURITY DEFINER, so that a role allowed to insert (USAGE on the
+ *   counter for nextval) does not also need UPDATE on it for the setval; it takes no argument and can only move
+ *   the era to max(now, era + 1), so it gives such a role no new power. Its search_path is pinned
+ *   (pg_catalog, pg_temp) so that no one's operators or functions can stand in for the built-in ones.
+ * - `next_id_catch_up(above_id)`, for `ensureGeneratorAbove` (shard moves): also moves past `above_id`; it runs
+ *   with the caller's rights, so only a role that may setval the counter can call it usefully.
+ */
+function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
   const lit = `${quoteLiteral(counter)}::regclass`;
   const mask = int8(eraMask(plan));
   const seqMax = plan.sequence.max;
   const timeOfAbove = `((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)})`;
-  return `CREATE OR REPLACE FUNCTION ${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL) RETURNS bigint
-  LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+  const signature = withAbove
+    ? `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL)`
+    : `${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()`;
+  const rights = withAbove ? '' : '\n  SECURITY DEFINER SET search_path = pg_catalog, pg_temp';
+  const aboveCheck = withAbove ? ` OR above_id >= ${idOf(plan, 'era', 'seq')}` : '';
+  const aboveEra = withAbove ? `, COALESCE(${timeOfAbove} + 1, 0)` : '';
+  return `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
+  LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE${rights}
 AS $shardflake$
 -- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
 DECLARE
@@ -274,9 +289,9 @@ BEGIN
     c := pg_catalog.nextval(${lit});
 ${testPause(plan)}    era := c & ${mask};
     seq := c >> ${plan.eraBits};
-    IF era < now_tick OR seq > ${seqMax} OR above_id >= ${idOf(plan, 'era', 'seq')} THEN
-      -- A new era: after the clock, after the era read under the key (so eras only grow), after above_id.
-      era := GREATEST(now_tick, era + 1, COALESCE(${timeOfAbove} + 1, 0));
+    IF era < now_tick OR seq > ${seqMax}${aboveCheck} THEN
+      -- A new era: after the clock, and after the era read under the key (so eras only grow).
+      era := GREATEST(now_tick, era + 1${aboveEra});
       IF era > ${plan.maxTick} THEN
         RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
           ${quoteLiteral(plan.schema)}, era, ${quoteLiteral(plan.layout.name)} USING ERRCODE = '22003';
@@ -336,7 +351,7 @@ export function generatorSql(options: GeneratorSqlOptions): string {
   // Serialises concurrent installs into the same schema (CREATE … IF NOT EXISTS is not race-free); released at
   // commit. Keyed by the schema name, so a cluster creating many shards in parallel is not serialised by it.
   statements.push(
-    `SELECT pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(${quoteLiteral(plan.schema)}))`,
+    `DO $shardflake$ BEGIN PERFORM pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(${quoteLiteral(plan.schema)})); END $shardflake$`,
   );
   statements.push(`CREATE SCHEMA IF NOT EXISTS ${s}`);
   // Refuse to turn one shard's generator into another's, or to downgrade a newer install. ('guard' was part of
@@ -383,7 +398,8 @@ $shardflake$`);
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC END`);
   }
-  statements.push(catchUpSql(plan));
+  statements.push(catchUpSql(plan, false));
+  statements.push(catchUpSql(plan, true));
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.nextId)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   RETURN ${fastPath(plan)}`);
@@ -400,8 +416,17 @@ $shardflake$`);
     )} END FROM ${counter};
   END`);
   // Version 1's objects, unused since (their dependants were replaced above).
-  statements.push(`DROP FUNCTION IF EXISTS ${q(V1_OBJECTS.targetOf)}(bigint)`);
-  statements.push(`DROP SEQUENCE IF EXISTS ${q(V1_OBJECTS.guard)}`);
+  // (Checked first rather than DROP … IF EXISTS, which prints a notice on every fresh install.)
+  statements.push(`DO $shardflake$
+BEGIN
+  IF pg_catalog.to_regprocedure(${quoteLiteral(`${q(V1_OBJECTS.targetOf)}(bigint)`)}) IS NOT NULL THEN
+    DROP FUNCTION ${q(V1_OBJECTS.targetOf)}(bigint);
+  END IF;
+  IF pg_catalog.to_regclass(${quoteLiteral(q(V1_OBJECTS.guard))}) IS NOT NULL THEN
+    DROP SEQUENCE ${q(V1_OBJECTS.guard)};
+  END IF;
+END
+$shardflake$`);
 
   const timeOf = (id: string) => `(${id} >> ${time.shift})`;
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.idToTimestamp)}(id bigint) RETURNS timestamptz

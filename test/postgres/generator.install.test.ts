@@ -63,6 +63,36 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
       assert.match(plan, /nextval\('shard_0042\.next_id_counter'::regclass\)/);
       assert.doesNotMatch(plan, /shard_0042\.next_id\(\)/);
     });
+
+    await t.test(
+      'a role with INSERT and USAGE on the counter can insert (the new-era path runs as the owner) but cannot move the generator',
+      async () => {
+        await client.query(`CREATE ROLE app_writer`);
+        await client.query(`GRANT USAGE ON SCHEMA shard_0042 TO app_writer`);
+        await client.query(`GRANT INSERT, SELECT ON ${table} TO app_writer`);
+        await client.query(`GRANT USAGE ON SEQUENCE shard_0042.next_id_counter TO app_writer`);
+        await client.query('SET ROLE app_writer');
+        try {
+          // Rows a few ms apart: each starts a new era, i.e. runs the setval that USAGE alone does not allow.
+          for (let i = 0; i < 5; i++) {
+            await client.query(`INSERT INTO ${table} (v) VALUES (3)`);
+            await client.query('SELECT pg_sleep(0.003)');
+          }
+          await assert.rejects(
+            client.query(`SELECT shard_0042.next_id_catch_up(${2n ** 62n})`),
+            (e) => (e as { code?: string }).code === '42501',
+          );
+          await assert.rejects(
+            client.query(`SELECT pg_catalog.setval('shard_0042.next_id_counter', 1)`),
+            (e) => (e as { code?: string }).code === '42501',
+          );
+        } finally {
+          await client.query('RESET ROLE');
+        }
+        const { rows } = await client.query(`SELECT count(*)::int AS n FROM ${table} WHERE v = 3`);
+        assert.equal(rows[0].n, 5);
+      },
+    );
   } finally {
     await client.end();
   }
