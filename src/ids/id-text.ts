@@ -44,5 +44,29 @@ export function parseId(text: string, encoding: IdEncoding = 'decimal'): bigint 
     );
   }
   const value = encoding === 'base62' ? decodeBase62(text, 'base62 id') : decodeCrockford(text, 'base32 id');
-  return parseIdValue(value);
+  // Both widths hold more than 64 bits (62^11 ≈ 2^65.5, 13 × 5 = 65), so valid-looking text can still overflow.
+  if (value >> BigInt(ID_BITS) !== 0n) {
+    throw new ShardflakeError(
+      'INVALID_ID',
+      `${JSON.stringify(text)} is ${encoding} for ${value}, more than a 64-bit id holds (at most 2^64 − 1)`,
+    );
+  }
+  return value;
+}
+
+const DIGITS = /^[0-9]+$/;
+
+/**
+ * The text form a string looks like, by shape alone (its characters are checked when it is parsed): digits only
+ * → decimal, 11 characters → base62, 13 characters → base32; anything else → undefined. The two fixed widths
+ * are why the forms can be told apart: no other length could be a base62 or base32 id. A string of 11 or 13
+ * digits could be either a decimal id or a base62/base32 one that happens to hold no letters; digits-only text
+ * is always read as decimal (a caller that knows better names the encoding), because decimal is the form people
+ * paste and Postgres prints.
+ */
+export function detectEncoding(text: string): IdEncoding | undefined {
+  if (DIGITS.test(text)) return 'decimal';
+  if (text.length === BASE62_WIDTH) return 'base62';
+  if (text.length === BASE32_WIDTH) return 'base32';
+  return undefined;
 }

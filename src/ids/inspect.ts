@@ -3,6 +3,7 @@ import { isValid as isUlid, decodeTime as ulidTime } from 'ulid';
 import { validate as isUuid, parse as parseUuid, version as uuidVersion } from 'uuid';
 import { ShardflakeError } from '../errors.js';
 import { decodeId, type LayoutInput } from './codec.js';
+import { assertIdEncoding, detectEncoding, type IdEncoding, parseId } from './id-text.js';
 import { lsidFromUuid, parseLsid } from './lsid-codec.js';
 import { LSID_CHARS, LSID_TEXT_LENGTH } from './lsid-layout.js';
 
@@ -11,21 +12,36 @@ import { LSID_CHARS, LSID_TEXT_LENGTH } from './lsid-layout.js';
  * are parsed by their own packages (uuid, ulid, bson); only the bit positions of the timestamps those packages
  * do not expose (UUID v1/v6) are read here.
  *
- * Detection, by shape (the shapes do not overlap, except the one noted):
- * - digits only → a 64-bit id, decoded with `layout` (default instagram). A 19-digit string could also be an
- *   LSID written without hyphens; digits-only text is always read as a decimal id (write LSIDs with hyphens).
+ * Detection, by shape (the shapes do not overlap, except where noted):
+ * - a 64-bit id, decoded with `layout` (default instagram), in any of the text forms shardflake writes
+ *   (id-text.ts): digits only → decimal; 11 characters → base62; 13 characters → Crockford base32. No other
+ *   format has 11 or 13 characters. Digits-only text is always decimal, although a string of 11 or 13 digits
+ *   could also be a base62/base32 id without letters and a 19-digit one an LSID written without hyphens.
  * - 36 characters (8-4-4-4-12 hex) or 32 hex digits → UUID; a version-8 uuid that is an LSID's uuid form also
  *   shows the LSID.
  * - 24 hex digits → MongoDB ObjectId.
  * - 26 Crockford characters → ULID.
  * - 22 characters with hyphens in 5-8-4-2 groups, or 19 characters → LSID.
+ * `format` (and, for 64-bit ids, `encoding`) skip detection, for the ambiguous strings above.
  */
 export const ID_FORMATS = ['int64', 'uuid', 'objectid', 'ulid', 'lsid'] as const;
 export type IdFormat = (typeof ID_FORMATS)[number];
 
+export function assertIdFormat(value: string): IdFormat {
+  if (!(ID_FORMATS as readonly string[]).includes(value)) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `unknown id format ${JSON.stringify(value)} (one of ${ID_FORMATS.join(', ')})`,
+    );
+  }
+  return value as IdFormat;
+}
+
 export interface Inspection {
   input: string;
   format: IdFormat;
+  /** For 64-bit ids: the text form the input was written in. */
+  encoding?: IdEncoding;
   /** The id's timestamp, or null for formats without one (UUID v4). */
   timestamp: Date | null;
   /** Named fields; numbers where they fit, text (hex, decimal) where they do not. */
@@ -35,18 +51,22 @@ export interface Inspection {
 }
 
 export interface InspectOptions {
-  /** Layout for 64-bit decimal ids (default instagram). */
+  /** Layout for 64-bit ids (default instagram). */
   layout?: LayoutInput;
+  /** Read the id as this format instead of detecting it from its shape. */
+  format?: IdFormat;
+  /** Read a 64-bit id from this text form instead of detecting it; implies format `int64`. */
+  encoding?: IdEncoding;
 }
 
-const DIGITS = /^[0-9]+$/;
 const HEX32 = /^[0-9a-f]{32}$/i;
 const HEX24 = /^[0-9a-f]{24}$/i;
 
-function inspectInt64(input: string, layout: LayoutInput): Inspection {
-  const decoded = decodeId(input, layout);
+function inspectInt64(input: string, encoding: IdEncoding, layout: LayoutInput): Inspection {
+  const decoded = decodeId(parseId(input, encoding), layout);
+  const written = encoding === 'decimal' ? '' : ` ${decoded.id} (written in ${encoding})`;
   const explanation = [
-    `64-bit id, layout ${decoded.layout}: tick ${decoded.tick} → ${decoded.timestamp.toISOString()}`,
+    `64-bit id${written}, layout ${decoded.layout}: tick ${decoded.tick} → ${decoded.timestamp.toISOString()}`,
     ...Object.entries(decoded.fields).map(([name, value]) => `${name} ${value}`),
   ];
   if (decoded.id >= 1n << 63n)
@@ -54,8 +74,14 @@ function inspectInt64(input: string, layout: LayoutInput): Inspection {
   return {
     input,
     format: 'int64',
+    encoding,
     timestamp: decoded.timestamp,
-    fields: { layout: decoded.layout, tick: decoded.tick.toString(), ...decoded.fields },
+    fields: {
+      layout: decoded.layout,
+      id: decoded.id.toString(),
+      tick: decoded.tick.toString(),
+      ...decoded.fields,
+    },
     explanation,
   };
 }
@@ -113,6 +139,12 @@ function inspectUuid(input: string): Inspection {
 }
 
 function inspectObjectId(input: string): Inspection {
+  if (!HEX24.test(input)) {
+    throw new ShardflakeError(
+      'INVALID_ID',
+      `${JSON.stringify(input).slice(0, 60)} is not an ObjectId (24 hex digits)`,
+    );
+  }
   const oid = new ObjectId(input.toLowerCase());
   const bytes = oid.id;
   const timestamp = oid.getTimestamp();
@@ -180,19 +212,65 @@ function inspectLsid(input: string): Inspection {
   };
 }
 
-/** Detects the format of `id`, decodes it and explains its fields. Unrecognised or invalid → INVALID_ID. */
+/** The format (and a 64-bit id's text form) that `input` has by shape; see the list at the top. */
+function detect(input: string): { format: IdFormat; encoding?: IdEncoding } {
+  const encoding = detectEncoding(input);
+  if (encoding) return { format: 'int64', encoding };
+  if (input.length === 36 || HEX32.test(input)) return { format: 'uuid' };
+  if (HEX24.test(input)) return { format: 'objectid' };
+  if (input.length === 26) return { format: 'ulid' };
+  if (input.length === LSID_TEXT_LENGTH || input.length === LSID_CHARS) return { format: 'lsid' };
+  throw new ShardflakeError(
+    'INVALID_ID',
+    `${JSON.stringify(input).slice(0, 60)} is not an LSID, ULID, UUID, ObjectId or 64-bit id (decimal, base62, base32)`,
+  );
+}
+
+/** The format to read `input` as: the one the options name, or the one its shape shows. */
+function chosenFormat(input: string, options: InspectOptions): { format: IdFormat; encoding?: IdEncoding } {
+  const format = options.format === undefined ? undefined : assertIdFormat(options.format);
+  const encoding = options.encoding === undefined ? undefined : assertIdEncoding(options.encoding);
+  if (encoding !== undefined) {
+    if (format !== undefined && format !== 'int64') {
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `an encoding (${encoding}) applies to 64-bit ids only, not to format ${format}`,
+      );
+    }
+    return { format: 'int64', encoding };
+  }
+  if (format === undefined) return detect(input);
+  if (format !== 'int64') return { format };
+  const detected = detectEncoding(input);
+  if (detected === undefined) {
+    throw new ShardflakeError(
+      'INVALID_ID',
+      `${JSON.stringify(input).slice(0, 60)} is not a 64-bit id: not decimal digits, nor 11 base62 or 13 base32 characters`,
+    );
+  }
+  return { format, encoding: detected };
+}
+
+/**
+ * Detects the format of `id` (or reads it as `options.format`/`options.encoding`), decodes it and explains its
+ * fields. Unrecognised or invalid → INVALID_ID; an unknown format or encoding → INVALID_ARGUMENT.
+ */
 export function inspect(id: string, options: InspectOptions = {}): Inspection {
   if (typeof id !== 'string') throw new ShardflakeError('INVALID_ID', 'an id to inspect must be a string');
   const input = id.trim();
-  if (DIGITS.test(input)) return inspectInt64(input, options.layout ?? 'instagram');
-  if (input.length === 36 || HEX32.test(input)) return inspectUuid(input);
-  if (HEX24.test(input)) return inspectObjectId(input);
-  if (input.length === 26) return inspectUlid(input);
-  if (input.length === LSID_TEXT_LENGTH || input.length === LSID_CHARS) return inspectLsid(input);
-  throw new ShardflakeError(
-    'INVALID_ID',
-    `${JSON.stringify(input).slice(0, 60)} is not an LSID, ULID, UUID, ObjectId or 64-bit decimal id`,
-  );
+  const { format, encoding } = chosenFormat(input, options);
+  switch (format) {
+    case 'int64':
+      return inspectInt64(input, encoding ?? 'decimal', options.layout ?? 'instagram');
+    case 'uuid':
+      return inspectUuid(input);
+    case 'objectid':
+      return inspectObjectId(input);
+    case 'ulid':
+      return inspectUlid(input);
+    case 'lsid':
+      return inspectLsid(input);
+  }
 }
 
 /** JSON-ready form: timestamp as ISO 8601 UTC (or null), everything else as is (bigints are already text). */
@@ -200,6 +278,7 @@ export function inspectionToJson(inspection: Inspection): Record<string, unknown
   return {
     input: inspection.input,
     format: inspection.format,
+    ...(inspection.encoding === undefined ? {} : { encoding: inspection.encoding }),
     timestamp: inspection.timestamp ? inspection.timestamp.toISOString() : null,
     ...inspection.fields,
     fields: inspection.fields,

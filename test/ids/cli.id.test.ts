@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { decodeId, lsid } from 'shardflake';
+import { decodeId, lsid, parseId } from 'shardflake';
 
 /** Runs the built CLI as a user would. */
 function cli(...args: string[]) {
@@ -72,9 +72,50 @@ test('id inspect: text and --json (one object per line, ISO timestamps, fields)'
   assert.match(text.stdout, /uuid {2}2022-02-22T19:22:22\.000Z/);
 });
 
+test('id inspect: base62 and base32 ids from id new decode like the decimal; --encoding and --format override', () => {
+  const args = ['--layout', 'discord', '--worker', '3', '--process', '4'];
+  const base62 = cli('id', 'new', ...args, '--encoding', 'base62').stdout.trim();
+  const base32 = cli('id', 'new', ...args, '--encoding', 'base32').stdout.trim();
+  const decimal = parseId(base32, 'base32').toString();
+  const json = cli('id', 'inspect', decimal, base32, base62, '--layout', 'discord', '--json');
+  assert.equal(json.code, 0, json.stderr);
+  const [fromDecimal, fromBase32, fromBase62] = json.stdout
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line));
+  assert.deepEqual(
+    [fromDecimal.encoding, fromBase32.encoding, fromBase62.encoding],
+    ['decimal', 'base32', 'base62'],
+  );
+  assert.deepEqual([fromBase32.worker, fromBase32.process], [3, 4]);
+  assert.deepEqual([fromBase62.worker, fromBase62.process], [3, 4]);
+  const sameParts = ({ format, timestamp, fields }: Record<string, unknown>) => ({
+    format,
+    timestamp,
+    fields,
+  });
+  assert.deepEqual(sameParts(fromBase32), sameParts(fromDecimal));
+  assert.equal(fromBase62.id, parseId(base62, 'base62').toString());
+  const text = cli('id', 'inspect', '2dpbqYax89p');
+  assert.match(text.stdout, /^2dpbqYax89p {2}int64 {2}2020-01-09T21:07:01\.721Z\n/);
+  assert.match(text.stdout, /64-bit id 2217813737473025833 \(written in base62\)/);
+  const digits = cli('id', 'inspect', '00000000123', '--encoding', 'base62', '--json');
+  assert.equal(JSON.parse(digits.stdout).id, String(62 * 62 + 2 * 62 + 3));
+  const lsidText = cli('id', 'inspect', '1012000000000000000', '--format', 'lsid', '--json');
+  assert.equal(JSON.parse(lsidText.stdout).format, 'lsid');
+});
+
 test('bad input: one stderr line and a non-zero exit', () => {
   assertOneLineError(cli('id', 'inspect', 'not-an-id'), 'INVALID_ID');
   assertOneLineError(cli('id', 'inspect', '2217813737473025833', '00utx-04fecrkm-0cgm-3n'), 'INVALID_ID');
+  assertOneLineError(cli('id', 'inspect', 'zzzzzzzzzzz'), 'INVALID_ID'); // base62 above 2^64 − 1
+  assertOneLineError(cli('id', 'inspect', '1XHT1V000Z9SU'), 'INVALID_ID'); // U is not base32
+  assertOneLineError(cli('id', 'inspect', 'AzL8n0Y58m8', '--layout', 'snowflake'), 'INVALID_ID'); // 2^63: 64 bits
+  assertOneLineError(cli('id', 'inspect', '2dpbqYax89p', '--format', 'nope'), 'INVALID_ARGUMENT');
+  assertOneLineError(
+    cli('id', 'inspect', '2dpbqYax89p', '--format', 'uuid', '--encoding', 'base62'),
+    'INVALID_ARGUMENT',
+  );
   assertOneLineError(cli('id', 'new', '--count', '-1'), 'INVALID_ARGUMENT');
   assertOneLineError(cli('id', 'new', '--count', 'many'), 'INVALID_ARGUMENT');
   assertOneLineError(cli('id', 'new', '--count', '0'), 'INVALID_ARGUMENT');

@@ -27,6 +27,8 @@ test("the README's ids example runs and prints what the README shows for the fix
       '19293 12820 209 2022-10-28T00:10:18.4531270Z',
       '00jtx-05ra0xa6-0cgm-6h 0012d740-5c28-81d5-8603-214344000000 0012d7405c281d5180c850d1',
       '2022-02-22T19:22:22.000Z',
+      'base62 2016-04-30T11:18:25.796Z 175928847299117063 1 0 7',
+      'base32 2016-04-30T11:18:25.796Z 175928847299117063 1 0 7',
     ]) {
       assert.ok(result.stdout.includes(line), `output lacks ${line}`);
     }

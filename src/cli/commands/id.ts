@@ -5,7 +5,7 @@ import { v4 as uuidv4, v7 as uuidv7 } from 'uuid';
 import { ShardflakeError } from '../../errors.js';
 import { capPerSecond, createGenerator } from '../../ids/generator.js';
 import { assertIdEncoding, formatId, type IdEncoding } from '../../ids/id-text.js';
-import { inspect, inspectionToJson } from '../../ids/inspect.js';
+import { assertIdFormat, ID_FORMATS, type IdFormat, inspect, inspectionToJson } from '../../ids/inspect.js';
 import { type Layout, layouts, PRESET_NAMES, resolveLayout, withEpoch } from '../../ids/layout.js';
 import { createLsidGenerator } from '../../ids/lsid-generator.js';
 import { epochOption } from '../options.js';
@@ -172,25 +172,43 @@ export function registerIdCommands(program: Command): void {
     });
 
   id.command('inspect')
-    .description('detect the format of ids (LSID, ULID, UUID, ObjectId, 64-bit) and explain their fields')
+    .description(
+      'detect the format of ids (LSID, ULID, UUID, ObjectId, 64-bit in decimal, base62 or base32) and explain their fields',
+    )
     .argument('<ids...>', 'ids to explain')
-    .option('--layout <name>', `layout for 64-bit decimal ids: ${PRESET_NAMES.join(', ')}`, 'instagram')
+    .option('--layout <name>', `layout for 64-bit ids: ${PRESET_NAMES.join(', ')}`, 'instagram')
     .option('--epoch <ms>', 'custom epoch for 64-bit ids: ms since 1970 or an ISO date', epochOption)
+    .option(
+      '--format <format>',
+      `read every id as ${ID_FORMATS.join(', ')} instead of detecting it`,
+      assertIdFormat,
+    )
+    .option(
+      '--encoding <encoding>',
+      'read every id as a 64-bit id in this text: decimal, base62, base32 (digits-only ids are otherwise decimal)',
+      assertIdEncoding,
+    )
     .option('--json', 'one JSON object per id and line')
-    .action((ids: string[], opts: { layout: string; epoch?: number; json?: boolean }) => {
-      const layout = chosenLayout(opts.layout, opts.epoch);
-      // Every id is checked before anything is printed: an invalid one fails the whole command with one line.
-      const results = ids.map((text) => inspect(text, { layout }));
-      const out = results.map((result) =>
-        opts.json
-          ? JSON.stringify(inspectionToJson(result))
-          : [
-              `${result.input}  ${result.format}  ${result.timestamp ? result.timestamp.toISOString() : '(no timestamp)'}`,
-              ...result.explanation.map((line) => `  ${line}`),
-            ].join('\n'),
-      );
-      process.stdout.write(`${out.join('\n')}\n`);
-    });
+    .action(
+      (
+        ids: string[],
+        opts: { layout: string; epoch?: number; format?: IdFormat; encoding?: IdEncoding; json?: boolean },
+      ) => {
+        const layout = chosenLayout(opts.layout, opts.epoch);
+        const options = { layout, format: opts.format, encoding: opts.encoding };
+        // Every id is checked before anything is printed: an invalid one fails the whole command with one line.
+        const results = ids.map((text) => inspect(text, options));
+        const out = results.map((result) =>
+          opts.json
+            ? JSON.stringify(inspectionToJson(result))
+            : [
+                `${result.input}  ${result.format}  ${result.timestamp ? result.timestamp.toISOString() : '(no timestamp)'}`,
+                ...result.explanation.map((line) => `  ${line}`),
+              ].join('\n'),
+        );
+        process.stdout.write(`${out.join('\n')}\n`);
+      },
+    );
 
   id.command('layouts')
     .description("each preset layout's fields, capacity and the dates its ids run out")
