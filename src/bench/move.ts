@@ -5,6 +5,7 @@ import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from '../cl
 import { createRouter } from '../cluster/router.js';
 import { connect } from '../postgres/connect.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
+import type { ReportSection } from './report.js';
 
 /**
  * `bench move`: what an online shard move costs, measured in one run on two embedded servers.
@@ -173,4 +174,42 @@ export async function runMoveBench(options: MoveBenchOptions = {}): Promise<Move
   } finally {
     await Promise.all(servers.map((s) => s.stop()));
   }
+}
+
+/**
+ * The result as a report section: the copy speed of each mode against its target, and the writer's latency
+ * (normal p50/p99 before the move, p50/p99 and the longest insert during it) against the pause target, on a log
+ * axis because the longest insert is tens to hundreds of times the normal p50.
+ */
+export function moveSection(result: MoveBenchResult): ReportSection {
+  const pauses = result.runs.map(
+    (run) =>
+      `${run.verify}: longest insert ${run.pause.longestWriteMs} ms = ${run.writer.ratioLongestToNormalP50}× the normal p50, cutover pause ${run.pause.moveReportedMs} ms as the move measured it`,
+  );
+  return {
+    title: 'Online shard move (bench move)',
+    description: `A shard of ${result.rows.toLocaleString('en-US')} rows moved between two embedded servers once per verification mode while one router-based writer inserted into it one row at a time. ${pauses.join('; ')}.`,
+    result,
+    bars: [
+      {
+        title: `initial copy (dashed: target ≥ ${TARGET_ROWS_PER_SECOND.toLocaleString('en-US')} rows/s)`,
+        unit: 'rows/s',
+        target: TARGET_ROWS_PER_SECOND,
+        values: result.runs.map((run) => ({ label: run.verify, value: run.copy.rowsPerSecond })),
+      },
+      {
+        title: `the writer's insert latency: normal (before the move) and during the move (dashed: pause target ≤ ${TARGET_PAUSE_MS} ms)`,
+        unit: 'ms (log scale)',
+        target: TARGET_PAUSE_MS,
+        log: true,
+        values: result.runs.flatMap((run) => [
+          { label: `${run.verify}: normal p50`, value: run.writer.normal.p50Ms },
+          { label: `${run.verify}: normal p99`, value: run.writer.normal.p99Ms },
+          { label: `${run.verify}: move p50`, value: run.writer.duringMove.p50Ms },
+          { label: `${run.verify}: move p99`, value: run.writer.duringMove.p99Ms },
+          { label: `${run.verify}: move, longest`, value: run.pause.longestWriteMs },
+        ]),
+      },
+    ],
+  };
 }

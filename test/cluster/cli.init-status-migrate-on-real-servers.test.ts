@@ -1,27 +1,14 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 
 const servers = await useServers(2);
 
-function cli(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['dist/src/cli/main.js', ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d) => {
-    stderr += d;
-  });
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
-}
+const cli = (...args: string[]) => startCli(args).done;
 
 test('CLI on two real servers: init, status --json (SPEC shape), init again (harmless), migrate; no password printed', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'shardflake-cli-cluster-'));

