@@ -4,7 +4,13 @@
 
 export type { IdsBenchEntry, IdsBenchOptions, IdsBenchResult, IdsBenchTarget } from './bench/ids.js';
 export { runIdsBench } from './bench/ids.js';
-export type { SqlBenchNextIdResult, SqlBenchOptions, SqlBenchResult, SqlBenchSide } from './bench/sql.js';
+export type {
+  SqlBenchOptions,
+  SqlBenchRatio,
+  SqlBenchResult,
+  SqlBenchSide,
+  SqlBenchVariantResult,
+} from './bench/sql.js';
 export { runSqlBench } from './bench/sql.js';
 // cluster
 export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog.js';
@@ -67,8 +73,13 @@ export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
 export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
-export type { GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
-export { GENERATOR_VERSION, generatorPlan, generatorSql } from './postgres/generator-sql.js';
+export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
+export {
+  GENERATOR_LANGUAGES,
+  GENERATOR_VERSION,
+  generatorPlan,
+  generatorSql,
+} from './postgres/generator-sql.js';
 // postgres
 export { quoteIdent, validateIdentifier } from './postgres/identifier.js';
 export type { InstalledGenerator } from './postgres/install.js';

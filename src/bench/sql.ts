@@ -2,18 +2,20 @@ import { cpus } from 'node:os';
 import type pg from 'pg';
 import { connect, describeUrl } from '../postgres/connect.js';
 import { type EmbeddedServer, startEmbeddedServer } from '../postgres/embedded.js';
-import { GENERATOR_OBJECTS } from '../postgres/generator-sql.js';
+import { GENERATOR_LANGUAGES, GENERATOR_OBJECTS, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { installGenerator } from '../postgres/install.js';
 
 /**
- * `bench sql`: the in-database generator against `bigserial` on the same server in one run. Every figure is a
- * ratio of medians over alternating rounds (the order flips each round), so that drift on a shared machine hits
- * both sides.
+ * `bench sql`: the in-database generator, written both ways (`sql`: inlined, `plpgsql`), against `bigserial` on
+ * the same server in one run. Every figure is a ratio of medians over alternating rounds (the order flips each
+ * round), so that drift on a shared machine hits every side alike.
  * - bulk: one `INSERT … SELECT generate_series(1, rows)` into a table whose primary key defaults to the generator,
  *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock.
- * - single: single-row autocommit inserts (prepared, `synchronous_commit = off` so the commit flush does not hide
- *   the generator's cost) from `clients` connections for `seconds` each.
+ * - single: single-row autocommit inserts from `clients` connections for `seconds` each, `synchronous_commit = off`
+ *   so that the commit flush does not hide the generator's cost; once as a prepared (named) statement, planned
+ *   once per connection like `pgbench -M prepared`, once unprepared (an unnamed statement, planned every time,
+ *   which is what node-postgres does for `query(text, values)`).
  * - calls: `SELECT count(next_id())` against `SELECT count(nextval(…))` over `callRows` rows.
  */
 export interface SqlBenchOptions {
@@ -38,13 +40,22 @@ export interface SqlBenchSide {
   median: number;
 }
 
-export interface SqlBenchNextIdResult {
-  /** Bulk time; ratio = median / bigserial's median (lower is better); how far the last id ran ahead, per round. */
-  bulk: { ms: SqlBenchSide; ratio: number; aheadMs: number[] };
-  /** Single-row inserts per second; ratio = median / bigserial's (higher is better). */
-  single: { perSecond: SqlBenchSide; ratio: number };
-  /** next_id() calls per second; ratio = median / nextval()'s. */
-  calls: { perSecond: SqlBenchSide; ratio: number };
+/** A figure of one generator variant and its ratio to bigserial's in the same run. */
+export interface SqlBenchRatio {
+  value: SqlBenchSide;
+  /** median / bigserial's median: lower is better for times, higher for rates. */
+  ratio: number;
+}
+
+export interface SqlBenchVariantResult {
+  language: GeneratorLanguage;
+  /** Bulk time in ms, and how far the last id's time bits were ahead of the clock right after, per round. */
+  bulk: SqlBenchRatio & { aheadMs: number[] };
+  /** Single-row inserts per second, prepared and unprepared. */
+  singlePrepared: SqlBenchRatio;
+  singleUnprepared: SqlBenchRatio;
+  /** next_id() calls per second against nextval(). */
+  calls: SqlBenchRatio;
 }
 
 export interface SqlBenchResult {
@@ -53,10 +64,12 @@ export interface SqlBenchResult {
   settings: { rows: number; rounds: number; clients: number; seconds: number; callRows: number };
   bigserial: {
     bulkMs: SqlBenchSide;
-    singlePerSecond: SqlBenchSide;
+    singlePreparedPerSecond: SqlBenchSide;
+    singleUnpreparedPerSecond: SqlBenchSide;
     nextvalPerSecond: SqlBenchSide;
   };
-  nextId: SqlBenchNextIdResult;
+  /** One entry per way of writing next_id(), `sql` (the default) first. */
+  variants: SqlBenchVariantResult[];
 }
 
 const DEFAULTS = {
@@ -83,14 +96,20 @@ async function timedMs(client: pg.Client, sql: string): Promise<number> {
 }
 
 /** Single-row inserts from `clients` connections for `seconds`; returns inserts per second. */
-async function singleRowRate(connections: pg.Client[], table: string, seconds: number): Promise<number> {
+async function singleRowRate(
+  connections: pg.Client[],
+  table: string,
+  seconds: number,
+  prepared: boolean,
+): Promise<number> {
   const deadline = performance.now() + seconds * 1000;
   const started = performance.now();
   const counts = await Promise.all(
     connections.map(async (c, i) => {
       let n = 0;
-      // A named statement: parsed and planned once per connection, like pgbench -M prepared.
-      const statement = { name: `insert ${table}`, text: `INSERT INTO ${table} (v) VALUES ($1)` };
+      const text = `INSERT INTO ${table} (v) VALUES ($1)`;
+      // Named: parsed and planned once per connection. Unnamed: parsed and planned for every insert.
+      const statement = prepared ? { name: `insert ${table}`, text } : { text };
       while (performance.now() < deadline) {
         await c.query({ ...statement, values: [i] });
         n++;
@@ -101,6 +120,8 @@ async function singleRowRate(connections: pg.Client[], table: string, seconds: n
   const elapsed = (performance.now() - started) / 1000;
   return counts.reduce((a, b) => a + b, 0) / elapsed;
 }
+
+type Key = 'bigserial' | GeneratorLanguage;
 
 /** Runs the benchmark and returns JSON-able figures. */
 export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBenchResult> {
@@ -113,33 +134,35 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
   const url = options.url ?? (server as EmbeddedServer).url;
   const admin = await connect(url, { applicationName: 'shardflake bench sql' });
   const clients: pg.Client[] = [];
+  const schemaOf = (language: GeneratorLanguage) => `${BENCH_SCHEMA}_${language}`;
+  const schemas = [BENCH_SCHEMA, ...GENERATOR_LANGUAGES.map(schemaOf)];
   try {
     const version = String((await admin.query('SHOW server_version')).rows[0].server_version);
-    const schema = `${BENCH_SCHEMA}_next_id`;
-    const serial = qualified(BENCH_SCHEMA, 't_bigserial');
-    const nextIdTable = qualified(schema, 't_next_id');
-    for (const name of [BENCH_SCHEMA, schema]) {
-      await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(name)} CASCADE`);
-    }
+    for (const name of schemas) await admin.query(`DROP SCHEMA IF EXISTS ${quoteIdent(name)} CASCADE`);
     await admin.query(`CREATE SCHEMA ${quoteIdent(BENCH_SCHEMA)}`);
+    const serial = qualified(BENCH_SCHEMA, 't_bigserial');
     await admin.query(`CREATE TABLE ${serial} (id bigserial PRIMARY KEY, v integer)`);
-    await installGenerator(admin, { schema, shard: 1 });
-    await admin.query(
-      `CREATE TABLE ${nextIdTable} (id bigint PRIMARY KEY DEFAULT ${qualified(schema, GENERATOR_OBJECTS.nextId)}(), v integer)`,
-    );
+    const all: { key: Key; table: string; nextId?: string }[] = [{ key: 'bigserial', table: serial }];
+    for (const [i, language] of GENERATOR_LANGUAGES.entries()) {
+      const schema = schemaOf(language);
+      await installGenerator(admin, { schema, shard: i + 1, language });
+      const nextId = `${qualified(schema, GENERATOR_OBJECTS.nextId)}()`;
+      const table = qualified(schema, 't_next_id');
+      await admin.query(`CREATE TABLE ${table} (id bigint PRIMARY KEY DEFAULT ${nextId}, v integer)`);
+      all.push({ key: language, table, nextId });
+    }
     const serialSeq = qualified(BENCH_SCHEMA, 't_bigserial_id_seq');
-    type Key = 'bigserial' | 'next_id';
-    const all: { key: Key; table: string }[] = [
-      { key: 'bigserial', table: serial },
-      { key: 'next_id', table: nextIdTable },
-    ];
     const order = (round: number) => (round % 2 === 0 ? all : [...all].reverse());
-    const totalSteps = opts.rounds * 3;
+    const totalSteps = opts.rounds * 4;
     let step = 0;
+    const samples = new Map<string, number[]>();
+    const record = (what: string, key: Key, value: number) => {
+      const name = `${what}:${key}`;
+      samples.set(name, [...(samples.get(name) ?? []), value]);
+    };
+    const ahead = new Map<Key, number[]>();
 
     // Bulk INSERT … SELECT.
-    const bulk = new Map<string, number[]>();
-    const ahead = new Map<string, number[]>();
     for (let round = 0; round < opts.rounds; round++) {
       for (const { key, table } of order(round)) {
         await admin.query(`TRUNCATE ${table}`);
@@ -148,10 +171,10 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
           admin,
           `INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, ${opts.rows})`,
         );
-        bulk.set(key, [...(bulk.get(key) ?? []), ms]);
-        if (key === 'next_id') {
+        record('bulk', key, ms);
+        if (key !== 'bigserial') {
           const { rows } = await admin.query(
-            `SELECT (extract(epoch FROM ${qualified(schema, GENERATOR_OBJECTS.idToTimestamp)}(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead FROM ${table}`,
+            `SELECT (extract(epoch FROM ${qualified(schemaOf(key), GENERATOR_OBJECTS.idToTimestamp)}(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead FROM ${table}`,
           );
           ahead.set(key, [...(ahead.get(key) ?? []), round3(Number(rows[0].ahead))]);
         }
@@ -160,40 +183,37 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       progress('bulk', ++step, totalSteps);
     }
 
-    // Single-row inserts from `clients` connections.
+    // Single-row inserts from `clients` connections, prepared and unprepared.
     for (let i = 0; i < opts.clients; i++) {
       const c = await connect(url, { applicationName: 'shardflake bench sql' });
       await c.query('SET synchronous_commit = off');
       clients.push(c);
     }
-    const single = new Map<string, number[]>();
-    for (let round = 0; round < opts.rounds; round++) {
-      for (const { key, table } of order(round)) {
-        const rate = await singleRowRate(clients, table, opts.seconds);
-        single.set(key, [...(single.get(key) ?? []), rate]);
+    for (const prepared of [true, false]) {
+      for (let round = 0; round < opts.rounds; round++) {
+        for (const { key, table } of order(round)) {
+          const rate = await singleRowRate(clients, table, opts.seconds, prepared);
+          record(prepared ? 'prepared' : 'unprepared', key, rate);
+        }
+        progress(prepared ? 'single-row prepared' : 'single-row unprepared', ++step, totalSteps);
       }
-      progress('single', ++step, totalSteps);
     }
 
     // Calls per second.
-    const calls = new Map<string, number[]>();
     for (let round = 0; round < opts.rounds; round++) {
-      for (const { key } of order(round)) {
-        const expr =
-          key === 'bigserial'
-            ? `pg_catalog.nextval('${serialSeq.replaceAll("'", "''")}'::regclass)`
-            : `${qualified(schema, GENERATOR_OBJECTS.nextId)}()`;
+      for (const { key, nextId } of order(round)) {
+        const expr = nextId ?? `pg_catalog.nextval('${serialSeq.replaceAll("'", "''")}'::regclass)`;
         const ms = await timedMs(admin, `SELECT count(${expr}) FROM generate_series(1, ${opts.callRows})`);
-        calls.set(key, [...(calls.get(key) ?? []), opts.callRows / (ms / 1000)]);
+        record('calls', key, opts.callRows / (ms / 1000));
       }
       progress('calls', ++step, totalSteps);
     }
-    await admin.query(`DROP SCHEMA ${quoteIdent(BENCH_SCHEMA)}, ${quoteIdent(schema)} CASCADE`);
+    await admin.query(`DROP SCHEMA ${schemas.map((s) => quoteIdent(s)).join(', ')} CASCADE`);
 
-    const base = {
-      bulkMs: side(bulk.get('bigserial') ?? []),
-      singlePerSecond: side(single.get('bigserial') ?? []),
-      nextvalPerSecond: side(calls.get('bigserial') ?? []),
+    const of = (what: string, key: Key) => side(samples.get(`${what}:${key}`) ?? []);
+    const versus = (what: string, key: Key): SqlBenchRatio => {
+      const value = of(what, key);
+      return { value, ratio: round3(value.median / of(what, 'bigserial').median) };
     };
     return {
       server: { version, url: describeUrl(url), embedded: server !== undefined },
@@ -205,17 +225,19 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
         seconds: opts.seconds,
         callRows: opts.callRows,
       },
-      bigserial: base,
-      nextId: (() => {
-        const b = side(bulk.get('next_id') ?? []);
-        const s = side(single.get('next_id') ?? []);
-        const c = side(calls.get('next_id') ?? []);
-        return {
-          bulk: { ms: b, ratio: round3(b.median / base.bulkMs.median), aheadMs: ahead.get('next_id') ?? [] },
-          single: { perSecond: s, ratio: round3(s.median / base.singlePerSecond.median) },
-          calls: { perSecond: c, ratio: round3(c.median / base.nextvalPerSecond.median) },
-        };
-      })(),
+      bigserial: {
+        bulkMs: of('bulk', 'bigserial'),
+        singlePreparedPerSecond: of('prepared', 'bigserial'),
+        singleUnpreparedPerSecond: of('unprepared', 'bigserial'),
+        nextvalPerSecond: of('calls', 'bigserial'),
+      },
+      variants: GENERATOR_LANGUAGES.map((language) => ({
+        language,
+        bulk: { ...versus('bulk', language), aheadMs: ahead.get(language) ?? [] },
+        singlePrepared: versus('prepared', language),
+        singleUnprepared: versus('unprepared', language),
+        calls: versus('calls', language),
+      })),
     };
   } finally {
     await Promise.all(clients.map((c) => c.end().catch(() => {})));

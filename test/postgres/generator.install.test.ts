@@ -46,6 +46,31 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
       },
     );
 
+    await t.test(
+      're-installing with language plpgsql switches next_id() in place, and back; ids keep increasing',
+      async () => {
+        const maxId = async () =>
+          BigInt((await client.query(`SELECT max(id)::text AS m FROM ${table}`)).rows[0].m);
+        let last = await maxId();
+        for (const language of ['plpgsql', 'sql'] as const) {
+          await installGenerator(client, { schema: 'shard_0042', shard: 42, language });
+          const { rows } = await client.query(
+            `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+           WHERE p.oid = 'shard_0042.next_id()'::regprocedure`,
+          );
+          assert.equal(rows[0].lanname, language);
+          await client.query(`INSERT INTO ${table} (v) SELECT 4 FROM generate_series(1, 3000)`);
+          const { rows: fresh } = await client.query(
+            `SELECT count(DISTINCT id)::int AS d, min(id)::text AS lo FROM ${table} WHERE id > $1`,
+            [last.toString()],
+          );
+          assert.equal(fresh[0].d, 3000);
+          last = await maxId();
+        }
+        await client.query(`DELETE FROM ${table} WHERE v = 4`);
+      },
+    );
+
     await t.test('installing another shard, layout or epoch over it is refused', async () => {
       for (const options of [
         { schema: 'shard_0042', shard: 43 },

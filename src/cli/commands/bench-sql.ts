@@ -1,26 +1,40 @@
 import type { Command } from 'commander';
-import { runSqlBench, type SqlBenchResult } from '../../bench/sql.js';
+import { runSqlBench, type SqlBenchResult, type SqlBenchVariantResult } from '../../bench/sql.js';
 import { positiveInteger } from '../options.js';
 import { writeBenchReport } from '../report-option.js';
 
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
 function printText(r: SqlBenchResult): void {
-  const n = r.nextId;
+  const b = r.bigserial;
+  const row = (label: string, text: string) => `  ${label.padEnd(22)}${text}`;
+  const each = (f: (v: SqlBenchVariantResult) => string) =>
+    r.variants.map((v) => row(`next_id() ${v.language}`, f(v)));
   const lines = [
     `PostgreSQL ${r.server.version} (${r.server.embedded ? 'embedded' : r.server.url}), ${r.machine.cpus} CPUs, ${r.settings.rounds} rounds, medians`,
     '',
     `bulk INSERT … SELECT of ${fmt(r.settings.rows)} rows`,
-    `  bigserial   ${fmt(r.bigserial.bulkMs.median)} ms`,
-    `  next_id()   ${fmt(n.bulk.ms.median)} ms   ${n.bulk.ratio.toFixed(2)}× bigserial   time bits ahead of the clock at the end: ${n.bulk.aheadMs.map((a) => a.toFixed(0)).join(', ')} ms`,
+    row('bigserial', `${fmt(b.bulkMs.median)} ms`),
+    ...each(
+      (v) =>
+        `${fmt(v.bulk.value.median)} ms   ${v.bulk.ratio.toFixed(2)}× bigserial   time bits vs clock at the end: ${v.bulk.aheadMs.map((a) => a.toFixed(0)).join(', ')} ms`,
+    ),
     '',
     `single-row inserts, ${r.settings.clients} clients, ${r.settings.seconds} s per side per round (synchronous_commit off)`,
-    `  bigserial   ${fmt(r.bigserial.singlePerSecond.median)} /s`,
-    `  next_id()   ${fmt(n.single.perSecond.median)} /s   ${n.single.ratio.toFixed(2)}× bigserial`,
+    '  prepared (planned once per connection)',
+    row('bigserial', `${fmt(b.singlePreparedPerSecond.median)} /s`),
+    ...each(
+      (v) => `${fmt(v.singlePrepared.value.median)} /s   ${v.singlePrepared.ratio.toFixed(2)}× bigserial`,
+    ),
+    '  unprepared (planned for every insert)',
+    row('bigserial', `${fmt(b.singleUnpreparedPerSecond.median)} /s`),
+    ...each(
+      (v) => `${fmt(v.singleUnprepared.value.median)} /s   ${v.singleUnprepared.ratio.toFixed(2)}× bigserial`,
+    ),
     '',
     `calls per second over ${fmt(r.settings.callRows)} rows`,
-    `  nextval()   ${fmt(r.bigserial.nextvalPerSecond.median)} /s`,
-    `  next_id()   ${fmt(n.calls.perSecond.median)} /s   ${n.calls.ratio.toFixed(2)}× nextval`,
+    row('nextval()', `${fmt(b.nextvalPerSecond.median)} /s`),
+    ...each((v) => `${fmt(v.calls.value.median)} /s   ${v.calls.ratio.toFixed(2)}× nextval`),
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
 }
@@ -57,21 +71,21 @@ export function registerBenchSqlCommand(bench: Command): void {
       if (opts.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
       else printText(result);
       if (opts.report) {
-        const n = result.nextId;
         await writeBenchReport(opts.report, 'shardflake bench sql', [
           {
             title: 'next_id() against bigserial (bench sql)',
             description:
-              'Each bar is next_id() divided by bigserial (or nextval()) on the same server in the same run, medians of alternating rounds. Bulk is a time (lower is better; target ≤ 1.3); single-row inserts and calls are rates (higher is better; single-row target ≥ 0.95).',
+              'Each bar is next_id() divided by bigserial (or nextval()) on the same server in the same run, medians of alternating rounds, for next_id() written as one inlined SQL expression (sql, the default) and inside PL/pgSQL. Bulk is a time (lower is better; target ≤ 1.3); single-row inserts and calls are rates (higher is better; single-row target ≥ 0.95).',
             result,
             bars: {
               title: 'next_id() / bigserial',
               unit: '×',
-              values: [
-                { label: 'bulk INSERT … SELECT time', value: n.bulk.ratio },
-                { label: 'single-row inserts per second', value: n.single.ratio },
-                { label: 'calls per second (vs nextval)', value: n.calls.ratio },
-              ],
+              values: result.variants.flatMap((v) => [
+                { label: `${v.language}: bulk INSERT … SELECT time`, value: v.bulk.ratio },
+                { label: `${v.language}: single-row prepared /s`, value: v.singlePrepared.ratio },
+                { label: `${v.language}: single-row unprepared /s`, value: v.singleUnprepared.ratio },
+                { label: `${v.language}: calls /s (vs nextval)`, value: v.calls.ratio },
+              ]),
             },
           },
         ]);

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { ShardflakeError } from '../../errors.js';
-import { generatorSql } from '../../postgres/generator-sql.js';
+import { GENERATOR_LANGUAGES, type GeneratorLanguage, generatorSql } from '../../postgres/generator-sql.js';
 import { epochOption } from '../options.js';
 
 /** `--shard`: a whole number (the layout decides the range, and says OUT_OF_RANGE). */
@@ -14,6 +14,16 @@ function shardNumber(value: string): number {
   return Number(value);
 }
 
+function language(value: string): GeneratorLanguage {
+  if (!(GENERATOR_LANGUAGES as readonly string[]).includes(value)) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--language must be one of ${GENERATOR_LANGUAGES.join(', ')}`,
+    );
+  }
+  return value as GeneratorLanguage;
+}
+
 export function registerSqlCommands(program: Command): void {
   const sql = program.command('sql').description('SQL that shardflake installs into PostgreSQL');
   sql
@@ -25,15 +35,30 @@ export function registerSqlCommands(program: Command): void {
     .requiredOption('--shard <n>', 'logical shard number (must fit the layout’s shard field)', shardNumber)
     .option('--epoch <ms>', 'custom epoch: ms since 1970 or an ISO date (default: the layout’s)', epochOption)
     .option('--layout <name>', 'id layout with shard and sequence fields', 'instagram')
-    .action((opts: { schema: string; shard: number; epoch?: number; layout: string }) => {
-      const body = generatorSql({
-        schema: opts.schema,
-        shard: opts.shard,
-        epoch: opts.epoch,
-        layout: opts.layout,
-      });
-      process.stdout.write(
-        `-- shardflake id generator for schema ${opts.schema}, shard ${opts.shard}\nBEGIN;\n\n${body}\nCOMMIT;\n`,
-      );
-    });
+    .option(
+      '--language <name>',
+      `how next_id() is written: sql (inlined; fastest per id, bulk and prepared statements) or plpgsql (nothing to plan per statement; for unprepared single-row inserts)`,
+      language,
+      'sql',
+    )
+    .action(
+      (opts: {
+        schema: string;
+        shard: number;
+        epoch?: number;
+        layout: string;
+        language: GeneratorLanguage;
+      }) => {
+        const body = generatorSql({
+          schema: opts.schema,
+          shard: opts.shard,
+          epoch: opts.epoch,
+          layout: opts.layout,
+          language: opts.language,
+        });
+        process.stdout.write(
+          `-- shardflake id generator for schema ${opts.schema}, shard ${opts.shard}\nBEGIN;\n\n${body}\nCOMMIT;\n`,
+        );
+      },
+    );
 }
