@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
+import { GENERATOR_LANGUAGES, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
 import { checkShardStatement } from './ddl-guard.js';
 
@@ -16,6 +17,7 @@ import { checkShardStatement } from './ddl-guard.js';
  *   "epoch": "2024-01-01T00:00:00Z",          // ISO date or ms since 1970; default: the layout's own epoch
  *   "layout": "instagram",                     // a preset with a shard field (default instagram)
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
+ *   "nextIdLanguage": "sql",                   // how each shard's next_id() is written: sql (default) or plpgsql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
  *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
  * }
@@ -47,6 +49,8 @@ export interface ClusterConfig {
   /** The id layout with the config's epoch applied. */
   layout: Layout;
   schemaPrefix: string;
+  /** How new shards' next_id() is written (see GeneratorSqlOptions.language). */
+  nextIdLanguage: GeneratorLanguage;
   tables: TableTemplate[];
   migrations: Migration[];
   /** Where the config came from (file path), for messages. */
@@ -99,6 +103,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'epoch',
     'layout',
     'schemaPrefix',
+    'nextIdLanguage',
     'tables',
     'migrations',
   ];
@@ -163,6 +168,11 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     );
   }
 
+  const nextIdLanguage = raw.nextIdLanguage ?? 'sql';
+  if (!(GENERATOR_LANGUAGES as readonly unknown[]).includes(nextIdLanguage)) {
+    throw bad(source, `"nextIdLanguage" must be one of ${GENERATOR_LANGUAGES.join(', ')}`);
+  }
+
   if (!isObject(raw.tables) || Object.keys(raw.tables).length === 0) {
     throw bad(source, '"tables" must map at least one table name to its CREATE TABLE statement');
   }
@@ -221,6 +231,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     epoch,
     layout,
     schemaPrefix,
+    nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
     source,

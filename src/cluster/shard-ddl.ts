@@ -27,7 +27,15 @@ function migrationSql(migrations: readonly Migration[]): string[] {
 export function shardCreationSql(config: ClusterConfig, shard: number, schema: string): string {
   const statements = [
     `CREATE SCHEMA ${quoteIdent(schema, 'schema')}`,
-    generatorSql({ schema, shard, layout: config.layout, epoch: config.epoch }).trim().replace(/;\s*$/, ''),
+    generatorSql({
+      schema,
+      shard,
+      layout: config.layout,
+      epoch: config.epoch,
+      language: config.nextIdLanguage,
+    })
+      .trim()
+      .replace(/;\s*$/, ''),
     inSchema(schema),
     `CREATE TABLE ${MIGRATIONS_TABLE} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
     ...config.tables.flatMap((t) => t.statements),

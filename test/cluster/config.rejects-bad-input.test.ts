@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
 import { parseConfig, validateConfig } from '../../src/cluster/config.js';
+import { shardCreationSql } from '../../src/cluster/shard-ddl.js';
 
 const base = {
   servers: {
@@ -40,6 +41,21 @@ describe('cluster config', () => {
     assert.deepEqual(
       config.tables.map((t) => t.name),
       ['photos'],
+    );
+  });
+
+  it("takes nextIdLanguage (default sql) into every new shard's generator, and refuses other values", () => {
+    assert.equal(validateConfig(base, 'cluster.json').nextIdLanguage, 'sql');
+    const pl = validateConfig({ ...base, nextIdLanguage: 'plpgsql' }, 'cluster.json');
+    assert.match(shardCreationSql(pl, 7, 'shard_0007'), /"next_id"\(\) RETURNS bigint\s+LANGUAGE plpgsql/);
+    assert.match(
+      shardCreationSql(validateConfig(base, 'cluster.json'), 7, 'shard_0007'),
+      /"next_id"\(\) RETURNS bigint\s+LANGUAGE sql/,
+    );
+    rejects(
+      { ...base, nextIdLanguage: 'c' },
+      'INVALID_CONFIG',
+      /"nextIdLanguage" must be one of sql, plpgsql/,
     );
   });
 
