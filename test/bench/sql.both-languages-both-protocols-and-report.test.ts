@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { SqlBenchResult } from '../../src/bench/sql.js';
+import { startCli } from '../support/cli.js';
+
+test('bench sql measures next_id() written both ways against bigserial, and --report charts every ratio', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'shardflake-report-'));
+  try {
+    const file = join(dir, 'sql.html');
+    const args = [
+      'bench',
+      'sql',
+      '--rows',
+      '3000',
+      '--rounds',
+      '1',
+      '--seconds',
+      '1',
+      '--json',
+      '--report',
+      file,
+    ];
+    const run = await startCli(args).done;
+    assert.equal(run.code, 0, run.stderr);
+    const result = JSON.parse(run.stdout) as SqlBenchResult;
+    assert.deepEqual(
+      result.variants.map((v) => v.language),
+      ['sql', 'plpgsql'],
+    );
+    const b = result.bigserial;
+    for (const v of result.variants) {
+      // Every ratio is this run's median over bigserial's (or nextval's) median, and every side was measured.
+      assert.equal(v.bulk.ratio, Math.round((v.bulk.value.median / b.bulkMs.median) * 1000) / 1000);
+      assert.equal(
+        v.singleUnprepared.ratio,
+        Math.round((v.singleUnprepared.value.median / b.singleUnpreparedPerSecond.median) * 1000) / 1000,
+      );
+      for (const figure of [v.bulk, v.singlePrepared, v.singleUnprepared, v.calls]) {
+        assert.ok(figure.value.median > 0 && figure.ratio > 0);
+      }
+      // 3,000 rows are far below 1,024 ids per ms for the time it takes: the time bits stay with the clock.
+      assert.ok(
+        v.bulk.aheadMs.every((ms) => ms < 1000),
+        `ahead ${v.bulk.aheadMs}`,
+      );
+    }
+    const html = await readFile(file, 'utf8');
+    assert.doesNotMatch(html, /<script/i);
+    for (const v of result.variants) {
+      for (const [label, value] of [
+        ['bulk INSERT … SELECT time', v.bulk.ratio],
+        ['single-row prepared /s', v.singlePrepared.ratio],
+        ['single-row unprepared /s', v.singleUnprepared.ratio],
+        ['calls /s (vs nextval)', v.calls.ratio],
+      ] as const) {
+        assert.ok(
+          html.includes(`label: ${v.language}: ${label}; value: ${value}"`),
+          `${v.language}: ${label}`,
+        );
+      }
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
