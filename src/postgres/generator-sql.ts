@@ -285,53 +285,52 @@ function testPause(plan: GeneratorSqlPlan): string {
 function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
   const lit = `${quoteLiteral(counter)}::regclass`;
-  const mask = int8(eraMask(plan));
-  const seqMax = plan.sequence.max;
-  const timeOfAbove = `((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)})`;
+  const now = tickExpr(plan, clockMs(plan));
   const signature = withAbove
     ? `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL)`
     : `${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()`;
   const rights = withAbove ? '' : '\n  SECURITY DEFINER SET search_path = pg_catalog, pg_temp';
-  const aboveCheck = withAbove ? ` OR above_id >= ${idOf(plan, 'era', 'seq')}` : '';
-  const aboveEra = withAbove ? `, COALESCE(${timeOfAbove} + 1, 0)` : '';
+  const aboveKeep = withAbove ? ` AND (above_id IS NULL OR above_id < ${idOfCounter(plan, 'c')})` : '';
+  const aboveEra = withAbove
+    ? `, COALESCE(((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)}) + 1, 0)`
+    : '';
+  // Few statements on purpose: PL/pgSQL sets each expression up again in every transaction, and this runs in
+  // the first insert of every tick.
   return `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
   LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE${rights}
 AS $shardflake$
 -- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
 DECLARE
   lock_key constant bigint := ${lockKey(counter)};
-  now_tick bigint;
   c bigint;
   era bigint;
-  seq bigint;
+  id bigint;
   -- Results assigned instead of PERFORMed: PL/pgSQL evaluates an assignment as a simple expression, several times
   -- cheaper than PERFORM's full statement.
-  stored bigint;
   locked text;
   released boolean;
 BEGIN
   locked := pg_catalog.pg_advisory_lock(lock_key)::text;
   BEGIN
-    now_tick := ${tickExpr(plan, clockMs(plan))};
     c := pg_catalog.nextval(${lit});
-${testPause(plan)}    era := c & ${mask};
-    seq := c >> ${plan.eraBits};
-    IF era < now_tick OR seq > ${seqMax}${aboveCheck} THEN
+${testPause(plan)}    IF ${keepable(plan, 'c', now)}${aboveKeep} THEN
+      -- Another slow path already started a new era: keep the value, as the fast path would.
+      id := ${idOfCounter(plan, 'c')};
+    ELSE
       -- A new era: after the clock, and after the era read under the key (so eras only grow).
-      era := GREATEST(now_tick, era + 1${aboveEra});
+      era := GREATEST(${now}, (c & ${int8(eraMask(plan))}) + 1${aboveEra});
       IF era > ${plan.maxTick} THEN
         RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
           ${quoteLiteral(plan.schema)}, era, ${quoteLiteral(plan.layout.name)} USING ERRCODE = '22003';
       END IF;
-      stored := pg_catalog.setval(${lit}, era, true);
-      seq := 0;
+      id := ${idOf(plan, `pg_catalog.setval(${lit}, era, true)`, '0')};
     END IF;
     released := pg_catalog.pg_advisory_unlock(lock_key);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
     PERFORM pg_catalog.pg_advisory_unlock(lock_key);
     RAISE;
   END;
-  RETURN ${idOf(plan, 'era', 'seq')};
+  RETURN id;
 END
 $shardflake$`;
 }
