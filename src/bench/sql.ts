@@ -8,8 +8,9 @@ import { installGenerator } from '../postgres/install.js';
 
 /**
  * `bench sql`: the in-database generator, written both ways (`sql`: inlined, `plpgsql`), against `bigserial` on
- * the same server in one run. Every figure is a ratio of medians over alternating rounds (the order flips each
- * round), so that drift on a shared machine hits every side alike.
+ * the same server in one run. Every ratio is the median over rounds of that round's ratio to bigserial; each round
+ * measures every side back to back and the order flips each round, so that drift on a shared machine hits every
+ * side alike.
  * - bulk: one `INSERT … SELECT generate_series(1, rows)` into a table whose primary key defaults to the generator,
  *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock.
  * - single: single-row autocommit inserts from `clients` connections for `seconds` each, `synchronous_commit = off`
@@ -43,7 +44,9 @@ export interface SqlBenchSide {
 /** A figure of one generator variant and its ratio to bigserial's in the same run. */
 export interface SqlBenchRatio {
   value: SqlBenchSide;
-  /** median / bigserial's median: lower is better for times, higher for rates. */
+  /** Per round: this side's value / bigserial's in the same round (lower is better for times, higher for rates). */
+  ratios: number[];
+  /** The median of `ratios`: pairing each round with its own baseline cancels the machine's slow drift. */
   ratio: number;
 }
 
@@ -213,7 +216,9 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     const of = (what: string, key: Key) => side(samples.get(`${what}:${key}`) ?? []);
     const versus = (what: string, key: Key): SqlBenchRatio => {
       const value = of(what, key);
-      return { value, ratio: round3(value.median / of(what, 'bigserial').median) };
+      const baseline = of(what, 'bigserial').samples;
+      const ratios = value.samples.map((v, round) => round3(v / (baseline[round] as number)));
+      return { value, ratios, ratio: side(ratios).median };
     };
     return {
       server: { version, url: describeUrl(url), embedded: server !== undefined },

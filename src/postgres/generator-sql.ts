@@ -3,41 +3,41 @@ import { type Layout, type LayoutField, type LayoutSpec, resolveLayout, withEpoc
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './identifier.js';
 
 /*
- * The id generator that runs inside PostgreSQL, one per logical shard (schema).
+ * The id generator that runs inside PostgreSQL, one per logical shard (schema). The layout must be shaped like
+ * Instagram's: time | shard | sequence, most significant first. T below is the time field's shift (23 for
+ * instagram: 13 shard bits + 10 sequence bits).
  *
- * STATE. One sequence, `next_id_counter` (CACHE 1), holds the pair (era, sequence) as c = sequence · 2^T + era:
- * the era is a tick (whole time units since the layout's epoch) in the low T bits, T wide enough for every tick
- * an id can carry; the sequence is in the bits above it, and the sequence's INCREMENT is 2^T. So `nextval` — an
- * atomic fetch-and-add that no transaction can roll back — adds one to the sequence and NEVER changes the era:
- * a sequence that outgrows the id's sequence field runs into the sign bit (an error), not into the time bits. The
- * id handed out for c is (era, sequence) put into the layout's time and sequence fields, plus the shard bits.
+ * STATE. One sequence, `next_id_counter` (INCREMENT 1, CACHE 1), holds an id of this shard: c = era · 2^T +
+ * F · 2^S + s, where the era is a tick (whole time units since the layout's epoch), S the shard field's shift and
+ * F the shard field. A store (setval) always writes the pair (era, shard, 0); `nextval` — an atomic fetch-and-add
+ * that no transaction can roll back — then counts s up, and when s outgrows its field the carry lands in F, so F
+ * stops being this shard. A value is KEEPABLE at tick `now` when F = shard (the sequence still fits) and
+ * era ≥ now; a kept value is the id itself, nothing to assemble.
  *
- * FAST PATH (inlined SQL, no lock, one relation). v := nextval; keep v if its sequence fits the id's field and
- * its era is not behind the clock (era ≥ now — also true after the server clock stepped back: ids then keep
- * increasing from the era). Otherwise v is discarded (a gap in the ids, never a duplicate) and the catch-up runs.
+ * FAST PATH (`next_id()`, inlined SQL, no lock, one relation, like bigserial): v := nextval; keep v if it is
+ * keepable, else the slow path runs (v is a gap in the ids, never a duplicate).
  *
- * CATCH-UP (PL/pgSQL, about once per tick, or once per 2^seqBits ids when demand outruns the clock). Under a
- * session-level advisory lock on the schema's key (released before it returns, and in its exception handler —
- * never held until commit):
- *    v := nextval; if v is keepable, return it (another catch-up already moved the counter);
- *    else start a new era: e' := max(now, era(v) + 1), setval(counter, e', is_called = true) — the pair (e', 0) —
- *    and return the id of (e', 0).
+ * SLOW PATH (`next_id_new_era()`, PL/pgSQL, about once per tick, or once per 2^seqBits ids when demand outruns
+ * the clock). Under a session-level advisory lock keyed by the counter (released before it returns and in its
+ * exception handler — never held until commit):
+ *    v := nextval; if v is keepable, return it (another slow path already started a new era);
+ *    else store the pair (e', shard, 0) with e' := max(now, era(v) + 1), and return that id.
  *
- * WHY NO ID IS HANDED OUT TWICE. Every counter value belongs to the era of the store (setval) that began it:
- * nextval never changes the era, so the values fetched between one store and the next are distinct pairs of
- * that store's era. Stores happen only inside catch-ups, one at a time (the key), and each store's era is
- * greater than the era it read after taking the key, which is the era of the previous store (the counter's era
- * is always the last store's era). So eras only grow, each era is begun by exactly one store, and two handed-out
- * values in the same era come from the same store and differ in sequence. This is true however the sessions
- * interleave: a session that fetched a value of the old era just before a store still keeps an old-era pair,
- * which the new era cannot produce. No guard is needed in the fast path, and no clock has to be monotonic.
- * (The naive design — the counter is the id without its shard bits and a catch-up stores "now" into it — hands
- * out an id twice when fast paths keep incrementing past the catch-up's target between its read and its store;
- * test/postgres/generator.catch-up-race.test.ts builds that race and shows both outcomes.)
+ * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
+ * next store's value, so that every value the counter ever hands out is greater than every earlier one. The
+ * second half is the whole argument: a store writes (era(v) + 1, shard, 0) or more, where v is what its own
+ * nextval read under the lock, and it must exceed everything fetched up to the store. Only fast paths fetch while
+ * the store's lock is held (slow paths wait for it), and once F has left this shard no fetch of that store
+ * interval is keepable again, so each other session fetches at most once more (its next non-keepable value sends
+ * it to wait for the lock). So between two stores the counter advances by at most 2^seqBits + (sessions) + 1,
+ * and PostgreSQL runs at most 2^18 − 1 sessions: a layout with 2^T > 2^seqBits + 2^18 (checked) cannot let the
+ * fetches of one interval reach the era above theirs. No guard in the fast path, no compare-and-swap, and no
+ * clock has to be monotonic. (The naive design — the counter is the id and a catch-up stores "now" into it
+ * without the shard field as a tripwire between sequence and time — hands out an id twice when fast paths count
+ * past the catch-up's target between its read and its store; test/postgres/generator.catch-up-race.test.ts
+ * builds that race and shows both outcomes.)
  *
- * INCREASING in call order: a call that starts after another returned fetches later; within an era later
- * fetches have larger sequences, and a later era is a larger tick. The id's time field is above its sequence
- * field (checked), so ids order like (era, sequence).
+ * INCREASING in call order: every value handed out is greater than every value handed out before it (above).
  *
  * RUN-AHEAD. Each era holds 2^seqBits ids; above that many per tick, the next era is era + 1 even when the clock
  * has not moved, so the time bits run ahead of the clock by (ids issued beyond the clock's pace) / 2^seqBits
@@ -45,24 +45,24 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * test/postgres/generator.clock-step-back.test.ts).
  *
  * COST. `next_id()` is a SQL-language function whose body is one expression (`RETURN …`, parsed at creation so
- * the caller's search_path cannot change it), so the planner inlines it into the INSERT: no function call, no
- * PL/pgSQL, and per id one nextval (the only relation it touches, as with bigserial), a clock read, two currval
- * (session-local) and bit arithmetic. The keep check is one expression of v: with K the mask of the era bits
- * and of the bits above the id's sequence field, ((v & K) − now) >> T is 0 exactly when the sequence fits
- * (otherwise v & K ≥ 2^(T+seqBits)) and 0 ≤ era − now < 2^T.
- * The price of inlining is paid when a statement is planned: the planner expands and simplifies the expression
- * for every statement it plans, which for an unprepared single-row INSERT costs more than the insert itself on a
- * fast server. `language: 'plpgsql'` wraps the same expression in PL/pgSQL (planned once per session) for
- * workloads of unprepared single-row inserts; `bench sql` measures both ways.
+ * the caller's search_path cannot change it), so the planner inlines it into the INSERT: per id one nextval (the
+ * only relation it touches, as with bigserial), a clock read, one currval (session-local) and the keep check,
+ * which is one expression of v: ((v − (now << T)) & M) = shard << S, with M the shard field's bits and the sign
+ * bit (negative exactly when era < now). PostgreSQL sets up every function and operator of an expression again
+ * for each execution, prepared or not, so the count of them is the cost: 13, against 20 in version 2.
+ * The planner also inlines the expression again for every statement it plans, which for an unprepared
+ * single-row INSERT costs more than the insert itself. `language: 'plpgsql'` wraps the same expression in
+ * PL/pgSQL (nothing to inline per statement) for workloads of unprepared single-row inserts; `bench sql`
+ * measures both ways.
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
- * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the catch-up's window; the
+ * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the slow path's window; the
  * production SQL contains no such indirection.
  */
 
 /** Recorded in the schema (comment on `next_id()`); a newer install upgrades an older one in place. */
-export const GENERATOR_VERSION = 2;
+export const GENERATOR_VERSION = 3;
 
 /** SQLSTATE raised when a schema already holds a generator for another shard/layout, or a newer version. */
 export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
@@ -89,7 +89,7 @@ export interface GeneratorSqlOptions {
   schema: string;
   /** The logical shard number; must fit the layout's shard field. */
   shard: number;
-  /** A preset name or a layout with `shard` and `sequence` fields (default `instagram`). */
+  /** A preset name or a layout with the fields time, shard, sequence, most significant first (default `instagram`). */
   layout?: string | Layout | LayoutSpec;
   /** Custom epoch in ms since 1970 (default: the layout's). */
   epoch?: number;
@@ -97,7 +97,7 @@ export interface GeneratorSqlOptions {
    * How `next_id()` is written (default `sql`; re-installing with the other one switches in place):
    * - `sql`: one inlined expression — the cheapest per id (bulk statements, prepared statements), but the planner
    *   inlines it again for every statement it plans, which costs tens of µs per unprepared INSERT;
-   * - `plpgsql`: the same expression inside PL/pgSQL — about 0.25 µs more per id, nothing extra to plan.
+   * - `plpgsql`: the same expression inside PL/pgSQL — about 0.3 µs more per id, nothing extra to plan.
    */
   language?: GeneratorLanguage;
   /** Test-only: read the clock through a replaceable function and call a pause hook inside the catch-up. */
@@ -119,8 +119,6 @@ export interface GeneratorSqlPlan {
   readonly sequence: LayoutField;
   /** Constant bits of every id of this shard (the shard field in place). */
   readonly fixedBits: bigint;
-  /** Width of the era (tick) part of the counter: enough bits for the largest tick an id can carry. */
-  readonly eraBits: number;
   /** Largest tick an id of this layout can carry as a non-negative bigint. */
   readonly maxTick: bigint;
 }
@@ -152,30 +150,27 @@ function languageOf(language: GeneratorLanguage | undefined): GeneratorLanguage 
 export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
   const schema = validateIdentifier(options.schema, 'schema');
   const layout = layoutOf(options);
-  const shardField = layout.fields.find((f) => f.kind === 'shard');
-  const sequence = layout.sequence;
+  const [time, shardField, sequence, ...others] = layout.fields;
   const invalid = (why: string) =>
     new ShardflakeError('INVALID_LAYOUT', `layout ${JSON.stringify(layout.name)} ${why}`);
-  if (!shardField || !sequence) {
-    throw invalid('needs a shard field and a sequence field for an in-database generator');
-  }
-  const others = layout.fields.filter((f) => f !== layout.time && f !== shardField && f !== sequence);
-  if (others.length > 0) {
+  if (
+    time?.kind !== 'time' ||
+    shardField?.kind !== 'shard' ||
+    sequence?.kind !== 'sequence' ||
+    others.length
+  ) {
     throw invalid(
-      `has fields (${others.map((f) => f.name).join(', ')}) the in-database generator cannot fill; use time, shard and sequence only`,
+      'needs exactly the fields time, shard, sequence (most significant first) for an in-database generator',
     );
   }
-  if (sequence.shift > layout.time.shift) {
-    throw invalid('puts the sequence above the time; ids would not sort by time');
+  // The shard field is the tripwire between sequence and time (see the top of this file): between two stores the
+  // counter advances by at most 2^seqBits + one per session + 1, and PostgreSQL runs at most 2^18 - 1 sessions.
+  if (1n << BigInt(time.shift) <= (1n << BigInt(sequence.bits)) + (1n << 18n)) {
+    throw invalid(
+      `has ${shardField.bits} shard + ${sequence.bits} sequence bits; the in-database generator needs 2^(shard + sequence bits) > 2^sequence bits + 2^18`,
+    );
   }
   const maxTick = layout.maxSignedTick;
-  const eraBits = maxTick.toString(2).length;
-  // The counter's sequence part needs at least one bit more than the id's field, so that a full field is seen.
-  if (eraBits + sequence.bits > 62) {
-    throw invalid(
-      `leaves no room in a bigint counter for a ${eraBits}-bit tick and a ${sequence.bits}-bit sequence`,
-    );
-  }
   const shard = options.shard;
   if (!Number.isSafeInteger(shard) || shard < 0 || BigInt(shard) > shardField.max) {
     throw new ShardflakeError(
@@ -189,11 +184,10 @@ export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
     layout,
     testClock: options.testClock === true,
     language: languageOf(options.language),
-    time: layout.time,
+    time,
     shardField,
     sequence,
     fixedBits: BigInt(shard) << BigInt(shardField.shift),
-    eraBits,
     maxTick,
   });
 }
@@ -214,26 +208,16 @@ export function generatorSignature(plan: GeneratorSqlPlan): string {
 
 const int8 = (n: bigint) => `(${BigInt.asIntN(64, n)})::bigint`;
 
-/** The counter's increment: one step of the sequence part, above the era. */
-const step = (plan: GeneratorSqlPlan) => 1n << BigInt(plan.eraBits);
-const eraMask = (plan: GeneratorSqlPlan) => step(plan) - 1n;
-
-/** SQL boolean: counter value `v` (an expression evaluated once) is keepable at tick `now`. */
-function keepable(plan: GeneratorSqlPlan, v: string, now: string): string {
-  // K: the era bits and every bit above the id's sequence field (see COST at the top).
-  const k = eraMask(plan) | ~((1n << BigInt(plan.eraBits + plan.sequence.bits)) - 1n);
-  return `(((${v} & ${int8(k)}) - ${now}) >> ${plan.eraBits}) = 0`;
+/** SQL boolean: counter value `v` (an expression evaluated once) is keepable at tick `now` (see COST at the top). */
+export function keepable(plan: GeneratorSqlPlan, v: string, now: string): string {
+  // The shard field's bits and the sign bit: (v - now's first id) is negative exactly when v's era is behind.
+  const mask = (plan.shardField.max << BigInt(plan.shardField.shift)) | (1n << 63n);
+  return `((${v} - (${now} << ${plan.time.shift})) & ${int8(mask)}) = ${int8(plan.fixedBits)}`;
 }
 
-/** SQL expression: the id of the counter pair whose era is `era` and whose sequence is `seq`. */
-function idOf(plan: GeneratorSqlPlan, era: string, seq: string): string {
-  const seqPart = plan.sequence.shift === 0 ? `(${seq})` : `((${seq}) << ${plan.sequence.shift})`;
-  return `((${era}) << ${plan.time.shift}) | ${plan.fixedBits}::bigint | ${seqPart}`;
-}
-
-/** SQL expression: the id of counter value `c` (may be evaluated twice, so pass something stable). */
-function idOfCounter(plan: GeneratorSqlPlan, c: string): string {
-  return idOf(plan, `${c} & ${int8(eraMask(plan))}`, `${c} >> ${plan.eraBits}`);
+/** SQL expression: the first id (sequence 0) of tick `era` on this shard. */
+function firstIdOf(plan: GeneratorSqlPlan, era: string): string {
+  return `((${era}) << ${plan.time.shift}) | ${int8(plan.fixedBits)}`;
 }
 
 /** SQL expression: the current tick (whole time units since the layout's epoch), from the given ms expression. */
@@ -263,7 +247,7 @@ function fastPath(plan: GeneratorSqlPlan): string {
   const now = tickExpr(plan, clockMs(plan));
   return `CASE
     WHEN ${keepable(plan, `pg_catalog.nextval(${lit})`, now)}
-    THEN ${idOfCounter(plan, `pg_catalog.currval(${lit})`)}
+    THEN pg_catalog.currval(${lit})
     ELSE ${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()
   END`;
 }
@@ -290,7 +274,7 @@ function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
     ? `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL)`
     : `${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()`;
   const rights = withAbove ? '' : '\n  SECURITY DEFINER SET search_path = pg_catalog, pg_temp';
-  const aboveKeep = withAbove ? ` AND (above_id IS NULL OR above_id < ${idOfCounter(plan, 'c')})` : '';
+  const aboveKeep = withAbove ? ' AND (above_id IS NULL OR above_id < c)' : '';
   const aboveEra = withAbove
     ? `, COALESCE(((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)}) + 1, 0)`
     : '';
@@ -315,15 +299,15 @@ BEGIN
     c := pg_catalog.nextval(${lit});
 ${testPause(plan)}    IF ${keepable(plan, 'c', now)}${aboveKeep} THEN
       -- Another slow path already started a new era: keep the value, as the fast path would.
-      id := ${idOfCounter(plan, 'c')};
+      id := c;
     ELSE
-      -- A new era: after the clock, and after the era read under the key (so eras only grow).
-      era := GREATEST(${now}, (c & ${int8(eraMask(plan))}) + 1${aboveEra});
+      -- A new era: after the clock, and after the era read under the key (so every store is above every fetch).
+      era := GREATEST(${now}, (c >> ${plan.time.shift}) + 1${aboveEra});
       IF era > ${plan.maxTick} THEN
         RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
           ${quoteLiteral(plan.schema)}, era, ${quoteLiteral(plan.layout.name)} USING ERRCODE = '22003';
       END IF;
-      id := ${idOf(plan, `pg_catalog.setval(${lit}, era, true)`, '0')};
+      id := pg_catalog.setval(${lit}, ${firstIdOf(plan, 'era')}, true);
     END IF;
     released := pg_catalog.pg_advisory_unlock(lock_key);
   EXCEPTION WHEN OTHERS OR query_canceled THEN
@@ -336,25 +320,36 @@ $shardflake$`;
 }
 
 /**
- * Version 1 kept the id without its shard bits in the counter (increment: one sequence step). Converting it
- * waits for every transaction that called the old next_id() (ALTER SEQUENCE conflicts with nextval's lock), then
- * starts the counter at the era after the last tick version 1 reached, so every new id is above every old one.
+ * Versions 1 and 2 kept other counters (1: the id without its shard bits; 2: sequence · 2^eraBits + era, stepping
+ * by 2^eraBits). Converting one waits for every transaction that called the old next_id() (ALTER SEQUENCE
+ * conflicts with nextval's lock), then stores the first id of the tick after the last one the old counter
+ * reached, so every new id is above every old one. (A statement already running the old expression when this
+ * commits finds the converted counter far outside what it would keep, and takes the new slow path.)
  */
-function upgradeFromV1(plan: GeneratorSqlPlan): string {
+function upgradeFromOlder(plan: GeneratorSqlPlan): string {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
+  const v2EraMask = (1n << BigInt(plan.maxTick.toString(2).length)) - 1n;
   return `DO $shardflake$
 DECLARE
+  -- The version of the shardflake generator found here, NULL when there is none (as the check above reads it).
+  installed int := (SELECT CASE WHEN d.c LIKE '{%' AND d.c::jsonb->>'shardflake' = 'generator'
+                                THEN (d.c::jsonb->>'version')::int END
+                    FROM (SELECT pg_catalog.obj_description(p.oid, 'pg_proc') AS c
+                          FROM pg_catalog.pg_proc p
+                          WHERE p.pronamespace = ${quoteLiteral(plan.schema)}::regnamespace
+                            AND p.proname = ${quoteLiteral(GENERATOR_OBJECTS.nextId)} AND p.pronargs = 0) d);
   last bigint;
   called boolean;
+  tick bigint;
 BEGIN
-  IF (SELECT seqincrement FROM pg_catalog.pg_sequence
-      WHERE seqrelid = ${quoteLiteral(counter)}::regclass) = ${step(plan)} THEN
+  IF installed IS NULL OR installed >= ${GENERATOR_VERSION} THEN
     RETURN;
   END IF;
-  ALTER SEQUENCE ${counter} INCREMENT BY ${step(plan)} MINVALUE 0 MAXVALUE ${BigInt.asIntN(64, (1n << 63n) - 1n)};
+  ALTER SEQUENCE ${counter} INCREMENT BY 1 MINVALUE 0 MAXVALUE ${(1n << 63n) - 1n};
   SELECT last_value, is_called INTO last, called FROM ${counter};
   IF called THEN
-    PERFORM pg_catalog.setval(${quoteLiteral(counter)}::regclass, (last >> ${plan.time.shift}) + 1, true);
+    tick := CASE installed WHEN 1 THEN last >> ${plan.time.shift} ELSE last & ${int8(v2EraMask)} END;
+    PERFORM pg_catalog.setval(${quoteLiteral(counter)}::regclass, ${firstIdOf(plan, 'tick + 1')}, true);
   END IF;
 END
 $shardflake$`;
@@ -407,12 +402,12 @@ BEGIN
 END
 $shardflake$`);
   statements.push(
-    `CREATE SEQUENCE IF NOT EXISTS ${counter} AS bigint INCREMENT ${step(plan)} MINVALUE 0 START 0 CACHE 1 NO CYCLE`,
+    `CREATE SEQUENCE IF NOT EXISTS ${counter} AS bigint INCREMENT 1 MINVALUE 0 START 0 CACHE 1 NO CYCLE`,
   );
-  statements.push(upgradeFromV1(plan));
+  statements.push(upgradeFromOlder(plan));
   statements.push(
     `COMMENT ON SEQUENCE ${counter} IS ${quoteLiteral(
-      `shardflake id counter: sequence * 2^${plan.eraBits} + era (a tick); only next_id() and its catch-up may touch it`,
+      'shardflake id counter: the last id handed out (or past it); only next_id() and its slow path may touch it',
     )}`,
   );
   if (plan.testClock) {
@@ -440,16 +435,11 @@ END
 $shardflake$`,
   );
   statements.push(`COMMENT ON FUNCTION ${q(o.nextId)}() IS ${quoteLiteral(signature)}`);
-  // ≥ every id handed out (a sequence past the id's field means that era's ids ended at its largest), NULL
-  // before the first.
+  // ≥ every id handed out (the counter only grows, see the top of this file), NULL before the first.
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.lastIssued)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC
-    SELECT CASE WHEN is_called THEN ${idOf(
-      plan,
-      `last_value & ${int8(eraMask(plan))}`,
-      `LEAST(last_value >> ${plan.eraBits}, ${plan.sequence.max})`,
-    )} END FROM ${counter};
+    SELECT CASE WHEN is_called THEN last_value END FROM ${counter};
   END`);
   // Version 1's objects, unused since (their dependants were replaced above).
   // (Checked first rather than DROP … IF EXISTS, which prints a notice on every fresh install.)

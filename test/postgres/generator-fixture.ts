@@ -1,6 +1,21 @@
 import type pg from 'pg';
-import { connect, type GeneratorSqlOptions, installGenerator } from 'shardflake';
+import { connect, defineLayout, type GeneratorSqlOptions, installGenerator, layouts } from 'shardflake';
 import { qualified } from '../../src/postgres/identifier.js';
+
+/**
+ * Instagram's shape with a 2-bit sequence (4 ids per tick), so that a single statement outruns the clock by far.
+ * 21 shard bits: the in-database generator needs 2^(shard + sequence bits) > 2^sequence bits + 2^18.
+ */
+export const narrowLayout = defineLayout({
+  name: 'narrow',
+  epoch: layouts.instagram.epoch,
+  timeUnitMs: 1,
+  fields: [
+    { kind: 'time', bits: 41 },
+    { kind: 'shard', bits: 21 },
+    { kind: 'sequence', bits: 2 },
+  ],
+});
 
 /** Installs a generator into `schema` and creates `<schema>.items (id DEFAULT next_id(), v)`; returns its name. */
 export async function shardWithTable(client: pg.Client, options: GeneratorSqlOptions): Promise<string> {

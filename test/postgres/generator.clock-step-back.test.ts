@@ -1,17 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  connect,
-  defineLayout,
-  ensureGeneratorAbove,
-  installGenerator,
-  lastIssuedId,
-  layouts,
-} from 'shardflake';
+import { connect, ensureGeneratorAbove, installGenerator, lastIssuedId, layouts } from 'shardflake';
 import { decodeId, encodeId } from '../../src/ids/codec.js';
 import { qualified } from '../../src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
-import { setTestClock } from './generator-fixture.js';
+import { narrowLayout, setTestClock } from './generator-fixture.js';
 
 async function ids(
   client: { query: (sql: string) => Promise<{ rows: { id: bigint }[] }> },
@@ -94,16 +87,7 @@ test('above 2^seqBits ids per tick the time bits run ahead of the clock, by at m
     // 2 sequence bits: 4 ids per ms, so a single statement outruns the clock by far, even on a loaded machine
     // (50,000 ids are 12.5 s of time bits; the statement takes well under a second).
     const perTick = 4;
-    const layout = defineLayout({
-      name: 'narrow',
-      epoch: layouts.instagram.epoch,
-      timeUnitMs: 1,
-      fields: [
-        { kind: 'time', bits: 41 },
-        { kind: 'shard', bits: 13 },
-        { kind: 'sequence', bits: 2 },
-      ],
-    });
+    const layout = narrowLayout;
     await installGenerator(client, { schema: 'narrow', shard: 1, layout });
     const n = 50_000;
     const { rows } = await client.query(

@@ -20,8 +20,8 @@ const cases: { schema: string; shard: number; layout: Layout }[] = [
       timeUnitMs: 10,
       fields: [
         { kind: 'time', bits: 39 },
-        { kind: 'sequence', bits: 12 },
         { kind: 'shard', bits: 12 },
+        { kind: 'sequence', bits: 12 },
       ],
     }),
   },

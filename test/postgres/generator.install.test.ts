@@ -71,6 +71,18 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
       },
     );
 
+    await t.test(
+      "a next_id() that is not shardflake's (a plain comment) is not read as a version",
+      async () => {
+        await client.query('CREATE SCHEMA plain_comment');
+        await client.query('CREATE FUNCTION plain_comment.next_id() RETURNS bigint LANGUAGE sql RETURN 1');
+        await client.query(`COMMENT ON FUNCTION plain_comment.next_id() IS 'hand-written, see wiki'`);
+        await installGenerator(client, { schema: 'plain_comment', shard: 3 });
+        const { rows } = await client.query('SELECT plain_comment.id_to_shard(plain_comment.next_id()) AS s');
+        assert.equal(rows[0].s, 3);
+      },
+    );
+
     await t.test('installing another shard, layout or epoch over it is refused', async () => {
       for (const options of [
         { schema: 'shard_0042', shard: 43 },
@@ -123,38 +135,47 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
   }
 });
 
-test('a version 1 generator (seqlock guard) is upgraded in place: new ids above every old one, guard removed', async () => {
-  const [server] = await useServers(1);
-  const client = await connect((server as { url: string }).url);
-  try {
-    // The SQL `shardflake sql generator --schema g1 --shard 1` printed in version 1.
-    await client.query(readFileSync('test/postgres/fixtures/generator-v1-shard-g1.sql', 'utf8'));
-    await client.query('CREATE TABLE g1.items (id bigint PRIMARY KEY DEFAULT g1.next_id(), v integer)');
-    await client.query('INSERT INTO g1.items (v) SELECT 1 FROM generate_series(1, 20000)');
-    assert.equal((await readInstalledGenerator(client, 'g1'))?.version, 1);
+for (const { version, schema, shard, what } of [
+  { version: 1, schema: 'g1', shard: 1, what: 'seqlock guard' },
+  { version: 2, schema: 'g2', shard: 2, what: 'era in the low counter bits' },
+]) {
+  test(`a version ${version} generator (${what}) is upgraded in place: new ids above every old one`, async () => {
+    const [server] = await useServers(1);
+    const client = await connect((server as { url: string }).url);
+    try {
+      // The SQL `shardflake sql generator --schema ${schema} --shard ${shard}` printed in that version.
+      await client.query(
+        readFileSync(`test/postgres/fixtures/generator-v${version}-shard-${schema}.sql`, 'utf8'),
+      );
+      await client.query(
+        `CREATE TABLE ${schema}.items (id bigint PRIMARY KEY DEFAULT ${schema}.next_id(), v integer)`,
+      );
+      await client.query(`INSERT INTO ${schema}.items (v) SELECT 1 FROM generate_series(1, 20000)`);
+      assert.equal((await readInstalledGenerator(client, schema))?.version, version);
 
-    await installGenerator(client, { schema: 'g1', shard: 1 });
-    assert.equal((await readInstalledGenerator(client, 'g1'))?.version, GENERATOR_VERSION);
-    await client.query('INSERT INTO g1.items (v) SELECT 2 FROM generate_series(1, 20000)');
-    const { rows } = await client.query(
-      `SELECT count(DISTINCT id)::int AS n, max(id) FILTER (WHERE v = 1) AS old_max,
-              min(id) FILTER (WHERE v = 2) AS new_min, bool_and(g1.id_to_shard(id) = 1) AS shard_ok,
-              to_regclass('g1.next_id_guard') IS NULL AS guard_gone
-       FROM g1.items`,
-    );
-    assert.equal(rows[0].n, 40_000);
-    assert.ok(BigInt(rows[0].new_min) > BigInt(rows[0].old_max));
-    assert.equal(rows[0].shard_ok, true);
-    assert.equal(rows[0].guard_gone, true);
-    // And installing again changes nothing.
-    await installGenerator(client, { schema: 'g1', shard: 1 });
-    await client.query('INSERT INTO g1.items (v) SELECT 3 FROM generate_series(1, 10)');
-    const after = await client.query('SELECT count(DISTINCT id)::int AS n FROM g1.items');
-    assert.equal(after.rows[0].n, 40_010);
-  } finally {
-    await client.end();
-  }
-});
+      await installGenerator(client, { schema, shard });
+      assert.equal((await readInstalledGenerator(client, schema))?.version, GENERATOR_VERSION);
+      await client.query(`INSERT INTO ${schema}.items (v) SELECT 2 FROM generate_series(1, 20000)`);
+      const { rows } = await client.query(
+        `SELECT count(DISTINCT id)::int AS n, max(id) FILTER (WHERE v = 1) AS old_max,
+                min(id) FILTER (WHERE v = 2) AS new_min, bool_and(${schema}.id_to_shard(id) = ${shard}) AS shard_ok,
+                to_regclass('${schema}.next_id_guard') IS NULL AS guard_gone
+         FROM ${schema}.items`,
+      );
+      assert.equal(rows[0].n, 40_000);
+      assert.ok(BigInt(rows[0].new_min) > BigInt(rows[0].old_max));
+      assert.equal(rows[0].shard_ok, true);
+      assert.equal(rows[0].guard_gone, true);
+      // And installing again changes nothing.
+      await installGenerator(client, { schema, shard });
+      await client.query(`INSERT INTO ${schema}.items (v) SELECT 3 FROM generate_series(1, 10)`);
+      const after = await client.query(`SELECT count(DISTINCT id)::int AS n FROM ${schema}.items`);
+      assert.equal(after.rows[0].n, 40_010);
+    } finally {
+      await client.end();
+    }
+  });
+}
 
 test('bad input is refused before any SQL is made', () => {
   const hostile = [

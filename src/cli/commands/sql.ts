@@ -34,7 +34,7 @@ export function registerSqlCommands(program: Command): void {
     .requiredOption('--schema <name>', 'the shard schema (a plain identifier)')
     .requiredOption('--shard <n>', 'logical shard number (must fit the layout’s shard field)', shardNumber)
     .option('--epoch <ms>', 'custom epoch: ms since 1970 or an ISO date (default: the layout’s)', epochOption)
-    .option('--layout <name>', 'id layout with shard and sequence fields', 'instagram')
+    .option('--layout <name>', 'id layout shaped time | shard | sequence', 'instagram')
     .option(
       '--language <name>',
       `how next_id() is written: sql (inlined; fastest per id, bulk and prepared statements) or plpgsql (nothing to plan per statement; for unprepared single-row inserts)`,
