@@ -100,6 +100,13 @@ export interface GeneratorSqlOptions {
    * - `plpgsql`: the same expression inside PL/pgSQL — about 0.3 µs more per id, nothing extra to plan.
    */
   language?: GeneratorLanguage;
+  /**
+   * Take over a `next_id()` in the schema that shardflake did not install, e.g. a hand-written one from the
+   * Instagram post (default: refuse, naming this option). Tables that default to it keep their defaults and get
+   * shardflake's ids from then on; call `next_id_catch_up(<largest id it issued>)` afterwards if its ids could be
+   * ahead of the clock or of another layout.
+   */
+  replace?: boolean;
   /** Test-only: read the clock through a replaceable function and call a pause hook inside the catch-up. */
   testClock?: boolean;
 }
@@ -320,6 +327,29 @@ $shardflake$`;
 }
 
 /**
+ * PL/pgSQL that reads what the schema's `next_id()` says of itself. Needs the variables `comment text`,
+ * `present boolean` and `existing jsonb` (not `found`, which would hide PL/pgSQL's FOUND). Sets `present` when
+ * there is a `next_id()` at all, and `existing` to its signature when shardflake installed it (a JSON comment
+ * with "shardflake": "generator"), else NULL.
+ */
+function readInstalledSignature(plan: GeneratorSqlPlan): string {
+  return `  SELECT pg_catalog.obj_description(p.oid, 'pg_proc') INTO comment FROM pg_catalog.pg_proc p
+  WHERE p.pronamespace = ${quoteLiteral(plan.schema)}::regnamespace
+    AND p.proname = ${quoteLiteral(GENERATOR_OBJECTS.nextId)} AND p.pronargs = 0;
+  present := FOUND;
+  IF comment LIKE '{%' THEN
+    BEGIN
+      existing := comment::jsonb;
+    EXCEPTION WHEN invalid_text_representation THEN
+      existing := NULL;
+    END;
+  END IF;
+  IF existing->>'shardflake' IS DISTINCT FROM 'generator' THEN
+    existing := NULL;
+  END IF;`;
+}
+
+/**
  * Versions 1 and 2 kept other counters (1: the id without its shard bits; 2: sequence · 2^eraBits + era, stepping
  * by 2^eraBits). Converting one waits for every transaction that called the old next_id() (ALTER SEQUENCE
  * conflicts with nextval's lock), then stores the first id of the tick after the last one the old counter
@@ -331,17 +361,17 @@ function upgradeFromOlder(plan: GeneratorSqlPlan): string {
   const v2EraMask = (1n << BigInt(plan.maxTick.toString(2).length)) - 1n;
   return `DO $shardflake$
 DECLARE
-  -- The version of the shardflake generator found here, NULL when there is none (as the check above reads it).
-  installed int := (SELECT CASE WHEN d.c LIKE '{%' AND d.c::jsonb->>'shardflake' = 'generator'
-                                THEN (d.c::jsonb->>'version')::int END
-                    FROM (SELECT pg_catalog.obj_description(p.oid, 'pg_proc') AS c
-                          FROM pg_catalog.pg_proc p
-                          WHERE p.pronamespace = ${quoteLiteral(plan.schema)}::regnamespace
-                            AND p.proname = ${quoteLiteral(GENERATOR_OBJECTS.nextId)} AND p.pronargs = 0) d);
+  comment text;
+  present boolean;
+  existing jsonb;
+  installed int;
   last bigint;
   called boolean;
   tick bigint;
 BEGIN
+${readInstalledSignature(plan)}
+  -- The version of the shardflake generator found here, NULL when there is none.
+  installed := (existing->>'version')::int;
   IF installed IS NULL OR installed >= ${GENERATOR_VERSION} THEN
     RETURN;
   END IF;
@@ -375,27 +405,37 @@ export function generatorSql(options: GeneratorSqlOptions): string {
     `DO $shardflake$ BEGIN PERFORM pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(${quoteLiteral(plan.schema)})); END $shardflake$`,
   );
   statements.push(`CREATE SCHEMA IF NOT EXISTS ${s}`);
-  // Refuse to turn one shard's generator into another's, or to downgrade a newer install. ('guard' was part of
-  // version 1's signature.)
+  // Refuse to replace a next_id() that shardflake did not install (unless told to), to turn one shard's generator
+  // into another's, or to downgrade a newer install. ('guard' was part of version 1's signature.)
   statements.push(`DO $shardflake$
 DECLARE
-  installed text := (SELECT pg_catalog.obj_description(p.oid, 'pg_proc') FROM pg_catalog.pg_proc p
-                     WHERE p.pronamespace = ${quoteLiteral(plan.schema)}::regnamespace
-                       AND p.proname = ${quoteLiteral(o.nextId)} AND p.pronargs = 0);
+  comment text;
+  present boolean;
+  existing jsonb;
   wanted jsonb := ${quoteLiteral(signature)}::jsonb;
-  found jsonb;
 BEGIN
-  IF installed IS NULL OR installed NOT LIKE '{%' THEN RETURN; END IF;
-  found := installed::jsonb;
-  IF found->>'shardflake' IS DISTINCT FROM 'generator' THEN RETURN; END IF;
-  IF (found->>'version')::int > (wanted->>'version')::int THEN
+${readInstalledSignature(plan)}
+  IF NOT present THEN
+    RETURN;
+  END IF;
+  IF existing IS NULL THEN
+${
+  options.replace === true
+    ? `    RAISE NOTICE 'taking over the next_id() in schema %, which shardflake did not install', ${quoteLiteral(plan.schema)};
+    RETURN;`
+    : `    RAISE EXCEPTION 'schema % has a next_id() that shardflake did not install; to take it over, install with --replace (library: replace: true)',
+      ${quoteLiteral(plan.schema)}
+      USING ERRCODE = '${GENERATOR_MISMATCH_SQLSTATE}';`
+}
+  END IF;
+  IF (existing->>'version')::int > (wanted->>'version')::int THEN
     RAISE EXCEPTION 'schema % has generator version %, newer than this install (%)',
-      ${quoteLiteral(plan.schema)}, found->>'version', wanted->>'version'
+      ${quoteLiteral(plan.schema)}, existing->>'version', wanted->>'version'
       USING ERRCODE = '${GENERATOR_MISMATCH_SQLSTATE}';
   END IF;
-  IF (found - 'version' - 'guard') IS DISTINCT FROM (wanted - 'version') THEN
+  IF (existing - 'version' - 'guard') IS DISTINCT FROM (wanted - 'version') THEN
     RAISE EXCEPTION 'schema % already has a generator for shard % (layout %, epoch %), not shard % (layout %, epoch %)',
-      ${quoteLiteral(plan.schema)}, found->>'shard', found->>'layout', found->>'epoch',
+      ${quoteLiteral(plan.schema)}, existing->>'shard', existing->>'layout', existing->>'epoch',
       wanted->>'shard', wanted->>'layout', wanted->>'epoch'
       USING ERRCODE = '${GENERATOR_MISMATCH_SQLSTATE}';
   END IF;

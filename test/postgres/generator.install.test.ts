@@ -72,14 +72,48 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
     );
 
     await t.test(
-      "a next_id() that is not shardflake's (a plain comment) is not read as a version",
+      'a next_id() that shardflake did not install is refused and kept, unless the install is told to take it over',
       async () => {
-        await client.query('CREATE SCHEMA plain_comment');
-        await client.query('CREATE FUNCTION plain_comment.next_id() RETURNS bigint LANGUAGE sql RETURN 1');
-        await client.query(`COMMENT ON FUNCTION plain_comment.next_id() IS 'hand-written, see wiki'`);
-        await installGenerator(client, { schema: 'plain_comment', shard: 3 });
-        const { rows } = await client.query('SELECT plain_comment.id_to_shard(plain_comment.next_id()) AS s');
-        assert.equal(rows[0].s, 3);
+        await client.query('CREATE SCHEMA hand_written');
+        // Comments that are not shardflake's: none, plain text, text that looks like JSON, JSON of something else.
+        for (const comment of [null, 'hand-written, see wiki', '{not json', '{"owner": "payments"}']) {
+          await client.query(
+            'CREATE OR REPLACE FUNCTION hand_written.next_id() RETURNS bigint LANGUAGE sql RETURN 7',
+          );
+          await client.query(
+            `COMMENT ON FUNCTION hand_written.next_id() IS ${comment === null ? 'NULL' : `'${comment}'`}`,
+          );
+          await assert.rejects(installGenerator(client, { schema: 'hand_written', shard: 3 }), (e) => {
+            assert.ok(isShardflakeError(e, 'INVALID_ARGUMENT'), String(e));
+            assert.match(
+              e.message,
+              /hand_written has a next_id\(\) that shardflake did not install.*--replace/,
+            );
+            return true;
+          });
+          const kept = await client.query('SELECT hand_written.next_id() AS id');
+          assert.equal(kept.rows[0].id, 7n, `comment ${comment}: the function is untouched`);
+        }
+        await client.query(
+          'CREATE TABLE hand_written.t (id bigint PRIMARY KEY DEFAULT hand_written.next_id(), v int)',
+        );
+        await installGenerator(client, { schema: 'hand_written', shard: 3, replace: true });
+        const { rows } = await client.query(
+          'INSERT INTO hand_written.t (v) VALUES (1), (2) RETURNING hand_written.id_to_shard(id) AS s',
+        );
+        assert.deepEqual(
+          rows.map((r) => r.s),
+          [3, 3],
+          "the table's default now gives shardflake ids",
+        );
+        // An id the old function issued ahead of the clock: after the catch-up the README describes, new ids are above it.
+        const ahead = (BigInt(Date.now() - 1314220021721 + 3_600_000) << 23n) | (3n << 10n) | 5n;
+        await client.query('INSERT INTO hand_written.t (id, v) VALUES ($1, 3)', [ahead]);
+        await client.query('SELECT hand_written.next_id_catch_up((SELECT max(id) FROM hand_written.t))');
+        const after = await client.query('INSERT INTO hand_written.t (v) VALUES (4) RETURNING id');
+        assert.ok(after.rows[0].id > ahead, `${after.rows[0].id} > ${ahead}`);
+        // From then on it is shardflake's: a plain re-install is harmless.
+        await installGenerator(client, { schema: 'hand_written', shard: 3 });
       },
     );
 
@@ -230,6 +264,10 @@ test('the CLI prints the SQL or one error line with a non-zero exit code', () =>
   assert.equal(ok.code, 0);
   assert.match(ok.out, /^-- shardflake id generator/);
   assert.match(ok.out, /CREATE OR REPLACE FUNCTION "insta5"."next_id"\(\)/);
+  assert.doesNotMatch(ok.out, /taking over/);
+  const replace = run('sql', 'generator', '--schema', 'insta5', '--shard', '5', '--replace');
+  assert.match(replace.out, /RAISE NOTICE 'taking over the next_id\(\) in schema %/);
+  assert.doesNotMatch(replace.out, /did not install; to take it over/);
   const bad = run('sql', 'generator', '--schema', 'x;drop', '--shard', '5');
   assert.equal(bad.code, 2);
   assert.match(bad.out, /^shardflake: error \[INVALID_IDENTIFIER\]/);

@@ -41,6 +41,10 @@ export function registerSqlCommands(program: Command): void {
       language,
       'sql',
     )
+    .option(
+      '--replace',
+      'take over a next_id() in the schema that shardflake did not install (default: refuse)',
+    )
     .action(
       (opts: {
         schema: string;
@@ -48,6 +52,7 @@ export function registerSqlCommands(program: Command): void {
         epoch?: number;
         layout: string;
         language: GeneratorLanguage;
+        replace?: boolean;
       }) => {
         const body = generatorSql({
           schema: opts.schema,
@@ -55,6 +60,7 @@ export function registerSqlCommands(program: Command): void {
           epoch: opts.epoch,
           layout: opts.layout,
           language: opts.language,
+          replace: opts.replace === true,
         });
         process.stdout.write(
           `-- shardflake id generator for schema ${opts.schema}, shard ${opts.shard}\nBEGIN;\n\n${body}\nCOMMIT;\n`,
