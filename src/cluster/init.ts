@@ -12,7 +12,7 @@ import {
 import { type ClusterConfig, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
-import { LIST_SHARD_SCHEMAS_SQL, shardCreationSql } from './shard-ddl.js';
+import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 
 /**
  * `cluster init`: creates the catalog and every logical shard, spread evenly over the servers.
@@ -186,7 +186,10 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     const createdOn = async (name: string, client: pg.Client, queue: number[][]) => {
       for (let batch = queue.shift(); batch; batch = queue.shift()) {
         opts.signal?.throwIfAborted();
-        const sql = batch.map((shard) => shardCreationSql(config, shard, schemaOf(shard))).join('');
+        const sql = shardsCreationSql(
+          config,
+          batch.map((shard) => ({ shard, schema: schemaOf(shard) })),
+        );
         try {
           // synchronous_commit off: a batch's commit does not wait for its WAL flush. A crash may lose the last
           // batches, which is harmless here: they were not recorded in the catalog yet and the rerun makes them.

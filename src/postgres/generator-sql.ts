@@ -390,6 +390,21 @@ $shardflake$`;
  * runs inside the caller's transaction (it contains no BEGIN/COMMIT) — wrap it in one when running it alone.
  */
 export function generatorSql(options: GeneratorSqlOptions): string {
+  const { objects, seal } = generatorSqlParts(options);
+  return objects + seal;
+}
+
+/**
+ * The install in two parts, to run in this order in one transaction: `objects` (checks, counter, functions) and
+ * `seal` (the signature comment on `next_id()`, which later installs read).
+ *
+ * Why two: every statement that names a function (COMMENT ON FUNCTION, a DEFAULT next_id()) makes PostgreSQL
+ * list the functions of that name in *every* schema, and any CREATE FUNCTION throws those lists away, so on a
+ * server with thousands of shards each lookup after a CREATE FUNCTION reads thousands of catalog rows. `cluster
+ * init` creates the objects of a whole batch of shards first and then seals them and creates their tables, so
+ * the `next_id` list is read once per batch instead of twice per shard.
+ */
+export function generatorSqlParts(options: GeneratorSqlOptions): { objects: string; seal: string } {
   const plan = generatorPlan(options);
   const o = GENERATOR_OBJECTS;
   const s = quoteIdent(plan.schema, 'schema');
@@ -474,7 +489,6 @@ BEGIN
 END
 $shardflake$`,
   );
-  statements.push(`COMMENT ON FUNCTION ${q(o.nextId)}() IS ${quoteLiteral(signature)}`);
   // ≥ every id handed out (the counter only grows, see the top of this file), NULL before the first.
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.lastIssued)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
@@ -506,5 +520,8 @@ $shardflake$`);
   LANGUAGE sql STABLE STRICT PARALLEL SAFE
   RETURN GREATEST(0::numeric, LEAST(${layout.maxSignedTick}::numeric,
     pg_catalog.floor((EXTRACT(epoch FROM ts) * 1000 - ${layout.epoch}) / ${layout.timeUnitMs})))::bigint << ${time.shift}`);
-  return `${statements.join(';\n\n')};\n`;
+  return {
+    objects: `${statements.join(';\n\n')};\n\n`,
+    seal: `COMMENT ON FUNCTION ${q(o.nextId)}() IS ${quoteLiteral(signature)};\n`,
+  };
 }
