@@ -20,9 +20,10 @@ import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
  * Speed (8192 shards on two servers): each server gets a few connections, each sending batches of many shards'
  * DDL as one multi-statement query in one transaction — one round trip and one commit (fsync) per batch instead
  * of per statement — with every function of the batch created before any statement that looks one up by name
- * (see `shardsCreationSql`), which keeps the cost per shard flat as the server fills up. A batch commits on its server first and is then recorded in the catalog; a killed run loses
- * at most the record of its in-flight batches, and the next run finds those shards on their servers (their
- * `_shardflake_migrations` table marks them complete) and records them instead of creating them again.
+ * (see `shardsCreationSql`), which keeps the cost per shard flat as the server fills up. A batch commits on its
+ * server first and is then recorded in the catalog; a killed run loses at most the record of its in-flight
+ * batches, and the next run finds those shards on their servers (their `_shardflake_migrations` table marks them
+ * complete) and records them instead of creating them again.
  */
 export interface InitOptions {
   /** Shards per transaction (default 64). */

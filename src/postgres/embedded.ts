@@ -84,8 +84,9 @@ export async function startOnFreePort(
       const inUse = /Address already in use/.test(output);
       if (inUse && attempt < attempts) continue;
       const fatal = output.match(/(?:FATAL|PANIC):\s*(.*)/)?.[1]?.trim();
-      const why = inUse ? `port ${port} is in use` : (fatal ?? 'the server process exited');
-      throw new Error(`${why} (port ${port}${attempt > 1 ? `, attempt ${attempt} of ${attempts}` : ''})`);
+      const tries = attempt > 1 ? ` (attempt ${attempt} of ${attempts})` : '';
+      if (inUse) throw new Error(`port ${port} is in use${tries}`);
+      throw new Error(`${fatal ?? 'the server process exited'} (port ${port})${tries}`);
     }
   }
 }
