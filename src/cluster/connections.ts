@@ -9,14 +9,32 @@ import type { ClusterConfig } from './config.js';
  */
 export type ServerClients = Map<string, pg.Client>;
 
+/**
+ * The URL of a server's primary node. Today a server is one URL; when a server lists several nodes (a primary and
+ * its streaming replicas), this is where the primary is found at run time. Every command that writes to a server
+ * connects through here or through `connectServer`, never to `config.servers[name]` directly.
+ */
+export async function primaryUrl(config: Pick<ClusterConfig, 'servers'>, name: string): Promise<string> {
+  const url = config.servers[name];
+  if (url === undefined) throw new ShardflakeError('UNKNOWN_SERVER', `server ${name} is not in the config`);
+  return url;
+}
+
+/** One client on a server's primary. Connection failures throw SERVER_UNREACHABLE. */
+export async function connectServer(
+  config: Pick<ClusterConfig, 'servers'>,
+  name: string,
+  options: { connectTimeoutMs?: number; applicationName?: string } = {},
+): Promise<pg.Client> {
+  return connect(await primaryUrl(config, name), options);
+}
+
 export async function connectAll(
   config: Pick<ClusterConfig, 'servers'>,
   options: { connectTimeoutMs?: number; applicationName?: string } = {},
 ): Promise<ServerClients> {
   const names = Object.keys(config.servers);
-  const settled = await Promise.allSettled(
-    names.map((name) => connect(config.servers[name] as string, options)),
-  );
+  const settled = await Promise.allSettled(names.map((name) => connectServer(config, name, options)));
   const clients: ServerClients = new Map();
   settled.forEach((r, i) => {
     if (r.status === 'fulfilled') clients.set(names[i] as string, r.value);

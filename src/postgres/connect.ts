@@ -55,6 +55,10 @@ export interface ConnectOptions {
   max?: number;
   /** Set as `application_name`, visible in pg_stat_activity. */
   applicationName?: string;
+  /** Pools only: close a connection after this many checkouts (default: never). */
+  maxUses?: number;
+  /** Pools only: close a connection this many seconds after it opened (default: never). */
+  maxLifetimeSeconds?: number;
 }
 
 /** One connected client with int8 → bigint. Connection failures throw SERVER_UNREACHABLE. */
@@ -82,6 +86,8 @@ export function createPool(url: string, options: ConnectOptions = {}): pg.Pool {
     connectionString: url,
     types: bigintTypes,
     max: options.max ?? 10,
+    maxUses: options.maxUses || Number.POSITIVE_INFINITY,
+    maxLifetimeSeconds: options.maxLifetimeSeconds ?? 0,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
     application_name: options.applicationName ?? 'shardflake',
   });

@@ -1,0 +1,102 @@
+import type pg from 'pg';
+import { ShardflakeError } from '../../errors.js';
+import { createPool, describeUrl } from '../../postgres/connect.js';
+
+/**
+ * The nodes of one configured server, as the router sees them: where a write goes (the primary), where a read
+ * may go (a replica that has replayed far enough, else the primary), and what an error on a node means.
+ *
+ * This file is the seam between the router (sessions, bulk writes, scatter reads: they only ask for a lease) and
+ * the topology (role discovery, failover, replica lag: it only hands out leases). Today's implementation serves a
+ * server of one node; the multi-node one (streaming replicas, failover) implements the same interface.
+ */
+export type NodeRole = 'primary' | 'replica';
+
+/** A position in a server's WAL as PostgreSQL prints it (`16/B374D848`); used for read-your-writes. */
+export type Lsn = string;
+
+export interface AcquireOptions {
+  /** 'write' → the primary. 'read' → a replica that has replayed `after` (and is not lagging), else the primary. */
+  intent: 'write' | 'read';
+  /** The last write position the reader must see on this server. */
+  after?: Lsn;
+}
+
+export interface NodeLease {
+  readonly client: pg.PoolClient;
+  /** The node's URL, password redacted. */
+  readonly node: string;
+  readonly role: NodeRole;
+  /** Milliseconds spent waiting for the connection (pool queue and connect). */
+  readonly waitMs: number;
+  /** Gives the connection back; pass the error when the connection may be broken, so the pool discards it. */
+  release(error?: unknown): void;
+}
+
+export interface ServerNodesOptions {
+  /** Connections per node pool (default 10). */
+  poolSize?: number;
+  /** Close a pooled connection after it served this many checkouts (0 = never). */
+  maxUses?: number;
+  /** Close a pooled connection this many seconds after it opened (0 = never). */
+  maxLifetimeSeconds?: number;
+  connectTimeoutMs?: number;
+  applicationName?: string;
+}
+
+export interface ServerNodes {
+  readonly name: string;
+  /** True when the server has replicas: only then does the router record write positions. */
+  readonly hasReplicas: boolean;
+  acquire(options: AcquireOptions): Promise<NodeLease>;
+  /**
+   * Called after a write transaction committed, with its lease still held: the position a later read must see.
+   * Undefined when the server has no replicas (no round trip is spent then).
+   */
+  positionAfterWrite(lease: NodeLease): Promise<Lsn | undefined>;
+  /**
+   * Reports that an operation failed on `node`. Returns true when the error says the node is gone or no longer the
+   * primary (connection refused or reset, admin shutdown 57P01, read-only transaction 25006, …): the node is then
+   * suspect and the next acquire finds the roles again. The caller decides whether a retry is safe.
+   */
+  noteError(node: string, error: unknown): boolean;
+  end(): Promise<void>;
+}
+
+/** A server of one node: every lease is on it, and it is always the primary. */
+export function createServerNodes(
+  name: string,
+  urls: readonly string[],
+  options: ServerNodesOptions = {},
+): ServerNodes {
+  const url = urls[0];
+  if (!url || urls.length !== 1)
+    throw new ShardflakeError('NOT_SUPPORTED', `server ${name}: only a single node URL is supported yet`);
+  const pool = createPool(url, {
+    max: options.poolSize ?? 10,
+    connectTimeoutMs: options.connectTimeoutMs,
+    applicationName: options.applicationName ?? 'shardflake router',
+    maxUses: options.maxUses,
+    maxLifetimeSeconds: options.maxLifetimeSeconds,
+  });
+  const node = describeUrl(url);
+  return {
+    name,
+    hasReplicas: false,
+    async acquire() {
+      const started = performance.now();
+      const client = await pool.connect();
+      const waitMs = performance.now() - started;
+      return {
+        client,
+        node,
+        role: 'primary',
+        waitMs,
+        release: (error?: unknown) => client.release(error instanceof Error ? error : error !== undefined),
+      };
+    },
+    positionAfterWrite: async () => undefined,
+    noteError: () => false,
+    end: () => pool.end(),
+  };
+}
