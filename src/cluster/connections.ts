@@ -10,6 +10,17 @@ import type { ClusterConfig } from './config.js';
 export type ServerClients = Map<string, pg.Client>;
 
 /**
+ * Every node URL of a server: today the one URL of `config.servers[name]`; a server may also list a primary and its
+ * streaming replicas (SPEC F1), in which case all of them, in config order. Roles are found at run time.
+ */
+export function serverNodeUrls(config: Pick<ClusterConfig, 'servers'>, name: string): string[] {
+  const url = config.servers[name];
+  if (url === undefined)
+    throw new ShardflakeError('UNKNOWN_SERVER', `server ${name} is not in the config`);
+  return [url];
+}
+
+/**
  * The URL of a server's primary node. Today a server is one URL; when a server lists several nodes (a primary and
  * its streaming replicas), this is where the primary is found at run time. Every command that writes to a server
  * connects through here or through `connectServer`, never to `config.servers[name]` directly.
