@@ -5,18 +5,22 @@ import { type EmbeddedServer, startEmbeddedServer } from '../postgres/embedded.j
 import { GENERATOR_LANGUAGES, GENERATOR_OBJECTS, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { installGenerator } from '../postgres/install.js';
+import { findPgbench, type Pgbench, pgbenchInsertRate } from './pgbench.js';
 
 /**
- * `bench sql`: the in-database generator, written both ways (`sql`: inlined, `plpgsql`), against `bigserial` on
- * the same server in one run. Every ratio is the median over rounds of that round's ratio to bigserial; each round
- * measures every side back to back and the order flips each round, so that drift on a shared machine hits every
- * side alike.
+ * `bench sql`: the in-database generator, written both ways (`plpgsql`, the default, and `sql`: inlined), against
+ * `bigserial` on the same server in one run. Every ratio is the median over rounds of that round's ratio to
+ * bigserial; each round measures every side back to back and the order flips each round, so that drift on a
+ * shared machine hits every side alike.
  * - bulk: one `INSERT … SELECT generate_series(1, rows)` into a table whose primary key defaults to the generator,
  *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock.
- * - single: single-row autocommit inserts from `clients` connections for `seconds` each, `synchronous_commit = off`
- *   so that the commit flush does not hide the generator's cost; once as a prepared (named) statement, planned
- *   once per connection like `pgbench -M prepared`, once unprepared (an unnamed statement, planned every time,
- *   which is what node-postgres does for `query(text, values)`).
+ * - single-row autocommit inserts from `clients` connections for `seconds` each, `synchronous_commit = off` so
+ *   that the commit flush does not hide the generator's cost, by four clients of the server:
+ *   - pgbench in its default simple protocol (every INSERT parsed and planned: what psql sends, and node-postgres,
+ *     Knex, Kysely, Drizzle or TypeORM send without a statement name, unnamed statements being planned alike) and
+ *     with `-M prepared` (planned once per connection); skipped, with the reason, when no pgbench is found;
+ *   - node-postgres, unnamed (`query(text, values)`: parsed and planned for every insert) and named
+ *     (`{ name, text, values }`: planned once per connection).
  * - calls: `SELECT count(next_id())` against `SELECT count(nextval(…))` over `callRows` rows.
  */
 export interface SqlBenchOptions {
@@ -28,10 +32,12 @@ export interface SqlBenchOptions {
   rounds?: number;
   /** Connections for single-row inserts (default 2). */
   clients?: number;
-  /** Seconds of single-row inserts per side per round (default 3). */
+  /** Seconds of single-row inserts per side per round (default 3; whole seconds, as pgbench counts them). */
   seconds?: number;
   /** Rows for the calls-per-second comparison (default 1,000,000). */
   callRows?: number;
+  /** The pgbench binary (default: `pgbench` on PATH, else the newest /usr/lib/postgresql/N/bin/pgbench). */
+  pgbench?: string;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -54,7 +60,10 @@ export interface SqlBenchVariantResult {
   language: GeneratorLanguage;
   /** Bulk time in ms, and how far the last id's time bits were ahead of the clock right after, per round. */
   bulk: SqlBenchRatio & { aheadMs: number[] };
-  /** Single-row inserts per second, prepared and unprepared. */
+  /** Single-row inserts per second from pgbench, simple and prepared protocol (null when pgbench was skipped). */
+  pgbenchSimple: SqlBenchRatio | null;
+  pgbenchPrepared: SqlBenchRatio | null;
+  /** Single-row inserts per second from node-postgres, named (prepared) and unnamed statements. */
   singlePrepared: SqlBenchRatio;
   singleUnprepared: SqlBenchRatio;
   /** next_id() calls per second against nextval(). */
@@ -65,13 +74,17 @@ export interface SqlBenchResult {
   server: { version: string; url: string; embedded: boolean };
   machine: { cpus: number; node: string };
   settings: { rows: number; rounds: number; clients: number; seconds: number; callRows: number };
+  /** The pgbench that ran, or why none did. */
+  pgbench: Pgbench | { skipped: string };
   bigserial: {
     bulkMs: SqlBenchSide;
+    pgbenchSimplePerSecond: SqlBenchSide | null;
+    pgbenchPreparedPerSecond: SqlBenchSide | null;
     singlePreparedPerSecond: SqlBenchSide;
     singleUnpreparedPerSecond: SqlBenchSide;
     nextvalPerSecond: SqlBenchSide;
   };
-  /** One entry per way of writing next_id(), `sql` (the default) first. */
+  /** One entry per way of writing next_id(), the default (`plpgsql`) first. */
   variants: SqlBenchVariantResult[];
 }
 
@@ -133,6 +146,8 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
   };
   const progress = options.onProgress ?? (() => {});
+  // Found first, so that a wrong --pgbench stops the run before any server starts.
+  const pgbench = await findPgbench(options.pgbench);
   const server: EmbeddedServer | undefined = options.url ? undefined : await startEmbeddedServer('bench-sql');
   const url = options.url ?? (server as EmbeddedServer).url;
   const admin = await connect(url, { applicationName: 'shardflake bench sql' });
@@ -156,7 +171,7 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     }
     const serialSeq = qualified(BENCH_SCHEMA, 't_bigserial_id_seq');
     const order = (round: number) => (round % 2 === 0 ? all : [...all].reverse());
-    const totalSteps = opts.rounds * 4;
+    const totalSteps = opts.rounds * (pgbench ? 6 : 4);
     let step = 0;
     const samples = new Map<string, number[]>();
     const record = (what: string, key: Key, value: number) => {
@@ -186,7 +201,21 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       progress('bulk', ++step, totalSteps);
     }
 
-    // Single-row inserts from `clients` connections, prepared and unprepared.
+    // Single-row inserts: pgbench (simple, then prepared protocol), then node-postgres (named, then unnamed).
+    const protocols = pgbench ? (['simple', 'prepared'] as const) : [];
+    for (const protocol of protocols) {
+      for (let round = 0; round < opts.rounds; round++) {
+        for (const { key, table } of order(round)) {
+          const rate = await pgbenchInsertRate(pgbench as Pgbench, url, table, {
+            clients: opts.clients,
+            seconds: opts.seconds,
+            protocol,
+          });
+          record(`pgbench ${protocol}`, key, rate);
+        }
+        progress(`single-row pgbench ${protocol}`, ++step, totalSteps);
+      }
+    }
     for (let i = 0; i < opts.clients; i++) {
       const c = await connect(url, { applicationName: 'shardflake bench sql' });
       await c.query('SET synchronous_commit = off');
@@ -198,7 +227,7 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
           const rate = await singleRowRate(clients, table, opts.seconds, prepared);
           record(prepared ? 'prepared' : 'unprepared', key, rate);
         }
-        progress(prepared ? 'single-row prepared' : 'single-row unprepared', ++step, totalSteps);
+        progress(prepared ? 'single-row named' : 'single-row unnamed', ++step, totalSteps);
       }
     }
 
@@ -230,8 +259,11 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
         seconds: opts.seconds,
         callRows: opts.callRows,
       },
+      pgbench: pgbench ?? { skipped: 'no pgbench binary found on PATH or in /usr/lib/postgresql/*/bin' },
       bigserial: {
         bulkMs: of('bulk', 'bigserial'),
+        pgbenchSimplePerSecond: pgbench ? of('pgbench simple', 'bigserial') : null,
+        pgbenchPreparedPerSecond: pgbench ? of('pgbench prepared', 'bigserial') : null,
         singlePreparedPerSecond: of('prepared', 'bigserial'),
         singleUnpreparedPerSecond: of('unprepared', 'bigserial'),
         nextvalPerSecond: of('calls', 'bigserial'),
@@ -239,6 +271,8 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       variants: GENERATOR_LANGUAGES.map((language) => ({
         language,
         bulk: { ...versus('bulk', language), aheadMs: ahead.get(language) ?? [] },
+        pgbenchSimple: pgbench ? versus('pgbench simple', language) : null,
+        pgbenchPrepared: pgbench ? versus('pgbench prepared', language) : null,
         singlePrepared: versus('prepared', language),
         singleUnprepared: versus('unprepared', language),
         calls: versus('calls', language),
