@@ -62,26 +62,32 @@ export async function findPgbench(explicit?: string): Promise<Pgbench | null> {
 }
 
 /**
- * Single-row inserts into `table` (`INSERT INTO table (v) VALUES (1)`) from `clients` connections for `seconds`;
- * returns transactions per second without connection time. The password travels in PGPASSWORD, never on the
- * command line (which other local users can read), and `synchronous_commit` is off for pgbench's sessions only.
+ * Single-row inserts (`INSERT INTO table (v) VALUES (1)`, one script per table, equal weights) from `clients`
+ * connections for `seconds`: pgbench picks a script at random for every transaction, so that every table meets
+ * the same load, transaction by transaction — on a shared machine whose speed drifts within seconds, measuring
+ * the tables one after the other compares the drift instead. Returns, per table, inserts per second at its mean
+ * latency (`clients` / mean latency). The password travels in PGPASSWORD, never on the command line (which other
+ * local users can read), and `synchronous_commit` is off for pgbench's sessions only.
  */
-export async function pgbenchInsertRate(
+export async function pgbenchInsertRates(
   pgbench: Pgbench,
   url: string,
-  table: string,
+  tables: readonly string[],
   options: { clients: number; seconds: number; protocol: PgbenchProtocol },
-): Promise<number> {
+): Promise<number[]> {
   const target = new URL(url);
   const password = decodeURIComponent(target.password);
   target.password = '';
   const dir = await mkdtemp(join(tmpdir(), 'shardflake-pgbench-'));
   try {
-    const script = join(dir, 'insert.sql');
-    await writeFile(script, `INSERT INTO ${table} (v) VALUES (1);\n`);
     const clients = String(options.clients);
-    const args = ['-n', '-c', clients, '-j', clients, '-T', String(options.seconds)];
-    args.push('-M', options.protocol, '-f', script, target.toString());
+    const args = ['-n', '-c', clients, '-j', clients, '-T', String(options.seconds), '-M', options.protocol];
+    for (const [i, table] of tables.entries()) {
+      const script = join(dir, `insert-${i}.sql`);
+      await writeFile(script, `INSERT INTO ${table} (v) VALUES (1);\n`);
+      args.push('-f', `${script}@1`);
+    }
+    args.push(target.toString());
     const env = { ...process.env, PGOPTIONS: '-c synchronous_commit=off', PGPASSWORD: password };
     let stdout: string;
     try {
@@ -91,11 +97,15 @@ export async function pgbenchInsertRate(
       const why = (e.stderr ?? e.message ?? '').trim().split('\n').at(-1) ?? '';
       throw new ShardflakeError('DATABASE_ERROR', `pgbench failed: ${redactSecrets(why)}`, { cause: error });
     }
-    const tps = /tps = ([0-9.]+)/.exec(stdout)?.[1];
-    if (tps === undefined) {
-      throw new ShardflakeError('DATABASE_ERROR', 'pgbench printed no tps figure');
-    }
-    return Number(tps);
+    // One block per script ("SQL script 2: …", then " - latency average = 0.223 ms"); one script alone gets none.
+    const blocks = tables.length === 1 ? [stdout] : stdout.split(/^SQL script \d+:/m).slice(1);
+    return tables.map((table, i) => {
+      const ms = /latency average = ([0-9.]+) ms/.exec(blocks[i] ?? '')?.[1];
+      if (ms === undefined || !(Number(ms) > 0)) {
+        throw new ShardflakeError('DATABASE_ERROR', `pgbench printed no latency for ${table}`);
+      }
+      return (options.clients * 1000) / Number(ms);
+    });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -5,7 +5,7 @@ import { type EmbeddedServer, startEmbeddedServer } from '../postgres/embedded.j
 import { GENERATOR_LANGUAGES, GENERATOR_OBJECTS, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { installGenerator } from '../postgres/install.js';
-import { findPgbench, type Pgbench, pgbenchInsertRate } from './pgbench.js';
+import { findPgbench, type Pgbench, pgbenchInsertRates } from './pgbench.js';
 
 /**
  * `bench sql`: the in-database generator, written both ways (`plpgsql`, the default, and `sql`: inlined), against
@@ -14,8 +14,9 @@ import { findPgbench, type Pgbench, pgbenchInsertRate } from './pgbench.js';
  * shared machine hits every side alike.
  * - bulk: one `INSERT … SELECT generate_series(1, rows)` into a table whose primary key defaults to the generator,
  *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock.
- * - single-row autocommit inserts from `clients` connections for `seconds` each, `synchronous_commit = off` so
- *   that the commit flush does not hide the generator's cost, by four clients of the server:
+ * - single-row autocommit inserts from `clients` connections for `seconds` per round, `synchronous_commit = off`
+ *   so that the commit flush does not hide the generator's cost, every side in the same run, interleaved insert by
+ *   insert (a rate is `clients` / that side's mean latency), by four clients of the server:
  *   - pgbench in its default simple protocol (every INSERT parsed and planned: what psql sends, and node-postgres,
  *     Knex, Kysely, Drizzle or TypeORM send without a statement name, unnamed statements being planned alike) and
  *     with `-M prepared` (planned once per connection); skipped, with the reason, when no pgbench is found;
@@ -111,30 +112,37 @@ async function timedMs(client: pg.Client, sql: string): Promise<number> {
   return performance.now() - started;
 }
 
-/** Single-row inserts from `clients` connections for `seconds`; returns inserts per second. */
-async function singleRowRate(
+/**
+ * Single-row inserts from `clients` connections for `seconds`, every connection taking the tables in turn, insert
+ * by insert (so that every table meets the same load; see pgbenchInsertRates); returns, per table, inserts per
+ * second at its mean latency (`clients` / mean latency).
+ */
+async function singleRowRates(
   connections: pg.Client[],
-  table: string,
+  tables: readonly string[],
   seconds: number,
   prepared: boolean,
-): Promise<number> {
+): Promise<number[]> {
   const deadline = performance.now() + seconds * 1000;
-  const started = performance.now();
-  const counts = await Promise.all(
+  const totalMs = tables.map(() => 0);
+  const counts = tables.map(() => 0);
+  await Promise.all(
     connections.map(async (c, i) => {
-      let n = 0;
-      const text = `INSERT INTO ${table} (v) VALUES ($1)`;
-      // Named: parsed and planned once per connection. Unnamed: parsed and planned for every insert.
-      const statement = prepared ? { name: `insert ${table}`, text } : { text };
-      while (performance.now() < deadline) {
-        await c.query({ ...statement, values: [i] });
-        n++;
+      const statements = tables.map((table) => {
+        const text = `INSERT INTO ${table} (v) VALUES ($1)`;
+        // Named: parsed and planned once per connection. Unnamed: parsed and planned for every insert.
+        return prepared ? { name: `insert ${table}`, text } : { text };
+      });
+      for (let turn = i; performance.now() < deadline; turn++) {
+        const t = turn % tables.length;
+        const started = performance.now();
+        await c.query({ ...(statements[t] as { text: string }), values: [i] });
+        totalMs[t] = (totalMs[t] as number) + performance.now() - started;
+        counts[t] = (counts[t] as number) + 1;
       }
-      return n;
     }),
   );
-  const elapsed = (performance.now() - started) / 1000;
-  return counts.reduce((a, b) => a + b, 0) / elapsed;
+  return tables.map((_, t) => (connections.length * 1000 * (counts[t] as number)) / (totalMs[t] as number));
 }
 
 type Key = 'bigserial' | GeneratorLanguage;
@@ -201,35 +209,29 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       progress('bulk', ++step, totalSteps);
     }
 
-    // Single-row inserts: pgbench (simple, then prepared protocol), then node-postgres (named, then unnamed).
-    const protocols = pgbench ? (['simple', 'prepared'] as const) : [];
-    for (const protocol of protocols) {
+    // Single-row inserts, every table in the same run (see pgbenchInsertRates): pgbench in the simple, then the
+    // prepared protocol, then node-postgres with named, then unnamed statements.
+    const measure = async (what: string, rates: (tables: string[]) => Promise<number[]>): Promise<void> => {
       for (let round = 0; round < opts.rounds; round++) {
-        for (const { key, table } of order(round)) {
-          const rate = await pgbenchInsertRate(pgbench as Pgbench, url, table, {
-            clients: opts.clients,
-            seconds: opts.seconds,
-            protocol,
-          });
-          record(`pgbench ${protocol}`, key, rate);
-        }
-        progress(`single-row pgbench ${protocol}`, ++step, totalSteps);
+        const sides = order(round);
+        const values = await rates(sides.map((s) => s.table));
+        for (const [i, { key }] of sides.entries()) record(what, key, values[i] as number);
+        progress(`single-row ${what}`, ++step, totalSteps);
       }
+    };
+    const settings = { clients: opts.clients, seconds: opts.seconds };
+    for (const protocol of pgbench ? (['simple', 'prepared'] as const) : []) {
+      await measure(`pgbench ${protocol}`, (tables) =>
+        pgbenchInsertRates(pgbench as Pgbench, url, tables, { ...settings, protocol }),
+      );
     }
     for (let i = 0; i < opts.clients; i++) {
       const c = await connect(url, { applicationName: 'shardflake bench sql' });
       await c.query('SET synchronous_commit = off');
       clients.push(c);
     }
-    for (const prepared of [true, false]) {
-      for (let round = 0; round < opts.rounds; round++) {
-        for (const { key, table } of order(round)) {
-          const rate = await singleRowRate(clients, table, opts.seconds, prepared);
-          record(prepared ? 'prepared' : 'unprepared', key, rate);
-        }
-        progress(prepared ? 'single-row named' : 'single-row unnamed', ++step, totalSteps);
-      }
-    }
+    await measure('prepared', (tables) => singleRowRates(clients, tables, opts.seconds, true));
+    await measure('unprepared', (tables) => singleRowRates(clients, tables, opts.seconds, false));
 
     // Calls per second.
     for (let round = 0; round < opts.rounds; round++) {

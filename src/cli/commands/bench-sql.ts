@@ -51,7 +51,7 @@ function printText(r: SqlBenchResult): void {
         `${fmt(v.bulk.value.median)} ms   ${v.bulk.ratio.toFixed(2)}× bigserial   time bits vs clock at the end: ${v.bulk.aheadMs.map((a) => a.toFixed(0)).join(', ')} ms`,
     ),
     '',
-    `single-row inserts, ${r.settings.clients} clients, ${r.settings.seconds} s per side per round (synchronous_commit off)`,
+    `single-row inserts, ${r.settings.clients} clients, ${r.settings.seconds} s per round with every side interleaved, /s = clients ÷ mean latency (synchronous_commit off)`,
     ...pgbench,
     ...rateLines(
       r,
