@@ -50,6 +50,16 @@ function printText(r: SqlBenchResult): void {
       (v) =>
         `${fmt(v.bulk.value.median)} ms   ${v.bulk.ratio.toFixed(2)}× bigserial   time bits vs clock at the end: ${v.bulk.aheadMs.map((a) => a.toFixed(0)).join(', ')} ms`,
     ),
+    ...(b.bulkCpuMs
+      ? [
+          '  CPU time of the server process',
+          row('bigserial', `${fmt(b.bulkCpuMs.median)} ms`),
+          ...each((v) => {
+            const cpu = v.bulkCpu as SqlBenchRatio;
+            return `${fmt(cpu.value.median)} ms   ${cpu.ratio.toFixed(2)}× bigserial (rounds ${Math.min(...cpu.ratios).toFixed(2)}–${Math.max(...cpu.ratios).toFixed(2)})`;
+          }),
+        ]
+      : []),
     '',
     `single-row inserts, ${r.settings.clients} clients, ${r.settings.seconds} s per round with every side interleaved, /s = clients ÷ mean latency (synchronous_commit off)`,
     ...pgbench,
@@ -135,6 +145,9 @@ export function registerBenchSqlCommand(bench: Command): void {
               unit: '×',
               values: result.variants.flatMap((v) => [
                 { label: `${v.language}: bulk INSERT … SELECT time`, value: v.bulk.ratio },
+                ...(v.bulkCpu
+                  ? [{ label: `${v.language}: bulk INSERT … SELECT server CPU`, value: v.bulkCpu.ratio }]
+                  : []),
                 ...(v.pgbenchSimple && v.pgbenchPrepared
                   ? [
                       { label: `${v.language}: single-row pgbench simple /s`, value: v.pgbenchSimple.ratio },
