@@ -38,7 +38,32 @@ export type { MovePhase } from './cluster/move-phases.js';
 export { MOVE_PHASES } from './cluster/move-phases.js';
 export type { PlannedMove, RebalanceOptions, RebalancePlan, RebalanceResult } from './cluster/rebalance.js';
 export { BALANCE_BY, planRebalance, planRebalanceByRows, rebalanceCluster } from './cluster/rebalance.js';
-export type { FeedOptions, FeedPage, InsertOptions, Router, RouterOptions, Row } from './cluster/router.js';
+export type {
+  CatalogEvent,
+  FailoverEvent,
+  MapEvent,
+  Operation,
+  OperationEvent,
+  RetryEvent,
+  RetryReason,
+  RouterEvent,
+  RouterEventHook,
+} from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export type {
+  FeedOptions,
+  FeedPage,
+  InsertOptions,
+  MergedQuery,
+  Router,
+  RouterOptions,
+  Row,
+  SessionOptions,
+  ShardQuery,
+  ShardSession,
+  ShardTarget,
+  WriteRetry,
+} from './cluster/router.js';
 export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
