@@ -59,12 +59,14 @@ export type {
   RouterOptions,
   Row,
   SessionOptions,
+  SessionPool,
+  SessionPoolClient,
   ShardQuery,
   ShardSession,
   ShardTarget,
   WriteRetry,
 } from './cluster/router.js';
-export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
+export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, ShardStatus } from './cluster/status.js';

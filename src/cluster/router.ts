@@ -10,3 +10,5 @@ export type { InsertOptions, Row } from './router/rows.js';
 export type { FeedOptions, FeedPage, MergedQuery, ShardQuery } from './router/scatter.js';
 export type { Lsn, NodeLease, NodeRole } from './router/server-nodes.js';
 export type { SessionOptions, ShardSession, ShardTarget } from './router/session.js';
+export type { SessionPool, SessionPoolClient } from './router/session-pool.js';
+export { sessionPool } from './router/session-pool.js';

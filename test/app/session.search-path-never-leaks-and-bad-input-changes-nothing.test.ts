@@ -21,7 +21,7 @@ const events: RouterEvent[] = [];
 
 /** Rows in a shard's photos, read straight from the server (not through a session). */
 async function captions(shard: number): Promise<string[]> {
-  const c = await connect(servers[0]!.url);
+  const c = await connect(servers[0]?.url as string);
   try {
     const { rows } = await c.query(`SELECT caption FROM "${shardSchema(config, shard)}".photos ORDER BY id`);
     return rows.map((r: { caption: string }) => r.caption);
@@ -35,7 +35,7 @@ before(async () => {
   // One connection per server: every session below runs on the same backend, one after another.
   router = await createRouter(config, { poolSize: 1, onEvent: (e) => events.push(e) });
   // A table that exists only in public: a session must not find it through a search_path fall-back.
-  const c = await connect(servers[0]!.url);
+  const c = await connect(servers[0]?.url as string);
   await c.query('CREATE TABLE public.only_public (id int); CREATE TABLE public.photos (caption text)');
   await c.query(`INSERT INTO public.photos VALUES ('public copy')`);
   await c.end();
@@ -54,7 +54,7 @@ describe('shard sessions', () => {
       const { rows } = await s.query<{ id: bigint }>(
         `INSERT INTO photos (user_id, caption) VALUES (3, 'kept') RETURNING id`,
       );
-      return rows[0]!.id;
+      return rows[0]?.id as bigint;
     });
     assert.equal(typeof id, 'bigint');
     assert.equal(router.shardOfId(id), 3);
@@ -77,8 +77,9 @@ describe('shard sessions', () => {
       const { rows } = await s.query<{ path: string; caption: string; pid: number }>(
         `SELECT current_setting('search_path') AS path, caption, pg_backend_pid() AS pid FROM photos ORDER BY id LIMIT 1`,
       );
-      pids.add(rows[0]!.pid);
-      return rows[0]!;
+      const row = rows[0] as { path: string; caption: string; pid: number };
+      pids.add(row.pid);
+      return row;
     };
     const endings = ['commit', 'rollback', 'error', 'caught error'] as const;
     for (let round = 0; round < 3; round++) {
