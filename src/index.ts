@@ -53,6 +53,7 @@ export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
 export type {
   FeedOptions,
   FeedPage,
+  InsertManyOptions,
   InsertOptions,
   MergedQuery,
   Router,

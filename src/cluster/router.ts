@@ -6,6 +6,7 @@ export type { RouterEvent, RouterEventHook } from './router/events.js';
 export type { WriteRetry } from './router/retry.js';
 export type { Router, RouterOptions } from './router/router.js';
 export { createRouter, FENCED_SQLSTATE } from './router/router.js';
+export type { InsertManyOptions } from './router/bulk.js';
 export type { InsertOptions, Row } from './router/rows.js';
 export type { FeedOptions, FeedPage, MergedQuery, ShardQuery } from './router/scatter.js';
 export type { Lsn, NodeLease, NodeRole } from './router/server-nodes.js';

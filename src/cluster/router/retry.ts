@@ -32,6 +32,30 @@ export interface WriteRetry {
   woke: 'map' | 'timeout';
 }
 
+/**
+ * The wait before a retry. Fenced or moving: until a map newer than `version` arrives (the cutover's NOTIFY), or
+ * the backoff ends, after which the map is re-read anyway (a notification may have been lost, or LISTEN is off).
+ * Failover: a short pause (the next acquire finds the roles again). Unknown table: none, the map was re-read.
+ */
+export async function pause(
+  ctx: RouterContext,
+  reason: RetryReason,
+  version: bigint,
+  backoff: number,
+  deadline: number,
+): Promise<'map' | 'timeout'> {
+  if (reason === 'fenced' || reason === 'moving') {
+    const woke = await ctx.map.newerMap(
+      version,
+      Math.min(backoff, Math.max(0, deadline - performance.now())),
+    );
+    if (woke === 'timeout') ctx.map.markStale();
+    return woke;
+  }
+  if (reason === 'failover') await new Promise((resolve) => setTimeout(resolve, Math.min(backoff, 50)));
+  return 'map';
+}
+
 /** Filled in by an attempt for the retry policy. */
 export interface AttemptInfo {
   /** The node went away (or stopped being the primary) and the attempt's transaction did not reach COMMIT. */
@@ -87,36 +111,19 @@ export async function routed<T>(
           );
         throw error;
       }
-      let woke: 'map' | 'timeout' = 'map';
-      if (reason === 'fenced' || reason === 'moving') {
-        woke = await ctx.map.newerMap(
-          map.version,
-          Math.min(backoff, Math.max(0, deadline - performance.now())),
-        );
-        // No newer map in time: re-read it anyway (a notification may have been lost, or LISTEN is off).
-        if (woke === 'timeout') ctx.map.markStale();
-        backoff = Math.min(backoff * 2, policy.maxRetryBackoffMs);
-        policy.onRetry?.({ shard, attempt: n, reason, woke });
-      } else if (reason === 'failover') {
-        // The next acquire finds the roles again; a short pause keeps a dead node from being hammered.
-        await new Promise((resolve) => setTimeout(resolve, Math.min(backoff, 50)));
-        backoff = Math.min(backoff * 2, policy.maxRetryBackoffMs);
-      }
+      const woke = await pause(ctx, reason, map.version, backoff, deadline);
+      backoff = Math.min(backoff * 2, policy.maxRetryBackoffMs);
+      if (reason === 'fenced' || reason === 'moving') policy.onRetry?.({ shard, attempt: n, reason, woke });
       // 'unknown-table': retryReason has already re-read the map, which moved the shard.
       trace?.retryReasons.push(reason);
-      if (ctx.onEvent) {
-        const hook = ctx.onEvent;
-        try {
-          hook({ type: 'retry', operation, shard, attempt: n, reason, woke });
-        } catch {
-          // a throwing hook is ignored
-        }
-      }
+      // ctx.onEvent already ignores a throwing hook.
+      ctx.onEvent?.({ type: 'retry', operation, shard, attempt: n, reason, woke });
     }
   }
 }
 
-async function retryReason(
+/** Why a failed attempt may run again, or undefined when it must not (see the comment at the top). */
+export async function retryReason(
   ctx: RouterContext,
   error: unknown,
   placement: ShardPlacement,

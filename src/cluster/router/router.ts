@@ -4,6 +4,7 @@ import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
+import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext } from './context.js';
 import type { RouterEventHook } from './events.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
@@ -77,6 +78,15 @@ export interface Router {
   get(table: string, id: bigint): Promise<Row | null>;
   update(table: string, id: bigint, changes: Row): Promise<boolean>;
   delete(table: string, id: bigint): Promise<boolean>;
+  /**
+   * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
+   * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
+   */
+  insertMany<R extends Row>(
+    table: string,
+    rows: readonly R[],
+    options: InsertManyOptions<R>,
+  ): Promise<bigint[]>;
   feed(table: string, options: FeedOptions): Promise<FeedPage>;
   /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
   withShard<T>(
@@ -176,6 +186,7 @@ export async function createRouter(
     get: (table, id) => getRow(ctx, table, id),
     update: (table, id, changes) => updateRow(ctx, table, id, changes),
     delete: (table, id) => deleteRow(ctx, table, id),
+    insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
     feed: (table, feedOptions) => feed(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
     query: (query) => queryMerged(ctx, query),
