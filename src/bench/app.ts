@@ -19,7 +19,7 @@ import { quoteIdent } from '../postgres/identifier.js';
  * - bulk: `insertMany` of many rows vs the same rows as single-row `router.insert` calls (16 in flight).
  * - copy: per shard, a multi-row `INSERT … RETURNING id` vs `COPY` with ids drawn first by `next_id()` — the
  *   measurement behind insertMany's choice of INSERT.
- * - example app: requests/s and p50/p99 of examples/instagram's workload (when `app` is given).
+ * - example app: requests/s and p50/p99 of examples/instagram's workload (when `app` is given; in a clone).
  */
 export interface AppBenchOptions {
   shards?: number;
@@ -29,8 +29,8 @@ export interface AppBenchOptions {
   /** Rows per bulk round (default 20 000; the single-row side inserts a tenth of them). */
   rows?: number;
   concurrency?: number;
-  /** Runs the example application's workload on the bench cluster and reports its latency. */
-  app?: (config: ReturnType<typeof validateConfig>) => Promise<AppWorkloadResult>;
+  /** Runs the example application's workload (on its own servers) and reports its latency. */
+  app?: () => Promise<AppWorkloadResult>;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -264,7 +264,7 @@ export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBen
         await client.end();
       }
 
-      const app = opts.app ? await opts.app(config) : undefined;
+      const app = opts.app ? await opts.app() : undefined;
       return {
         machine: { cpus: cpus().length, node: process.version },
         shards: opts.shards,

