@@ -29,9 +29,36 @@ export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
-// shard moves
-export type { FeedOptions, FeedPage, InsertOptions, Router, RouterOptions, Row } from './cluster/router.js';
-export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
+export type {
+  CatalogEvent,
+  FailoverEvent,
+  MapEvent,
+  Operation,
+  OperationEvent,
+  RetryEvent,
+  RetryReason,
+  RouterEvent,
+  RouterEventHook,
+} from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export type {
+  FeedOptions,
+  FeedPage,
+  InsertManyOptions,
+  InsertOptions,
+  MergedQuery,
+  Router,
+  RouterOptions,
+  Row,
+  SessionOptions,
+  SessionPool,
+  SessionPoolClient,
+  ShardQuery,
+  ShardSession,
+  ShardTarget,
+  WriteRetry,
+} from './cluster/router.js';
+export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, ShardStatus } from './cluster/status.js';
