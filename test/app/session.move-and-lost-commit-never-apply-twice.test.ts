@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router, type RouterEvent } from 'shardflake';
 import { shardSchema } from '../../src/cluster/config.js';
 import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/cluster/move.js';
+import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
