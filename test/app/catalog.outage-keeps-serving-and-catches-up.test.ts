@@ -6,7 +6,7 @@ import { after, test } from 'node:test';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
 import { bumpMapVersion } from '../../src/cluster/catalog.js';
 import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/cluster/move.js';
+import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
 import { type EmbeddedServer, startEmbeddedServer } from '../../src/postgres/embedded.js';
 import { testConfig } from '../cluster/cluster-config.js';

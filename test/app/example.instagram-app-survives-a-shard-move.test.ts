@@ -5,7 +5,7 @@ import { InstagramApp } from '../../examples/instagram/app.js';
 import { TABLES } from '../../examples/instagram/schema.js';
 import { runWorkload } from '../../examples/instagram/workload.js';
 import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/cluster/move.js';
+import { moveShard } from '../../src/move/move.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 
