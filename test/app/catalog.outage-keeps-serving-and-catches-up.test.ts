@@ -91,6 +91,7 @@ test('the catalog server stopped and restarted under a running router: shards of
   await c.end();
   await until(() => router.mapVersion === version, 'new map version heard');
   assert.ok(version > before);
+  assert.ok(events.some((e) => e.type === 'map' && e.version === version && e.previous === before));
   const kinds = events.filter((e) => e.type === 'catalog-down' || e.type === 'catalog-up').map((e) => e.type);
   assert.deepEqual(kinds, ['catalog-down', 'catalog-up']);
   await router.close();
