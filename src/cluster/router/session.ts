@@ -225,8 +225,14 @@ async function runSession<T>(
     return result;
   } catch (error) {
     open = false;
-    const lost = broken !== undefined || isConnectionLost(error, client);
-    if (phase !== 'commit' && !lost) await client.query('ROLLBACK').catch(() => {});
+    let lost = broken !== undefined || isConnectionLost(error, client);
+    if (phase !== 'commit' && !lost) {
+      // A connection that cannot even roll back must not go back to the pool.
+      lost = await client.query('ROLLBACK').then(
+        () => false,
+        () => true,
+      );
+    }
     const gone = ctx.nodes(placement.server).noteError(lease.node, broken ?? error);
     client.removeListener('error', onError);
     lease.release(lost ? (broken ?? error) : undefined);
