@@ -57,8 +57,10 @@ export interface AppBenchResult {
   shards: number;
   rounds: number;
   concurrency: number;
-  /** Transactions/s: withShard vs plain pg. */
+  /** Transactions/s: withShard vs plain pg, in alternating rounds. */
   sessions: Sides & { transactions: number };
+  /** Transactions/s: withShard vs plain pg running at the same time, half of the clients each, 2 s windows. */
+  sessionsTogether: Sides;
   /** Rows/s: insertMany vs single-row router inserts. */
   bulk: Sides & { rows: number; singleRows: number };
   /** Rows/s: COPY (ids drawn first) vs multi-row INSERT … RETURNING, per shard of `rowsPerShard`. */
@@ -100,6 +102,29 @@ async function rate(
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
   return count / ((performance.now() - started) / 1000);
+}
+
+/** Runs both sides at once, `perSide` clients each, for `ms`; returns each side's tasks per second. */
+async function together(
+  perSide: number,
+  ms: number,
+  measured: (i: bigint) => Promise<unknown>,
+  baseline: (i: bigint) => Promise<unknown>,
+): Promise<readonly [number, number]> {
+  const end = performance.now() + ms;
+  const counts = [0, 0];
+  let next = 0n;
+  const client = async (side: 0 | 1) => {
+    const task = side === 0 ? measured : baseline;
+    while (performance.now() < end) {
+      await task(next++);
+      counts[side] = (counts[side] as number) + 1;
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: 2 * perSide }, (_, i) => client((i % 2) as 0 | 1)));
+  const seconds = (performance.now() - started) / 1000;
+  return [(counts[0] as number) / seconds, (counts[1] as number) / seconds] as const;
 }
 
 /** Runs the two sides of a round in alternating order; returns [measured, baseline]. */
@@ -189,6 +214,16 @@ export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBen
         directRates.push(b);
         progress('sessions', round + 1, opts.rounds);
       }
+      // The same comparison with both sides running at the same time (half the clients each, same time window):
+      // whatever else loads the machine then hits both sides alike, which alternating rounds only approximate.
+      const togetherSession: number[] = [];
+      const togetherDirect: number[] = [];
+      for (let round = 0; round < opts.rounds; round++) {
+        const [m, b] = await together(opts.concurrency / 2, 2000, session, direct);
+        togetherSession.push(m);
+        togetherDirect.push(b);
+        progress('together', round + 1, opts.rounds);
+      }
 
       // Bulk: insertMany of `rows` rows vs a tenth of them as single-row inserts (rates are per row).
       const singleRows = Math.max(1, Math.floor(opts.rows / 10));
@@ -271,6 +306,7 @@ export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBen
         rounds: opts.rounds,
         concurrency: opts.concurrency,
         sessions: { ...sides(sessionRates, directRates), transactions: opts.transactions },
+        sessionsTogether: sides(togetherSession, togetherDirect),
         bulk: { ...sides(bulkRates, singleRates), rows: opts.rows, singleRows },
         copy: { ...sides(copyRates, insertRates), rowsPerShard },
         ...(app ? { app } : {}),

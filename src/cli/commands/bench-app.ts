@@ -79,6 +79,8 @@ export function registerBenchAppCommand(bench: Command): void {
             line('withShard', sessions, 'tx/s'),
             base('plain pg, right server', sessions, 'tx/s'),
             ratio('withShard / plain pg', sessions),
+            `  same, both sides at once (${result.concurrency / 2} clients each, 2 s windows): ${result.sessionsTogether.median} vs ${result.sessionsTogether.baselineMedian} tx/s`,
+            ratio('withShard / plain pg', result.sessionsTogether),
             `bulk writes (${bulk.rows} rows per insertMany; ${bulk.singleRows} single-row inserts, ${result.concurrency} in flight):`,
             line('insertMany', bulk, 'rows/s'),
             base('router.insert', bulk, 'rows/s'),
