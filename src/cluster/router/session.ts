@@ -40,7 +40,7 @@ export interface ShardSession {
   /** The configured server the shard lives on now. */
   readonly server: string;
   /**
-   * The connection, for pg-based libraries (Drizzle, Kysely through `kyselyFor`). It is only valid inside fn.
+   * The connection, for pg-based libraries (Drizzle; Kysely through `sessionPool(session)`). Valid only inside fn.
    * BEGIN, COMMIT and ROLLBACK sent through it become a savepoint, its release and a rollback to it, so a
    * library's own `transaction()` nests inside the session instead of ending it.
    */
