@@ -28,7 +28,12 @@ export async function runExampleWorkload(
       const sorted = [...result.latenciesMs].sort((a, b) => a - b);
       const at = (p: number) =>
         Number((sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? 0).toFixed(2));
-      return { requests, perSecond: requests / result.seconds, p50Ms: at(0.5), p99Ms: at(0.99) };
+      return {
+        requests: result.requests,
+        perSecond: result.requests / result.seconds,
+        p50Ms: at(0.5),
+        p99Ms: at(0.99),
+      };
     } finally {
       await router.close();
     }

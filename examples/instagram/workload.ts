@@ -7,6 +7,7 @@ import type { InstagramApp } from './app.js';
  */
 export interface WorkloadOptions {
   users?: number;
+  /** Requests to run (more when `halfway` takes longer; see below). */
   requests?: number;
   workers?: number;
   /** Called once, when half of the requests are done (e.g. to move a shard in the middle of the workload). */
@@ -20,8 +21,12 @@ export interface WorkloadResult {
   /** Acknowledged new likes per photo. */
   likesOf: Map<bigint, number>;
   errors: unknown[];
+  /** Requests run. */
+  requests: number;
   latenciesMs: number[];
   seconds: number;
+  /** performance.now() when the last request ended. */
+  endedAt: number;
 }
 
 export async function runWorkload(app: InstagramApp, options: WorkloadOptions = {}): Promise<WorkloadResult> {
@@ -40,11 +45,22 @@ export async function runWorkload(app: InstagramApp, options: WorkloadOptions = 
   const errors: unknown[] = [];
   const latenciesMs: number[] = [];
   let next = 0;
+  // With a `halfway` task the workload runs until that task is done and then a quarter of `requests` more, so the
+  // task (a shard move) is surrounded by requests on both sides however long it takes.
+  let target = requests;
   let halfway: Promise<void> | undefined;
+  let halfwayDone = false;
   const started = performance.now();
   const worker = async () => {
-    for (let i = next++; i < requests; i = next++) {
-      if (i === Math.floor(requests / 2) && options.halfway) halfway = options.halfway();
+    for (let i = next++; i < target || (halfway !== undefined && !halfwayDone); i = next++) {
+      if (i === Math.floor(requests / 2) && options.halfway) {
+        halfway = options.halfway().finally(() => {
+          halfwayDone = true;
+          target = Math.max(target, next + Math.floor(requests / 4));
+        });
+        // Its failure is reported by the `await halfway` below, once the requests are done.
+        halfway.catch(() => {});
+      }
       const user = users[(i * 7) % userCount] as bigint;
       const t = performance.now();
       try {
@@ -66,7 +82,8 @@ export async function runWorkload(app: InstagramApp, options: WorkloadOptions = 
     }
   };
   await Promise.all(Array.from({ length: workers }, worker));
-  const seconds = (performance.now() - started) / 1000;
+  const endedAt = performance.now();
+  const seconds = (endedAt - started) / 1000;
   await halfway;
-  return { users, photosOf, likesOf, errors, latenciesMs, seconds };
+  return { users, photosOf, likesOf, errors, requests: latenciesMs.length, latenciesMs, seconds, endedAt };
 }
