@@ -29,6 +29,7 @@ export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
+export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
 // shard moves
 export type { MoveOptions, MoveProgress, MoveResult, MoveStep, VerifyMode } from './cluster/move.js';
 export { isInterrupted as isMoveInterrupted, moveShard, moveShards, VERIFY_MODES } from './cluster/move.js';
