@@ -7,6 +7,7 @@ import { clusterStatus } from '../../cluster/status.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
 import { positiveInteger } from '../options.js';
+import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 
 /** JSON with bigints as strings (ids beyond 2^53 must not lose digits in a JavaScript reader). */
@@ -171,4 +172,5 @@ export function registerClusterCommands(program: Command): void {
     });
 
   registerMoveCommands(cluster);
+  registerDashboardCommand(cluster);
 }
