@@ -34,15 +34,17 @@ export function registerDashboardCommand(cluster: Command): void {
       const config = await loadConfig(flags.config);
       const dashboard = await serveDashboard(config, { port: flags.port ?? DEFAULT_DASHBOARD_PORT });
       process.stdout.write(`dashboard: ${dashboard.url} (Ctrl-C stops it)\n`);
-      await new Promise<void>((resolve) => {
-        const stop = () => {
+      const signal = await new Promise<NodeJS.Signals>((resolve) => {
+        const stop = (received: NodeJS.Signals) => {
           process.off('SIGINT', stop);
           process.off('SIGTERM', stop);
-          resolve();
+          resolve(received);
         };
         process.on('SIGINT', stop);
         process.on('SIGTERM', stop);
       });
       await dashboard.close();
+      // As a shell reports a process stopped by that signal (128 + its number), so scripts can tell.
+      process.exitCode = signal === 'SIGINT' ? 130 : 143;
     });
 }
