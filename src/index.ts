@@ -29,6 +29,7 @@ export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
+export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
 export type {
   CatalogEvent,
   FailoverEvent,
@@ -63,6 +64,9 @@ export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+// dashboard
+export type { Dashboard, DashboardOptions } from './dashboard/server.js';
+export { serveDashboard } from './dashboard/server.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
 export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
