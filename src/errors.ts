@@ -27,6 +27,7 @@ export const ERROR_CODES = [
   'NO_FREE_WORKER', // every worker id of a layout is leased
   'MOVE_FAILED', // an online shard move that stopped; the shard stays where it was
   'NOT_SUPPORTED', // a feature the target cannot provide
+  'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
