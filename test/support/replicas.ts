@@ -75,7 +75,11 @@ async function query<T>(url: string, sql: string): Promise<T> {
 
 let made = 0;
 
-/** Makes and starts a streaming replica of `primary`; stopped (and its folder removed) after the test file. */
+/**
+ * Makes and starts a streaming replica of `primary`; stopped (and its folder removed) after the test file. Call it
+ * at the top level of the file, as useServers: an after() hook registered inside a running test may run as soon
+ * as that test's siblings are done, stopping the replica in the middle of it.
+ */
 export async function startReplica(primary: EmbeddedServer): Promise<Replica> {
   const slot = `replica_${process.pid}_${++made}`;
   const base = await mkdtemp(join(tmpdir(), 'shardflake-replica-'));
