@@ -4,7 +4,7 @@ import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
 import { GENERATOR_LANGUAGES, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
-import { checkShardStatement } from './ddl-guard.js';
+import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -38,6 +38,11 @@ export interface Migration {
   version: number;
   name: string;
   statements: string[];
+  /**
+   * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the
+   * same order as `statements`): `cluster migrate` runs them outside a transaction, one shard at a time per server.
+   */
+  concurrent?: ConcurrentIndexStatement[];
 }
 
 export interface ClusterConfig {
@@ -71,14 +76,47 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function statementList(value: unknown, where: string, source: string): string[] {
+function checkedList(value: unknown, where: string, source: string): CheckedStatement[] {
   const list = typeof value === 'string' ? [value] : value;
   if (!Array.isArray(list) || list.length === 0 || !list.every((s) => typeof s === 'string')) {
     throw bad(source, `${where} must be an SQL statement or a non-empty list of statements`);
   }
-  return list.map(
-    (sql, i) => checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`).sql,
+  return list.map((sql, i) =>
+    checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`),
   );
+}
+
+function statementList(value: unknown, where: string, source: string): string[] {
+  const checked = checkedList(value, where, source);
+  if (checked.some((c) => c.concurrent)) {
+    throw bad(
+      source,
+      `${where} uses CONCURRENTLY, which only a migration can (a table's statements run in the transaction that creates it, on an empty table: drop the word)`,
+    );
+  }
+  return checked.map((c) => c.sql);
+}
+
+/**
+ * A migration's statements. CONCURRENTLY statements cannot run inside the shard's transaction, so a migration is
+ * either all of them (run one by one outside a transaction) or none; mixing is refused rather than silently split,
+ * because a split migration would no longer be all-or-nothing on a shard.
+ */
+function migrationStatements(
+  value: unknown,
+  where: string,
+  source: string,
+): Pick<Migration, 'statements' | 'concurrent'> {
+  const checked = checkedList(value, where, source);
+  const concurrent = checked.flatMap((c) => (c.concurrent ? [c.concurrent] : []));
+  if (concurrent.length === 0) return { statements: checked.map((c) => c.sql) };
+  if (concurrent.length < checked.length) {
+    throw bad(
+      source,
+      `${where} mixes CONCURRENTLY statements with others; they cannot share a transaction, so give the CONCURRENTLY ones a migration of their own`,
+    );
+  }
+  return { statements: checked.map((c) => c.sql), concurrent };
 }
 
 function parseEpoch(value: unknown, layout: Layout, source: string, now: number): number {
@@ -259,7 +297,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
       migrations.push({
         version: i + 1,
         name,
-        statements: statementList(m.sql, `migrations[${i}].sql`, source),
+        ...migrationStatements(m.sql, `migrations[${i}].sql`, source),
       });
     });
   }
