@@ -85,8 +85,9 @@ export async function connectAll(
     }
     checkDistinctServers(new Map(names.map((n) => [n, probes.get(n) as NodeProbe[]])));
     for (const name of names) {
-      const [only] = probes.get(name) as NodeProbe[];
-      if (only?.role === 'replica') {
+      const probed = probes.get(name) as NodeProbe[];
+      const only = probed[0];
+      if (probed.length === 1 && only?.role === 'replica') {
         throw new ShardflakeError(
           'NO_PRIMARY',
           `server ${name}: node ${only.node} is a replica (in recovery) and the server lists no primary`,
