@@ -43,6 +43,17 @@ export type {
 } from './cluster/router/events.js';
 export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
 export type {
+  AcquireOptions,
+  Lsn,
+  NodeLease,
+  NodeRole,
+  ServerNodes,
+  ServerNodesOptions,
+} from './cluster/router/server-nodes.js';
+export { createServerNodes } from './cluster/router/server-nodes.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
+export type {
   FeedOptions,
   FeedPage,
   InsertManyOptions,

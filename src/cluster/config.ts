@@ -46,7 +46,13 @@ export interface Migration {
 }
 
 export interface ClusterConfig {
+  /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
+  /**
+   * Every node URL of each server, in config order: one URL, or a primary and its streaming replicas (roles are
+   * found at run time with pg_is_in_recovery(), so the order does not say which one is the primary).
+   */
+  nodes: Record<string, string[]>;
   catalog: string;
   logicalShards: number;
   /** Epoch in ms since 1970. */
@@ -131,6 +137,32 @@ function parseEpoch(value: unknown, layout: Layout, source: string, now: number)
   return ms;
 }
 
+/**
+ * A server's value: one postgres:// URL, or a non-empty list of them (a primary and its streaming replicas, in any
+ * order). Only what can be seen without connecting is checked here; roles and replication are checked live, when
+ * a command or a router connects (src/cluster/topology/roles.ts).
+ */
+function nodeUrls(name: string, value: unknown, source: string): string[] {
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw bad(
+      source,
+      `server ${name} needs a postgres:// URL or a non-empty list of node URLs (a primary and its replicas)`,
+    );
+  }
+  return list.map((url, i) => {
+    const where = Array.isArray(value) ? `server ${name} node ${i + 1}` : `server ${name}`;
+    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url))
+      throw bad(source, `${where} needs a postgres:// URL`);
+    try {
+      new URL(url);
+    } catch {
+      throw bad(source, `${where} has a malformed URL ${describeUrl(url)}`);
+    }
+    return url;
+  });
+}
+
 /** Validates a parsed config object; every problem is an INVALID_CONFIG or UNKNOWN_SERVER with one sentence. */
 export function validateConfig(raw: unknown, source = 'config', now = Date.now()): ClusterConfig {
   if (!isObject(raw)) throw bad(source, 'must be a JSON object');
@@ -153,19 +185,27 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     throw bad(source, '"servers" must map at least one server name to a postgres:// URL');
   }
   const servers: Record<string, string> = {};
-  for (const [name, url] of Object.entries(raw.servers)) {
+  const nodes: Record<string, string[]> = {};
+  const serverOfUrl = new Map<string, string>();
+  for (const [name, value] of Object.entries(raw.servers)) {
     if (!/^[A-Za-z0-9_-]{1,63}$/.test(name)) {
       throw bad(source, `server name ${JSON.stringify(name)} must be 1–63 letters, digits, _ or -`);
     }
-    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) {
-      throw bad(source, `server ${name} needs a postgres:// URL`);
+    const urls = nodeUrls(name, value, source);
+    for (const url of urls) {
+      const other = serverOfUrl.get(url);
+      if (other !== undefined) {
+        throw bad(
+          source,
+          other === name
+            ? `server ${name} lists node ${describeUrl(url)} twice`
+            : `node ${describeUrl(url)} is listed under both server ${other} and server ${name}`,
+        );
+      }
+      serverOfUrl.set(url, name);
     }
-    try {
-      new URL(url);
-    } catch {
-      throw bad(source, `server ${name} has a malformed URL ${describeUrl(url)}`);
-    }
-    servers[name] = url;
+    servers[name] = urls[0] as string;
+    nodes[name] = urls;
   }
   if (typeof raw.catalog !== 'string') throw bad(source, '"catalog" must name one of the servers');
   if (!(raw.catalog in servers)) {
@@ -264,6 +304,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
 
   return {
     servers,
+    nodes,
     catalog: raw.catalog,
     logicalShards: shards,
     epoch,

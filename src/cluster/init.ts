@@ -10,7 +10,7 @@ import {
   type ShardRecord,
 } from './catalog.js';
 import { type ClusterConfig, shardSchema, targetVersion } from './config.js';
-import { closeAll, connectAll, type ServerClients } from './connections.js';
+import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 
@@ -222,7 +222,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     for (const [name, queue] of batches) {
       const count = Math.min(opts.connectionsPerServer, queue.length);
       for (let i = 0; i < count; i++) {
-        const c = await connect(config.servers[name] as string, { applicationName: 'shardflake init' });
+        const c = await connectServer(config, name, { applicationName: 'shardflake init' });
         extra.push(c);
         workers.push(createdOn(name, c, queue));
       }
