@@ -3,7 +3,8 @@ import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
-import { type MoveOptions, type MoveResult, moveShard } from './move.js';
+import type { MoveResult, SetMoveOptions } from './options.js';
+import { moveSets } from './set.js';
 
 /**
  * `cluster rebalance`: spreads the logical shards evenly over the servers the config names, e.g. after a third
@@ -156,9 +157,10 @@ export interface RebalanceOptions {
   /** Even out shard counts (default) or row counts. */
   by?: BalanceBy;
   dryRun?: boolean;
-  /** Called before each move and after the last one. */
-  onProgress?: (done: number, total: number, next?: PlannedMove) => void;
-  move?: MoveOptions;
+  /** Called as shards switch: how many of the plan's moves are done. */
+  onProgress?: (done: number, total: number) => void;
+  /** How the moves run (sets per server pair, streams per server, throttle, …). */
+  move?: SetMoveOptions;
 }
 
 export interface RebalanceResult extends RebalancePlan {
@@ -196,12 +198,27 @@ export async function rebalanceCluster(
   } else {
     plan = planRebalance(shards, servers);
   }
-  const results: MoveResult[] = [];
-  if (!options.dryRun) {
-    for (const [i, m] of plan.moves.entries()) {
-      options.onProgress?.(i, plan.moves.length, m);
-      results.push(await moveShard(config, m.shard, m.to, options.move));
-    }
+  let results: MoveResult[] = [];
+  if (!options.dryRun && plan.moves.length > 0) {
+    // One set per (source, target) pair, pairs side by side; progress counts switched shards over all sets.
+    const switched = new Map<string, number>();
+    options.onProgress?.(0, plan.moves.length);
+    results = await moveSets(
+      config,
+      plan.moves.map((m) => ({ shard: m.shard, to: m.to })),
+      {
+        ...options.move,
+        onSetProgress: (p) => {
+          options.move?.onSetProgress?.(p);
+          if (p.phase !== 'switching') return;
+          switched.set(`${p.from}>${p.to}`, p.done);
+          options.onProgress?.(
+            [...switched.values()].reduce((n, d) => n + d, 0),
+            plan.moves.length,
+          );
+        },
+      },
+    );
     options.onProgress?.(plan.moves.length, plan.moves.length);
   }
   return { ...plan, by: options.by ?? 'shards', dryRun: options.dryRun === true, results };

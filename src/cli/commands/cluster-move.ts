@@ -2,21 +2,41 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { ShardflakeError } from '../../errors.js';
 import { cleanupCluster } from '../../move/cleanup.js';
-import { moveShard } from '../../move/move.js';
+import { parseThrottle } from '../../move/copy-stream.js';
+import { moveShards } from '../../move/move.js';
 import {
   type MoveOptions,
   type MoveResult,
   type MoveStep,
+  type SetMoveOptions,
   VERIFY_MODES,
   type VerifyMode,
 } from '../../move/options.js';
 import { MOVE_PHASES } from '../../move/phases.js';
 import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../move/rebalance.js';
+import { checkShardList } from '../../move/set.js';
+import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 
 interface Flags {
   config: string;
   json?: boolean;
+}
+
+interface MoveFlags {
+  throttle?: string;
+  copyWorkers?: number;
+  streamsPerServer?: number;
+}
+
+/** The flags every command that moves shards shares, as set options. */
+function setOptions(flags: MoveFlags): SetMoveOptions {
+  return {
+    throttle: flags.throttle === undefined ? undefined : parseThrottle(flags.throttle),
+    copyWorkers: flags.copyWorkers,
+    streamsPerServer: flags.streamsPerServer,
+    afterStep: holdHook(),
+  };
 }
 
 /** Parses `--shard 3` or `--shard 3,4,10`. */
@@ -84,37 +104,42 @@ export function registerMoveCommands(cluster: Command): void {
       'move logical shards to another server while the application writes (logical replication, verified cutover); rerun to resume an interrupted move',
     )
     .requiredOption('--config <file>', 'cluster config (JSON)')
-    .requiredOption('--shard <n[,m…]>', 'shard number(s) to move, one after another')
+    .requiredOption(
+      '--shard <n[,m…]>',
+      'shard number(s) to move; several move together as one set per source server',
+    )
     .requiredOption('--to <server>', 'server name from the config')
     .option(
       '--verify <mode>',
       `where the copies are compared row by row: ${VERIFY_MODES.join(' | ')} (in-pause: in the write pause; snapshots: on snapshots pinned in a ~10 ms pause, for big shards)`,
       'in-pause',
     )
+    .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
+    .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
+    .option(
+      '--streams-per-server <n>',
+      'sets at once on any one server (default 1)',
+      positiveInteger('--streams-per-server'),
+    )
     .option('--json', 'print the results as JSON')
-    .action(async (flags: Flags & { shard: string; to: string; verify: string }) => {
+    .action(async (flags: Flags & MoveFlags & { shard: string; to: string; verify: string }) => {
       const shards = parseShardList(flags.shard);
       const verify = parseVerifyMode(flags.verify);
+      const options = setOptions(flags);
       const config = await loadConfig(flags.config);
-      const afterStep = holdHook();
-      const results: MoveResult[] = [];
-      for (const shard of shards) {
-        const bar = progressBar(`shard ${shard}`, !flags.json);
-        try {
-          const result = await moveShard(config, shard, flags.to, {
-            verify,
-            afterStep,
-            onProgress: (p) => {
-              if (p.totalRows > 0n) bar.update(Number(p.copiedRows), Number(p.totalRows));
-            },
-          });
-          results.push(result);
-        } finally {
-          bar.stop();
-        }
-        if (!flags.json) process.stdout.write(`${describeMove(results[results.length - 1] as MoveResult)}\n`);
-      }
+      checkShardList(config, shards, flags.to);
+      const bar = progressBar('move   ', !flags.json);
+      const results = await moveShards(config, shards, flags.to, {
+        ...options,
+        verify,
+        onSetProgress: (p) => bar.update(p.done, p.total),
+        onProgress: (p) => {
+          if (p.phase === 'copying' && p.totalRows > 0n)
+            bar.update(Number(p.copiedRows), Number(p.totalRows));
+        },
+      }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson({ moves: results })}\n`);
+      else process.stdout.write(`${results.map(describeMove).join('\n')}\n`);
     });
 
   cluster
@@ -127,8 +152,19 @@ export function registerMoveCommands(cluster: Command): void {
       'shards',
     )
     .option('--dry-run', 'print the plan without moving anything')
+    .option('--throttle <rate>', "limit each set's initial copy: 5000rows/s, 20MB/s, …")
+    .option(
+      '--copy-workers <n>',
+      'tables copied at once per set (default 2)',
+      positiveInteger('--copy-workers'),
+    )
+    .option(
+      '--streams-per-server <n>',
+      'sets at once on any one server (default 1); distinct server pairs move in parallel',
+      positiveInteger('--streams-per-server'),
+    )
     .option('--json', 'print the plan and results as JSON')
-    .action(async (flags: Flags & { dryRun?: boolean; by: string }) => {
+    .action(async (flags: Flags & MoveFlags & { dryRun?: boolean; by: string }) => {
       if (!(BALANCE_BY as readonly string[]).includes(flags.by)) {
         throw new ShardflakeError(
           'INVALID_ARGUMENT',
@@ -137,9 +173,11 @@ export function registerMoveCommands(cluster: Command): void {
       }
       const config = await loadConfig(flags.config);
       const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
+      const move = setOptions(flags);
       const result = await rebalanceCluster(config, {
         by: flags.by as BalanceBy,
         dryRun: flags.dryRun,
+        move,
         onProgress: (done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
       if (flags.json) {

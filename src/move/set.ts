@@ -1,0 +1,864 @@
+import type pg from 'pg';
+import { bumpMapVersion } from '../cluster/catalog.js';
+import type { ClusterConfig } from '../cluster/config.js';
+import { primaryUrl } from '../cluster/connections.js';
+import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
+import { shardsCreationSql } from '../cluster/shard-ddl.js';
+import { lockShard, unlockShard } from '../cluster/shard-lock.js';
+import { isShardflakeError, ShardflakeError } from '../errors.js';
+import { wrapPgError } from '../postgres/connect.js';
+import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
+import { checkThrottle } from './copy-stream.js';
+import { bypassGuardSql, ddlPastGuard, guardSchemas, unguardSchemas } from './ddl-guard.js';
+import { moveGeneratorState } from './generator.js';
+import {
+  DEFAULTS,
+  type MoveResult,
+  type MoveStep,
+  type Options,
+  SET_DEFAULTS,
+  type SetMoveOptions,
+} from './options.js';
+import { type MovePhase, reached } from './phases.js';
+import {
+  createBatch,
+  installMoves,
+  type MoveRecord,
+  recordPhase,
+  recordPhases,
+  unfinishedBatch,
+  unfinishedMoves,
+} from './record.js';
+import {
+  currentLsn,
+  dropPublication,
+  dropSlots,
+  dropSubscription,
+  type ReplicationNames,
+  replicationNames,
+  subscriptionOid,
+  subscriptionProgress,
+} from './replication.js';
+import { checkReplicationLimits } from './replication-limits.js';
+import { inTransaction, kill, MoveInterrupted, openServer, readPlacement, sleep } from './session.js';
+import { rollBackMove, settleMove } from './settle.js';
+import { copyAtSnapshot, type SnapshotCopyResult } from './snapshot-copy.js';
+import { preflight } from './steps.js';
+import { listTables, type SourceTable } from './tables.js';
+import { buildDeferredIndexes, deferrableIndexes } from './target-schema.js';
+import { compareDigests, digestTables, verificationError } from './verify.js';
+
+/**
+ * Moving a set of shards from one server to another together: the same phases and guarantees as a single move
+ * (move.ts), with the expensive parts shared.
+ *
+ * - One publication (`FOR TABLES IN SCHEMA` every shard of the set), one replication slot and one subscription,
+ *   named after the set (`sf_move_<id of its first move>`), so the set costs one WAL sender and one apply worker.
+ * - One initial copy of every table of every shard, at one snapshot (snapshot-copy.ts), then one catch-up.
+ * - Cutover in groups: shards whose rows together stay under `cutoverGroupRows` share one write pause (one LOCK of
+ *   all their tables, one wait for the target to catch up, each shard verified, its generator carried and its old
+ *   copy fenced, one COMMIT), and one catalog transaction switches the group (one map version, one NOTIFY).
+ * - One finish: subscription, publication and slot dropped once every shard has switched.
+ *
+ * Every shard keeps its own move record and phase in `shardflake.moves` (with the set's `batch_id`), so a rerun
+ * after a crash resumes the set (the shards that switched stay switched; the others continue), and `cluster
+ * cleanup` settles each shard as it would a single move. A failure before a shard's switch rolls back every shard
+ * of the set that has not switched (they share the stream that failed); the shards that did switch are finished.
+ */
+interface Member {
+  record: MoveRecord;
+  tables: SourceTable[];
+  resumedFrom: MovePhase | null;
+  rows: bigint;
+  pauseMs: number | null;
+  pauseSteps: Record<string, number>;
+  mapVersion: bigint;
+}
+
+interface SetSession {
+  config: ClusterConfig;
+  opts: Options & typeof SET_DEFAULTS & SetMoveOptions;
+  catalog: pg.Client;
+  source: pg.Client;
+  target: pg.Client;
+  from: string;
+  to: string;
+  batchId: bigint;
+  names: ReplicationNames;
+  members: Member[];
+  copy: SnapshotCopyResult | null;
+  catchUpMs: number | null;
+}
+
+function describe(s: SetSession): string {
+  return `set #${s.batchId} (${s.members.length} shards from server ${s.from} to server ${s.to})`;
+}
+
+/** The test hook and the abort signal, as in a single move: stop like a killed process, without a word. */
+async function checkpoint(s: SetSession, step: MoveStep | null): Promise<void> {
+  if (step !== null) await s.opts.afterStep?.(step);
+  if ((step !== null && s.opts.stopAfter === step) || s.opts.signal?.aborted) {
+    kill(s.source);
+    kill(s.target);
+    kill(s.catalog);
+    throw new MoveInterrupted(
+      `${describe(s)} stopped after ${step ?? 'a check'}; run the command again to resume or roll it back`,
+    );
+  }
+}
+
+async function advanceAll(s: SetSession, members: readonly Member[], phase: MovePhase): Promise<void> {
+  await recordPhases(
+    s.catalog,
+    members.map((m) => m.record.id),
+    phase,
+  );
+  for (const m of members) m.record = { ...m.record, phase };
+  await checkpoint(s, phase);
+}
+
+function pending(s: SetSession, phase: MovePhase): Member[] {
+  return s.members.filter((m) => m.record.phase === phase);
+}
+
+// ---------------------------------------------------------------------------------------------------- phases
+
+/** planned → prepared: empty, fenced target copies (many per transaction), the set's publication, the DDL guard. */
+async function prepare(s: SetSession): Promise<void> {
+  const todo = pending(s, 'planned');
+  if (todo.length === 0) return;
+  const CHUNK = 64;
+  for (let i = 0; i < todo.length; i += CHUNK) {
+    const chunk = todo.slice(i, i + CHUNK);
+    await inTransaction(s.target, async () => {
+      // Only this set, killed before recording `prepared`, can have made these: preflight refused any copy on
+      // the target, and before the switch the catalog places the shard on the source.
+      for (const m of chunk)
+        await s.target.query(`DROP SCHEMA IF EXISTS ${quoteIdent(m.record.schema, 'schema')} CASCADE`);
+      await s.target.query(
+        shardsCreationSql(
+          s.config,
+          chunk.map((m) => ({ shard: m.record.shard, schema: m.record.schema })),
+        ),
+      );
+      for (const m of chunk) {
+        const tables = await listTables(s.target, m.record.schema);
+        const differ = m.tables.filter((t) => tables.find((u) => u.name === t.name)?.shape !== t.shape);
+        if (differ.length > 0 || tables.length !== m.tables.length) {
+          throw new ShardflakeError(
+            'MOVE_FAILED',
+            `the tables the config creates differ from shard ${m.record.shard}'s tables on server ${s.from} (${differ.map((t) => t.name).join(', ') || 'a different set of tables'}); was DDL run outside cluster migrate?`,
+          );
+        }
+        const list = tables.map((t) => qualified(m.record.schema, t.name));
+        if (list.length > 0) await s.target.query(`TRUNCATE ${list.join(', ')}`);
+        for (const index of await deferrableIndexes(s.target, m.record.schema)) {
+          await s.target.query(`DROP INDEX ${qualified(m.record.schema, index.name)}`);
+        }
+        await s.target.query(
+          fenceSql(
+            m.record.schema,
+            m.tables.map((t) => t.name),
+            `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
+          ),
+        );
+      }
+    });
+  }
+  const { rows } = await s.source.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [
+    s.names.publication,
+  ]);
+  if (rows.length === 0) {
+    await s.source.query(
+      `CREATE PUBLICATION ${quoteIdent(s.names.publication)} FOR TABLES IN SCHEMA ${s.members
+        .map((m) => quoteIdent(m.record.schema, 'schema'))
+        .join(', ')}`,
+    );
+  }
+  await guardSchemas(
+    s.source,
+    s.members.map((m) => m.record.schema),
+    s.batchId,
+  );
+  await advanceAll(s, todo, 'prepared');
+}
+
+/**
+ * prepared → subscribed: the slot with its snapshot, the copy of every table at that snapshot, the deferred
+ * indexes, then the subscription on that slot without a copy of its own. A run killed during the copy left a
+ * partial copy and a slot whose snapshot is gone: both are thrown away and the copy starts again.
+ */
+async function copyAndSubscribe(s: SetSession): Promise<void> {
+  const todo = pending(s, 'prepared');
+  if (todo.length === 0) return;
+  let oid = await subscriptionOid(s.target, s.names.subscription);
+  if (oid === null) {
+    await dropSlots(s.source, s.names.slot, null);
+    await inTransaction(s.target, async () => {
+      await s.target.query('SET LOCAL session_replication_role = replica');
+      const all = s.members.flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)));
+      if (all.length > 0) await s.target.query(`TRUNCATE ${all.join(', ')}`);
+    });
+    const totalRows = Number(s.members.reduce((n, m) => n + m.rows, 0n));
+    s.copy = await copyAtSnapshot({
+      sourceUrl: await primaryUrl(s.config, s.from),
+      targetUrl: await primaryUrl(s.config, s.to),
+      slot: s.names.slot,
+      tables: s.members.flatMap((m) => m.tables.map((t) => ({ schema: m.record.schema, table: t.name }))),
+      workers: s.opts.copyWorkers,
+      throttle: s.opts.throttle,
+      stopped: () => s.opts.signal?.aborted === true,
+      onProgress: (rows) =>
+        s.opts.onSetProgress?.({ from: s.from, to: s.to, phase: 'copying', done: rows, total: totalRows }),
+    });
+    await checkpoint(s, null);
+    for (const m of s.members) {
+      m.rows = BigInt(
+        m.tables.reduce((n, t) => n + (s.copy?.perTable.get(`${m.record.schema}.${t.name}`) ?? 0), 0),
+      );
+    }
+    for (const m of s.members) await buildDeferredIndexes(s.source, s.target, m.record.schema);
+    try {
+      await s.target.query(
+        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(await primaryUrl(s.config, s.from))}
+         PUBLICATION ${quoteIdent(s.names.publication)}
+         WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(s.names.slot)}, enabled = true, streaming = off, binary = true)`,
+      );
+    } catch (error) {
+      throw wrapPgError(error);
+    }
+    oid = (await subscriptionOid(s.target, s.names.subscription)) as bigint;
+  }
+  await recordPhases(
+    s.catalog,
+    todo.map((m) => m.record.id),
+    'subscribed',
+    { subscriptionOid: oid },
+  );
+  for (const m of todo) m.record = { ...m.record, phase: 'subscribed', subscriptionOid: oid };
+  await checkpoint(s, 'subscribed');
+}
+
+/** subscribed → synced: the one apply worker has received the source's WAL up to a recent LSN. */
+async function waitSynced(s: SetSession): Promise<void> {
+  const todo = pending(s, 'subscribed');
+  if (todo.length === 0) return;
+  const started = performance.now();
+  const lsn = await currentLsn(s.source);
+  const deadline = started + s.opts.syncTimeoutMs;
+  for (;;) {
+    await checkpoint(s, null);
+    const p = await subscriptionProgress(s.target, s.names.subscription, lsn);
+    if (p.errors > 0) {
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `the subscription of ${describe(s)} reported ${p.errors} error(s); see server ${s.to}'s log`,
+      );
+    }
+    if (p.receivedUpTo) break;
+    if (performance.now() > deadline) {
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `${describe(s)} did not catch up within ${s.opts.syncTimeoutMs} ms`,
+      );
+    }
+    await sleep(s.opts.pollMs);
+  }
+  s.catchUpMs = performance.now() - started;
+  await advanceAll(s, todo, 'synced');
+}
+
+/** Groups of shards that share one write pause: consecutive shards up to the group's shard and row limits. */
+export function cutoverGroups<T extends { rows: bigint }>(
+  members: readonly T[],
+  maxShards: number,
+  maxRows: number,
+): T[][] {
+  const groups: T[][] = [];
+  let group: T[] = [];
+  let rows = 0n;
+  for (const m of members) {
+    if (group.length > 0 && (group.length >= maxShards || rows + m.rows > BigInt(maxRows))) {
+      groups.push(group);
+      group = [];
+      rows = 0n;
+    }
+    group.push(m);
+    rows += m.rows;
+  }
+  if (group.length > 0) groups.push(group);
+  return groups;
+}
+
+const round = (ms: number) => Math.round(ms * 10) / 10;
+
+/**
+ * synced → fenced → switched for one group, in one source transaction (LOCK to COMMIT), as a single move does:
+ * a crash anywhere inside releases the lock and leaves the source the one writable copy, unfenced.
+ */
+async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
+  const toFence: Member[] = [];
+  for (const m of group) {
+    if (m.record.phase === 'synced' && !(await isFenced(s.source, m.record.schema))) toFence.push(m);
+  }
+  let lockAt = performance.now();
+  if (toFence.length > 0) {
+    const tableList = toFence
+      .flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)))
+      .join(', ');
+    for (let attempt = 1; ; attempt++) {
+      lockAt = performance.now();
+      await s.source.query('BEGIN');
+      try {
+        await s.source.query(
+          `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; ${bypassGuardSql()}`,
+        );
+        await s.source.query(`LOCK TABLE ${tableList} IN EXCLUSIVE MODE`);
+        break;
+      } catch (error) {
+        await s.source.query('ROLLBACK').catch(() => {});
+        const lockTimeout = (error as { code?: string }).code === '55P03';
+        if (lockTimeout && attempt < s.opts.cutoverAttempts) continue;
+        throw lockTimeout
+          ? new ShardflakeError(
+              'MOVE_FAILED',
+              `could not lock the tables of shards ${toFence.map((m) => m.record.shard).join(', ')} for cutover: long transactions hold them`,
+            )
+          : wrapPgError(error);
+      }
+    }
+    const steps: Record<string, number> = { lock: round(performance.now() - lockAt) };
+    let mark = performance.now();
+    const step = (name: string) => {
+      const now = performance.now();
+      steps[name] = round(now - mark);
+      mark = now;
+    };
+    try {
+      await checkpoint(s, 'cutover-locked');
+      const lsn = await currentLsn(s.source);
+      const deadline = performance.now() + s.opts.cutoverTimeoutMs;
+      while (!(await subscriptionProgress(s.target, s.names.subscription, lsn)).receivedUpTo) {
+        if (performance.now() > deadline) {
+          throw new ShardflakeError(
+            'MOVE_FAILED',
+            `the target did not catch up with the source's last change within ${s.opts.cutoverTimeoutMs} ms`,
+          );
+        }
+        await sleep(s.opts.pollMs / 4);
+      }
+      step('catchUp');
+      for (const m of toFence) {
+        const names = m.tables.map((t) => t.name);
+        const targetDigest = () =>
+          inTransaction(s.target, () => digestTables(s.target, m.record.schema, names));
+        const [sourceDigests, firstTarget] = await Promise.all([
+          digestTables(s.source, m.record.schema, names),
+          targetDigest(),
+        ]);
+        // The source cannot change now; the target may still be applying the last commit.
+        for (let targetDigests = firstTarget; ; targetDigests = await targetDigest()) {
+          const differences = compareDigests(sourceDigests, targetDigests);
+          if (differences.length === 0) break;
+          if (performance.now() > deadline) {
+            throw verificationError(differences.map((d) => `shard ${m.record.shard}: ${d}`));
+          }
+          await sleep(s.opts.pollMs / 4);
+        }
+        m.rows = sourceDigests.reduce((n, d) => n + d.rows, 0n);
+      }
+      step('verify');
+      for (const m of toFence) {
+        await moveGeneratorState(s.source, s.target, m.record.schema, m.tables);
+        await s.source.query(
+          fenceSql(
+            m.record.schema,
+            m.tables.map((t) => t.name),
+            `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
+          ),
+        );
+      }
+      await s.source.query('COMMIT');
+      step('fence');
+    } catch (error) {
+      await s.source.query('ROLLBACK').catch(() => {});
+      throw error;
+    }
+    for (const m of toFence) m.pauseSteps = steps;
+  }
+  const fenced = group.filter((m) => m.record.phase === 'synced');
+  if (fenced.length > 0) await advanceAll(s, fenced, 'fenced');
+
+  // fenced → switched: open the target copies, then one catalog transaction names the target for the group.
+  const switching = group.filter((m) => m.record.phase === 'fenced');
+  if (switching.length === 0) return;
+  await s.target.query(switching.map((m) => unfenceSql(m.record.schema)).join(';\n'));
+  await inTransaction(s.catalog, async () => {
+    const version = await bumpMapVersion(s.catalog);
+    await s.catalog.query(
+      `UPDATE shardflake.shards SET state = 'active', server = $2, changed_in_version = $3 WHERE shard = ANY($1::int[])`,
+      [switching.map((m) => m.record.shard), s.to, version],
+    );
+    const pauseMs = toFence.length > 0 ? performance.now() - lockAt : null;
+    for (const m of switching) {
+      m.mapVersion = version;
+      if (pauseMs !== null && toFence.includes(m)) {
+        m.pauseMs = pauseMs;
+        await recordPhase(s.catalog, m.record.id, 'switched', { pauseMs, rowsCopied: m.rows });
+      } else await recordPhase(s.catalog, m.record.id, 'switched', { rowsCopied: m.rows });
+    }
+  });
+  for (const m of switching) m.record = { ...m.record, phase: 'switched' };
+  await checkpoint(s, 'switched');
+}
+
+/** switched → done for every shard: the fences checked, then the set's subscription, publication and slot dropped. */
+async function finishSet(s: SetSession, members: readonly Member[]): Promise<void> {
+  const todo = members.filter((m) => m.record.phase === 'switched');
+  if (todo.length === 0) return;
+  for (const m of todo) {
+    if (!(await isFenced(s.source, m.record.schema))) {
+      await ddlPastGuard(
+        s.source,
+        fenceSql(
+          m.record.schema,
+          m.tables.map((t) => t.name),
+          `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
+        ),
+      );
+    }
+  }
+  await dropSubscription(s.target, s.names.subscription, true);
+  await dropPublication(s.source, s.names.publication);
+  await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);
+  await unguardSchemas(
+    s.source,
+    todo.map((m) => m.record.schema),
+  );
+  await advanceAll(s, todo, 'done');
+}
+
+async function drive(s: SetSession): Promise<void> {
+  await prepare(s);
+  await copyAndSubscribe(s);
+  await waitSynced(s);
+  const cutting = s.members.filter((m) => m.record.phase === 'synced' || m.record.phase === 'fenced');
+  const groups = cutoverGroups(cutting, s.opts.cutoverGroupShards, s.opts.cutoverGroupRows);
+  let switched = s.members.filter((m) => reached(m.record.phase, 'switched')).length;
+  for (const group of groups) {
+    await cutoverGroup(s, group);
+    switched += group.length;
+    s.opts.onSetProgress?.({
+      from: s.from,
+      to: s.to,
+      phase: 'switching',
+      done: switched,
+      total: s.members.length,
+    });
+  }
+  await finishSet(s, s.members);
+}
+
+// ---------------------------------------------------------------------------------------------------- entry
+
+function result(s: SetSession, m: Member): MoveResult {
+  const copyMs = s.copy?.ms ?? null;
+  return {
+    moveId: m.record.id,
+    shard: m.record.shard,
+    schema: m.record.schema,
+    from: s.from,
+    to: s.to,
+    resumedFrom: m.resumedFrom,
+    rows: m.rows,
+    tables: m.tables.length,
+    copyMs,
+    indexAndCatchUpMs: s.catchUpMs,
+    rowsPerSecond: s.copy && copyMs ? Math.round((s.copy.rows * 1000) / copyMs) : null,
+    pauseMs: m.pauseMs,
+    pauseSteps: m.pauseSteps,
+    verify: 'in-pause',
+    snapshotPauseMs: null,
+    snapshotCompareMs: null,
+    mapVersion: m.mapVersion,
+    batchId: s.batchId,
+  };
+}
+
+/**
+ * Runs one set (fresh or resumed) whose shards this process has locked. On failure, rolls back the shards that
+ * have not switched and finishes those that have.
+ */
+async function runSet(
+  config: ClusterConfig,
+  opts: SetSession['opts'],
+  records: MoveRecord[],
+  tablesOf: Map<number, SourceTable[]>,
+  resumed: boolean,
+): Promise<MoveResult[]> {
+  const first = records[0] as MoveRecord;
+  const batchId = first.batchId ?? first.id;
+  // A connection of its own for the set's catalog transactions: sets may run side by side, and the shard locks
+  // stay on the caller's connection.
+  const catalog = await openServer(config, config.catalog);
+  const source = await openServer(config, first.from).catch(async (error) => {
+    await catalog.end().catch(() => {});
+    throw error;
+  });
+  const target = await openServer(config, first.to).catch(async (error) => {
+    await Promise.all([source.end().catch(() => {}), catalog.end().catch(() => {})]);
+    throw error;
+  });
+  const s: SetSession = {
+    config,
+    opts,
+    catalog,
+    source,
+    target,
+    from: first.from,
+    to: first.to,
+    batchId,
+    names: replicationNames(batchId),
+    members: [],
+    copy: null,
+    catchUpMs: null,
+  };
+  try {
+    // Rows per shard, estimated until the copy counts them: they size the cutover groups.
+    const { rows: estimates } = await source.query(
+      'SELECT schemaname AS schema, sum(n_live_tup)::bigint AS n FROM pg_stat_user_tables WHERE schemaname = ANY($1::text[]) GROUP BY 1',
+      [records.map((r) => r.schema)],
+    );
+    const estimated = new Map(
+      (estimates as { schema: string; n: bigint }[]).map((r) => [r.schema, BigInt(r.n)]),
+    );
+    for (const record of records) {
+      const tables = tablesOf.get(record.shard) ?? (await listTables(source, record.schema));
+      s.members.push({
+        record,
+        tables,
+        resumedFrom: resumed ? record.phase : null,
+        rows: estimated.get(record.schema) ?? 0n,
+        pauseMs: null,
+        pauseSteps: {},
+        mapVersion: 0n,
+      });
+    }
+    if (!resumed) await checkpoint(s, 'planned');
+    try {
+      await drive(s);
+    } catch (error) {
+      if (error instanceof MoveInterrupted) throw error;
+      const reason = isShardflakeError(error) ? error.message : wrapPgError(error).message;
+      const back = s.members.filter(
+        (m) => !reached(m.record.phase, 'switched') && m.record.phase !== 'rolled_back',
+      );
+      const problems: string[] = [];
+      for (const m of back) {
+        await rollBackMove(config, catalog, m.record, reason).catch((e: unknown) =>
+          problems.push(`shard ${m.record.shard}: ${(e as Error).message}`),
+        );
+      }
+      const forward = s.members.filter((m) => m.record.phase === 'switched');
+      if (forward.length > 0) {
+        await finishSet(s, forward).catch((e: unknown) => problems.push((e as Error).message));
+      }
+      const shards = (list: Member[]) => list.map((m) => m.record.shard).join(', ');
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `moving shards ${shards(s.members)} to server ${s.to} failed: ${reason}; ${
+          back.length > 0 ? `shards ${shards(back)} were rolled back and stay on server ${s.from}` : ''
+        }${forward.length > 0 ? `${back.length > 0 ? '; ' : ''}shards ${shards(forward)} had switched and now live on server ${s.to}` : ''}${
+          problems.length > 0
+            ? ` (not yet undone: ${problems.join('; ')}; run the command again or shardflake cluster cleanup)`
+            : ''
+        }`,
+        { cause: error },
+      );
+    }
+    return s.members.map((m) => result(s, m));
+  } finally {
+    await Promise.all([source, target, catalog].map((c) => c.end().catch(() => {})));
+  }
+}
+
+function owner(opts: SetMoveOptions): string {
+  return opts.owner ?? `${process.env.HOSTNAME ?? 'localhost'}:${process.pid}`;
+}
+
+/** Refuses a list of moves with duplicates, unknown shards, unknown targets or a bad throttle, before anything starts. */
+export function checkMoveList(
+  config: ClusterConfig,
+  moves: readonly { shard: number; to: string }[],
+  options: SetMoveOptions = {},
+): void {
+  if (moves.length === 0)
+    throw new ShardflakeError('INVALID_ARGUMENT', 'no shard to move: the shard list is empty');
+  const seen = new Set<number>();
+  const twice: number[] = [];
+  for (const { shard } of moves) {
+    if (seen.has(shard)) twice.push(shard);
+    seen.add(shard);
+  }
+  if (twice.length > 0) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `the shard list names shard ${[...new Set(twice)].join(', ')} more than once`,
+    );
+  }
+  const unknown = moves
+    .map((m) => m.shard)
+    .filter((n) => !Number.isInteger(n) || n < 0 || n >= config.logicalShards);
+  if (unknown.length > 0) {
+    throw new ShardflakeError(
+      'UNKNOWN_SHARD',
+      `shard ${unknown.join(', ')} ${unknown.length === 1 ? 'is not one' : 'are not'} of the cluster's ${config.logicalShards} logical shards (0–${config.logicalShards - 1})`,
+    );
+  }
+  for (const to of new Set(moves.map((m) => m.to))) {
+    if (!(to in config.servers)) {
+      throw new ShardflakeError(
+        'UNKNOWN_SERVER',
+        `server ${JSON.stringify(to)} is not in the config (servers: ${Object.keys(config.servers).join(', ')})`,
+      );
+    }
+  }
+  checkThrottle(options.throttle);
+  for (const [name, value] of [
+    ['copyWorkers', options.copyWorkers],
+    ['streamsPerServer', options.streamsPerServer],
+    ['cutoverGroupShards', options.cutoverGroupShards],
+  ] as const) {
+    if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `${name} must be a whole number of at least 1, not ${value}`,
+      );
+    }
+  }
+}
+
+/** Refuses a list of shards for one target (see checkMoveList). */
+export function checkShardList(config: ClusterConfig, shards: readonly number[], to: string): void {
+  checkMoveList(
+    config,
+    shards.map((shard) => ({ shard, to })),
+  );
+}
+
+/**
+ * Moves `shards` to server `to` as sets (one per source server), or resumes the interrupted sets they belong to.
+ * Returns one result per shard, in the order given.
+ */
+export async function moveShardSet(
+  config: ClusterConfig,
+  shards: readonly number[],
+  to: string,
+  options: SetMoveOptions = {},
+): Promise<MoveResult[]> {
+  return moveSets(
+    config,
+    shards.map((shard) => ({ shard, to })),
+    options,
+  );
+}
+
+interface PlannedSet {
+  from: string;
+  to: string;
+  records: MoveRecord[];
+  tables: Map<number, SourceTable[]>;
+  resumed: boolean;
+}
+
+/**
+ * Runs sets side by side, at most `streamsPerServer` replication streams on any server at a time (a set is one
+ * stream on its source and one on its target); a set starts as soon as both its servers have room.
+ */
+async function runSideBySide(
+  config: ClusterConfig,
+  opts: SetSession['opts'],
+  sets: readonly PlannedSet[],
+): Promise<{ results: MoveResult[]; errors: unknown[] }> {
+  const busy = new Map<string, number>();
+  const room = (server: string) => (busy.get(server) ?? 0) < opts.streamsPerServer;
+  const waiting = [...sets];
+  const running = new Set<Promise<void>>();
+  const results: MoveResult[] = [];
+  const errors: unknown[] = [];
+  while (waiting.length > 0 || running.size > 0) {
+    const i = waiting.findIndex((set) => room(set.from) && room(set.to));
+    if (i !== -1 && errors.length === 0) {
+      const set = waiting.splice(i, 1)[0] as PlannedSet;
+      busy.set(set.from, (busy.get(set.from) ?? 0) + 1);
+      busy.set(set.to, (busy.get(set.to) ?? 0) + 1);
+      const run: Promise<void> = runSet(config, opts, set.records, set.tables, set.resumed)
+        .then(
+          (r) => {
+            results.push(...r);
+          },
+          (e: unknown) => {
+            errors.push(e);
+          },
+        )
+        .finally(() => {
+          busy.set(set.from, (busy.get(set.from) ?? 1) - 1);
+          busy.set(set.to, (busy.get(set.to) ?? 1) - 1);
+          running.delete(run);
+        });
+      running.add(run);
+      continue;
+    }
+    if (running.size === 0) break; // an error stopped new sets from starting
+    await Promise.race(running);
+  }
+  return { results, errors };
+}
+
+/**
+ * Moves each listed shard to its target: shards from the same source to the same target move as one set, and sets
+ * of distinct server pairs run side by side (`streamsPerServer`). Interrupted sets among them are resumed whole.
+ * Returns one result per listed shard, in the order given.
+ */
+export async function moveSets(
+  config: ClusterConfig,
+  moves: readonly { shard: number; to: string }[],
+  options: SetMoveOptions = {},
+): Promise<MoveResult[]> {
+  checkMoveList(config, moves, options);
+  const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined));
+  const opts = { ...DEFAULTS, ...SET_DEFAULTS, ...given } as SetSession['opts'];
+  const targetOf = new Map(moves.map((m) => [m.shard, m.to]));
+  const shards = moves.map((m) => m.shard);
+  const catalog = await openServer(config, config.catalog);
+  const locked: number[] = [];
+  const lock = async (shard: number) => {
+    if (locked.includes(shard)) return;
+    await lockShard(catalog, shard);
+    locked.push(shard);
+  };
+  try {
+    await installMoves(catalog);
+    for (const shard of [...shards].sort((a, b) => a - b)) await lock(shard);
+
+    // Unfinished moves of these shards: sets towards the same target are resumed whole (every shard of the set,
+    // listed or not); anything else is settled first (finished if it switched, rolled back if not).
+    const resumedSets = new Map<bigint, MoveRecord[]>();
+    for (const record of await unfinishedMoves(catalog, shards)) {
+      if (record.batchId !== null && record.to === targetOf.get(record.shard)) {
+        if (resumedSets.has(record.batchId)) continue;
+        const members = await unfinishedBatch(catalog, record.batchId);
+        for (const m of members) await lock(m.shard);
+        resumedSets.set(record.batchId, members);
+      } else {
+        const members = record.batchId !== null ? await unfinishedBatch(catalog, record.batchId) : [record];
+        for (const m of members) {
+          await lock(m.shard);
+          await settleMove(
+            config,
+            catalog,
+            m,
+            `superseded by a move to server ${targetOf.get(record.shard)}`,
+          );
+        }
+      }
+    }
+    const resumedShards = new Set([...resumedSets.values()].flat().map((m) => m.shard));
+    const fresh = shards.filter((n) => !resumedShards.has(n));
+    const placements = new Map<number, { server: string; schema: string }>();
+    for (const shard of fresh) placements.set(shard, await readPlacement(catalog, shard));
+    const there = fresh.filter((n) => placements.get(n)?.server === targetOf.get(n));
+    if (there.length > 0) {
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        there.length === 1
+          ? `server ${targetOf.get(there[0] as number)} already holds shard ${there[0]}; nothing was moved (leave it out of the list)`
+          : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
+      );
+    }
+
+    // Fresh sets, one per (source, target) pair: every shard checked, and the servers' replication limits, before
+    // any is recorded.
+    const byPair = new Map<string, { from: string; to: string; shards: number[] }>();
+    for (const shard of fresh) {
+      const from = (placements.get(shard) as { server: string }).server;
+      const to = targetOf.get(shard) as string;
+      const key = JSON.stringify([from, to]);
+      const pair = byPair.get(key) ?? { from, to, shards: [] };
+      pair.shards.push(shard);
+      byPair.set(key, pair);
+    }
+    const sets: PlannedSet[] = [...resumedSets.values()].map((records) => ({
+      from: (records[0] as MoveRecord).from,
+      to: (records[0] as MoveRecord).to,
+      records,
+      tables: new Map(),
+      resumed: true,
+    }));
+    const checked: {
+      pair: { from: string; to: string; shards: number[] };
+      tables: Map<number, SourceTable[]>;
+    }[] = [];
+    for (const pair of byPair.values()) {
+      const source = await openServer(config, pair.from);
+      const target = await openServer(config, pair.to).catch(async (e) => {
+        await source.end().catch(() => {});
+        throw e;
+      });
+      const tables = new Map<number, SourceTable[]>();
+      try {
+        for (const shard of pair.shards) {
+          const schema = (placements.get(shard) as { schema: string }).schema;
+          tables.set(shard, await preflight(config, shard, schema, pair.from, pair.to, source, target));
+        }
+      } finally {
+        await Promise.all([source.end().catch(() => {}), target.end().catch(() => {})]);
+      }
+      checked.push({ pair, tables });
+    }
+    await checkReplicationLimits(
+      config,
+      [...sets.map((s) => ({ from: s.from, to: s.to })), ...checked.map((c) => c.pair)],
+      opts.streamsPerServer,
+    );
+    for (const { pair, tables } of checked) {
+      const records = await inTransaction(catalog, async () => {
+        const made = await createBatch(
+          catalog,
+          pair.shards.map((shard) => ({
+            shard,
+            schema: (placements.get(shard) as { schema: string }).schema,
+            from: pair.from,
+            to: pair.to,
+          })),
+          owner(opts),
+        );
+        const version = await bumpMapVersion(catalog);
+        await catalog.query(
+          `UPDATE shardflake.shards SET state = 'moving', changed_in_version = $2 WHERE shard = ANY($1::int[])`,
+          [pair.shards, version],
+        );
+        return made;
+      });
+      sets.push({ from: pair.from, to: pair.to, records, tables, resumed: false });
+    }
+
+    const { results, errors } = await runSideBySide(config, opts, sets);
+    if (errors.length > 0) {
+      const first = errors[0];
+      if (errors.length === 1 || first instanceof MoveInterrupted) throw first;
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `${errors.length} sets failed: ${errors.map((e) => (e as Error).message).join(' | ')}`,
+        { cause: first },
+      );
+    }
+    const byShard = new Map(results.map((r) => [r.shard, r]));
+    return shards.map((n) => byShard.get(n)).filter((r): r is MoveResult => r !== undefined);
+  } catch (error) {
+    throw isShardflakeError(error) ? error : wrapPgError(error);
+  } finally {
+    for (const shard of locked) await unlockShard(catalog, shard).catch(() => {});
+    await catalog.end().catch(() => {});
+  }
+}
