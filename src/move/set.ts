@@ -612,7 +612,7 @@ export function checkMoveList(
   if (unknown.length > 0) {
     throw new ShardflakeError(
       'UNKNOWN_SHARD',
-      `shard ${unknown.join(', ')} ${unknown.length === 1 ? 'is not one' : 'are not'} of the cluster's ${config.logicalShards} logical shards (0–${config.logicalShards - 1})`,
+      `${unknown.length === 1 ? 'shard' : 'shards'} ${unknown.join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not among the cluster's ${config.logicalShards} logical shards (0–${config.logicalShards - 1})`,
     );
   }
   for (const to of new Set(moves.map((m) => m.to))) {
@@ -623,6 +623,11 @@ export function checkMoveList(
       );
     }
   }
+  checkSetOptions(options);
+}
+
+/** Refuses a throttle of 0 or less and worker or group counts below 1, before anything starts. */
+export function checkSetOptions(options: SetMoveOptions): void {
   checkThrottle(options.throttle);
   for (const [name, value] of [
     ['copyWorkers', options.copyWorkers],

@@ -144,13 +144,20 @@ export function registerMoveCommands(cluster: Command): void {
 
   cluster
     .command('rebalance')
-    .description('spread the logical shards evenly over the servers in the config (e.g. after adding one)')
+    .description(
+      'spread the logical shards evenly over the servers in the config (e.g. after adding one), or empty a server with --decommission',
+    )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option(
       '--by <what>',
-      `what to even out: ${BALANCE_BY.join(' | ')} (rows: live-row estimates per shard)`,
+      `what to even out: ${BALANCE_BY.join(' | ')} (rows: live-row estimates; bytes: size on disk; weight: --weight-sql)`,
       'shards',
     )
+    .option(
+      '--weight-sql <sql>',
+      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number",
+    )
+    .option('--decommission <server[,server…]>', 'move every shard off these servers (they receive none)')
     .option('--dry-run', 'print the plan without moving anything')
     .option('--throttle <rate>', "limit each set's initial copy: 5000rows/s, 20MB/s, …")
     .option(
@@ -164,51 +171,66 @@ export function registerMoveCommands(cluster: Command): void {
       positiveInteger('--streams-per-server'),
     )
     .option('--json', 'print the plan and results as JSON')
-    .action(async (flags: Flags & MoveFlags & { dryRun?: boolean; by: string }) => {
-      if (!(BALANCE_BY as readonly string[]).includes(flags.by)) {
-        throw new ShardflakeError(
-          'INVALID_ARGUMENT',
-          `--by must be one of ${BALANCE_BY.join(', ')}, not ${JSON.stringify(flags.by)}`,
-        );
-      }
-      const config = await loadConfig(flags.config);
-      const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
-      const move = setOptions(flags);
-      const result = await rebalanceCluster(config, {
-        by: flags.by as BalanceBy,
-        dryRun: flags.dryRun,
-        move,
-        onProgress: (done, total) => bar.update(done, total),
-      }).finally(() => bar.stop());
-      if (flags.json) {
-        process.stdout.write(`${toJson(result)}\n`);
-        return;
-      }
-      const counts = (c: Record<string, number>) =>
-        Object.entries(c)
-          .map(([s, n]) => `${s}=${n}`)
-          .join(' ');
-      const lines = [
-        `shards per server now: ${counts(result.before)}; after: ${counts(result.after)}`,
-        ...(result.rowsBefore && result.rowsAfter
-          ? [
-              `rows per server (estimated) now: ${counts(result.rowsBefore)}; after: ${counts(result.rowsAfter)}`,
-            ]
-          : []),
-        result.moves.length === 0
-          ? 'already balanced: nothing to move'
-          : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
-        ...result.moves.map((m) => `  shard ${m.shard}: ${m.from} -> ${m.to}`),
-      ];
-      if (!result.dryRun && result.results.length > 0) {
-        const paused = Math.max(...result.results.map((r) => r.pauseMs ?? 0));
-        const rows = result.results.reduce((n, r) => n + r.rows, 0n);
-        lines.push(
-          `  ${rows} rows verified; longest write pause ${ms(paused)}; run shardflake cluster cleanup to drop the old copies`,
-        );
-      }
-      process.stdout.write(`${lines.join('\n')}\n`);
-    });
+    .action(
+      async (
+        flags: Flags &
+          MoveFlags & { dryRun?: boolean; by: string; weightSql?: string; decommission?: string },
+      ) => {
+        if (!(BALANCE_BY as readonly string[]).includes(flags.by)) {
+          throw new ShardflakeError(
+            'INVALID_ARGUMENT',
+            `--by must be one of ${BALANCE_BY.join(', ')}, not ${JSON.stringify(flags.by)}`,
+          );
+        }
+        const config = await loadConfig(flags.config);
+        const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
+        const move = setOptions(flags);
+        const result = await rebalanceCluster(config, {
+          by: flags.weightSql !== undefined ? 'weight' : (flags.by as BalanceBy),
+          weightSql: flags.weightSql,
+          decommission: flags.decommission?.split(',').map((d) => d.trim()),
+          dryRun: flags.dryRun,
+          move,
+          onProgress: (done, total) => bar.update(done, total),
+        }).finally(() => bar.stop());
+        if (flags.json) {
+          process.stdout.write(`${toJson(result)}\n`);
+          return;
+        }
+        const counts = (c: Record<string, number>) =>
+          Object.entries(c)
+            .map(([s, n]) => `${s}=${n}`)
+            .join(' ');
+        const lines = [
+          `shards per server now: ${counts(result.before)}; after: ${counts(result.after)}`,
+          ...(result.weightBefore && result.weightAfter
+            ? [
+                `${{ rows: 'rows (estimated)', bytes: 'bytes on disk', weight: 'weight (--weight-sql)', shards: '' }[result.by]} per server now: ${counts(result.weightBefore)}; after: ${counts(result.weightAfter)}`,
+              ]
+            : []),
+          ...(result.decommission.length > 0
+            ? [`decommissioning ${result.decommission.join(', ')}: every shard leaves`]
+            : []),
+          result.moves.length === 0
+            ? ''
+            : result.estimate
+              ? `estimated time ${result.estimate.seconds} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (${result.estimate.secondsPerShard} s per shard + ${result.estimate.rowsPerSecond} rows/s, measured over ${result.estimate.fromSets} earlier moves)`
+              : `no earlier move measured in this cluster: no time estimate yet (~${result.rowsToCopy} rows to copy)`,
+          result.moves.length === 0
+            ? 'already balanced: nothing to move'
+            : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
+          ...result.moves.map((m) => `  shard ${m.shard}: ${m.from} -> ${m.to}`),
+        ];
+        if (!result.dryRun && result.results.length > 0) {
+          const paused = Math.max(...result.results.map((r) => r.pauseMs ?? 0));
+          const rows = result.results.reduce((n, r) => n + r.rows, 0n);
+          lines.push(
+            `  ${rows} rows verified; longest write pause ${ms(paused)}; run shardflake cluster cleanup to drop the old copies`,
+          );
+        }
+        process.stdout.write(`${lines.filter((l) => l !== '').join('\n')}\n`);
+      },
+    );
 
   cluster
     .command('cleanup')
