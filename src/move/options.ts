@@ -74,6 +74,8 @@ export interface MoveResult {
   mapVersion: bigint;
   /** The set this shard moved with (one replication stream for all), or null for a move of its own. */
   batchId?: bigint | null;
+  /** For a set: where the set's time went in this run (ms per step: prepare, copy, catchUp, cutover, finish). */
+  setSteps?: Record<string, number>;
 }
 
 export const DEFAULTS = {
@@ -89,13 +91,13 @@ export type Options = MoveOptions & typeof DEFAULTS;
 
 /** A set of shards moving together from one server to another (one replication stream), see set.ts. */
 export interface SetMoveOptions extends MoveOptions {
-  /** Parallel table copies of the initial copy (default 2). */
+  /** Parallel table copies of the initial copy (default 4: small tables are bound by round trips, not CPU). */
   copyWorkers?: number;
   /** Sets running at once on any one server, as source or target (default 1): each is a replication stream. */
   streamsPerServer?: number;
   /** Limit on the initial copy's speed, over all its tables (per set). */
   throttle?: Throttle;
-  /** Shards cut over together in one write pause, at most this many (default 32) … */
+  /** Shards cut over together in one write pause, at most this many (default 8) … */
   cutoverGroupShards?: number;
   /** … and together holding at most this many rows (default 20,000; a bigger shard goes alone). */
   cutoverGroupRows?: number;
@@ -112,8 +114,8 @@ export interface SetProgress {
 }
 
 export const SET_DEFAULTS = {
-  copyWorkers: 2,
+  copyWorkers: 4,
   streamsPerServer: 1,
-  cutoverGroupShards: 32,
+  cutoverGroupShards: 8,
   cutoverGroupRows: 20_000,
 };

@@ -1,16 +1,16 @@
 import type pg from 'pg';
 import { bumpMapVersion } from '../cluster/catalog.js';
-import type { ClusterConfig } from '../cluster/config.js';
+import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
-import { shardsCreationSql } from '../cluster/shard-ddl.js';
+import { fencedSchemas, fenceSql, unfenceSql } from '../cluster/fence.js';
+import { MIGRATIONS_TABLE, shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 import { checkThrottle } from './copy-stream.js';
 import { bypassGuardSql, ddlPastGuard, guardSchemas, unguardSchemas } from './ddl-guard.js';
-import { moveGeneratorState } from './generator.js';
+import { moveGeneratorStates } from './generator.js';
 import {
   DEFAULTS,
   type MoveResult,
@@ -24,7 +24,6 @@ import {
   createBatch,
   installMoves,
   type MoveRecord,
-  recordPhase,
   recordPhases,
   unfinishedBatch,
   unfinishedMoves,
@@ -40,13 +39,18 @@ import {
   subscriptionProgress,
 } from './replication.js';
 import { checkReplicationLimits } from './replication-limits.js';
-import { inTransaction, kill, MoveInterrupted, openServer, readPlacement, sleep } from './session.js';
+import { inTransaction, kill, MoveInterrupted, openServer, sleep } from './session.js';
 import { rollBackMove, settleMove } from './settle.js';
 import { copyAtSnapshot, type SnapshotCopyResult } from './snapshot-copy.js';
-import { preflight } from './steps.js';
-import { listTables, type SourceTable } from './tables.js';
-import { buildDeferredIndexes, deferrableIndexes } from './target-schema.js';
-import { compareDigests, digestTables, verificationError } from './verify.js';
+import {
+  existingSchemas,
+  listTables,
+  listTablesOfSchemas,
+  requirePrimaryKeys,
+  type SourceTable,
+} from './tables.js';
+import { buildDeferredIndexesOf, deferrableIndexesOf } from './target-schema.js';
+import { compareDigests, digestSchemas, verificationError } from './verify.js';
 
 /**
  * Moving a set of shards from one server to another together: the same phases and guarantees as a single move
@@ -88,6 +92,8 @@ interface SetSession {
   members: Member[];
   copy: SnapshotCopyResult | null;
   catchUpMs: number | null;
+  /** Where the set's time went, ms per step of this run. */
+  steps: Record<string, number>;
 }
 
 function describe(s: SetSession): string {
@@ -130,19 +136,22 @@ async function prepare(s: SetSession): Promise<void> {
   const CHUNK = 64;
   for (let i = 0; i < todo.length; i += CHUNK) {
     const chunk = todo.slice(i, i + CHUNK);
+    const schemas = chunk.map((m) => m.record.schema);
     await inTransaction(s.target, async () => {
       // Only this set, killed before recording `prepared`, can have made these: preflight refused any copy on
       // the target, and before the switch the catalog places the shard on the source.
-      for (const m of chunk)
-        await s.target.query(`DROP SCHEMA IF EXISTS ${quoteIdent(m.record.schema, 'schema')} CASCADE`);
+      await s.target.query(
+        schemas.map((schema) => `DROP SCHEMA IF EXISTS ${quoteIdent(schema, 'schema')} CASCADE`).join(';\n'),
+      );
       await s.target.query(
         shardsCreationSql(
           s.config,
           chunk.map((m) => ({ shard: m.record.shard, schema: m.record.schema })),
         ),
       );
+      const made = await listTablesOfSchemas(s.target, schemas);
       for (const m of chunk) {
-        const tables = await listTables(s.target, m.record.schema);
+        const tables = made.get(m.record.schema) ?? [];
         const differ = m.tables.filter((t) => tables.find((u) => u.name === t.name)?.shape !== t.shape);
         if (differ.length > 0 || tables.length !== m.tables.length) {
           throw new ShardflakeError(
@@ -150,19 +159,22 @@ async function prepare(s: SetSession): Promise<void> {
             `the tables the config creates differ from shard ${m.record.shard}'s tables on server ${s.from} (${differ.map((t) => t.name).join(', ') || 'a different set of tables'}); was DDL run outside cluster migrate?`,
           );
         }
-        const list = tables.map((t) => qualified(m.record.schema, t.name));
-        if (list.length > 0) await s.target.query(`TRUNCATE ${list.join(', ')}`);
-        for (const index of await deferrableIndexes(s.target, m.record.schema)) {
-          await s.target.query(`DROP INDEX ${qualified(m.record.schema, index.name)}`);
-        }
-        await s.target.query(
-          fenceSql(
-            m.record.schema,
-            m.tables.map((t) => t.name),
-            `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
-          ),
-        );
       }
+      const all = chunk.flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)));
+      const indexes = await deferrableIndexesOf(s.target, schemas);
+      await s.target.query(
+        [
+          ...(all.length > 0 ? [`TRUNCATE ${all.join(', ')}`] : []),
+          ...indexes.map((index) => `DROP INDEX ${qualified(index.schema, index.name)}`),
+          ...chunk.map((m) =>
+            fenceSql(
+              m.record.schema,
+              m.tables.map((t) => t.name),
+              `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
+            ),
+          ),
+        ].join(';\n'),
+      );
     });
   }
   const { rows } = await s.source.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [
@@ -217,7 +229,11 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
         m.tables.reduce((n, t) => n + (s.copy?.perTable.get(`${m.record.schema}.${t.name}`) ?? 0), 0),
       );
     }
-    for (const m of s.members) await buildDeferredIndexes(s.source, s.target, m.record.schema);
+    await buildDeferredIndexesOf(
+      s.source,
+      s.target,
+      s.members.map((m) => m.record.schema),
+    );
     try {
       await s.target.query(
         `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(await primaryUrl(s.config, s.from))}
@@ -297,10 +313,11 @@ const round = (ms: number) => Math.round(ms * 10) / 10;
  * a crash anywhere inside releases the lock and leaves the source the one writable copy, unfenced.
  */
 async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
-  const toFence: Member[] = [];
-  for (const m of group) {
-    if (m.record.phase === 'synced' && !(await isFenced(s.source, m.record.schema))) toFence.push(m);
-  }
+  const already = await fencedSchemas(
+    s.source,
+    group.map((m) => m.record.schema),
+  );
+  const toFence = group.filter((m) => m.record.phase === 'synced' && !already.has(m.record.schema));
   let lockAt = performance.now();
   if (toFence.length > 0) {
     const tableList = toFence
@@ -348,36 +365,42 @@ async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
         await sleep(s.opts.pollMs / 4);
       }
       step('catchUp');
-      for (const m of toFence) {
-        const names = m.tables.map((t) => t.name);
-        const targetDigest = () =>
-          inTransaction(s.target, () => digestTables(s.target, m.record.schema, names));
-        const [sourceDigests, firstTarget] = await Promise.all([
-          digestTables(s.source, m.record.schema, names),
-          targetDigest(),
-        ]);
-        // The source cannot change now; the target may still be applying the last commit.
-        for (let targetDigests = firstTarget; ; targetDigests = await targetDigest()) {
-          const differences = compareDigests(sourceDigests, targetDigests);
-          if (differences.length === 0) break;
-          if (performance.now() > deadline) {
-            throw verificationError(differences.map((d) => `shard ${m.record.shard}: ${d}`));
-          }
-          await sleep(s.opts.pollMs / 4);
-        }
-        m.rows = sourceDigests.reduce((n, d) => n + d.rows, 0n);
-      }
-      step('verify');
-      for (const m of toFence) {
-        await moveGeneratorState(s.source, s.target, m.record.schema, m.tables);
-        await s.source.query(
-          fenceSql(
-            m.record.schema,
-            m.tables.map((t) => t.name),
-            `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
-          ),
+      // Both copies of every shard of the group compared in one query per side; the source cannot change now,
+      // the target may still be applying the last commit.
+      const entries = toFence.map((m) => ({ schema: m.record.schema, tables: m.tables.map((t) => t.name) }));
+      const targetDigests = () => inTransaction(s.target, () => digestSchemas(s.target, entries));
+      const [sourceDigests, firstTarget] = await Promise.all([
+        digestSchemas(s.source, entries),
+        targetDigests(),
+      ]);
+      for (let target = firstTarget; ; target = await targetDigests()) {
+        const differences = toFence.flatMap((m, k) =>
+          compareDigests(sourceDigests[k] ?? [], target[k] ?? []).map((d) => `shard ${m.record.shard}: ${d}`),
         );
+        if (differences.length === 0) break;
+        if (performance.now() > deadline) throw verificationError(differences);
+        await sleep(s.opts.pollMs / 4);
       }
+      toFence.forEach((m, k) => {
+        m.rows = (sourceDigests[k] ?? []).reduce((n, d) => n + d.rows, 0n);
+      });
+      step('verify');
+      await moveGeneratorStates(
+        s.source,
+        s.target,
+        toFence.map((m) => ({ schema: m.record.schema, tables: m.tables })),
+      );
+      await s.source.query(
+        toFence
+          .map((m) =>
+            fenceSql(
+              m.record.schema,
+              m.tables.map((t) => t.name),
+              `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
+            ),
+          )
+          .join(';\n'),
+      );
       await s.source.query('COMMIT');
       step('fence');
     } catch (error) {
@@ -402,11 +425,19 @@ async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
     const pauseMs = toFence.length > 0 ? performance.now() - lockAt : null;
     for (const m of switching) {
       m.mapVersion = version;
-      if (pauseMs !== null && toFence.includes(m)) {
-        m.pauseMs = pauseMs;
-        await recordPhase(s.catalog, m.record.id, 'switched', { pauseMs, rowsCopied: m.rows });
-      } else await recordPhase(s.catalog, m.record.id, 'switched', { rowsCopied: m.rows });
+      if (pauseMs !== null && toFence.includes(m)) m.pauseMs = pauseMs;
     }
+    await s.catalog.query(
+      `UPDATE shardflake.moves AS m SET phase = 'switched', updated_at = now(), rows_copied = x.rows,
+              pause_ms = coalesce(x.pause, m.pause_ms)
+         FROM unnest($1::bigint[], $2::bigint[], $3::float8[]) AS x(id, rows, pause)
+        WHERE m.id = x.id`,
+      [
+        switching.map((m) => String(m.record.id)),
+        switching.map((m) => String(m.rows)),
+        switching.map((m) => m.pauseMs),
+      ],
+    );
   });
   for (const m of switching) m.record = { ...m.record, phase: 'switched' };
   await checkpoint(s, 'switched');
@@ -416,8 +447,12 @@ async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
 async function finishSet(s: SetSession, members: readonly Member[]): Promise<void> {
   const todo = members.filter((m) => m.record.phase === 'switched');
   if (todo.length === 0) return;
+  const fenced = await fencedSchemas(
+    s.source,
+    todo.map((m) => m.record.schema),
+  );
   for (const m of todo) {
-    if (!(await isFenced(s.source, m.record.schema))) {
+    if (!fenced.has(m.record.schema)) {
       await ddlPastGuard(
         s.source,
         fenceSql(
@@ -438,15 +473,24 @@ async function finishSet(s: SetSession, members: readonly Member[]): Promise<voi
   await advanceAll(s, todo, 'done');
 }
 
+async function timed(s: SetSession, name: string, work: () => Promise<void>): Promise<void> {
+  const t = performance.now();
+  try {
+    await work();
+  } finally {
+    s.steps[name] = round((s.steps[name] ?? 0) + performance.now() - t);
+  }
+}
+
 async function drive(s: SetSession): Promise<void> {
-  await prepare(s);
-  await copyAndSubscribe(s);
-  await waitSynced(s);
+  await timed(s, 'prepare', () => prepare(s));
+  await timed(s, 'copy', () => copyAndSubscribe(s));
+  await timed(s, 'catchUp', () => waitSynced(s));
   const cutting = s.members.filter((m) => m.record.phase === 'synced' || m.record.phase === 'fenced');
   const groups = cutoverGroups(cutting, s.opts.cutoverGroupShards, s.opts.cutoverGroupRows);
   let switched = s.members.filter((m) => reached(m.record.phase, 'switched')).length;
   for (const group of groups) {
-    await cutoverGroup(s, group);
+    await timed(s, 'cutover', () => cutoverGroup(s, group));
     switched += group.length;
     s.opts.onSetProgress?.({
       from: s.from,
@@ -456,7 +500,7 @@ async function drive(s: SetSession): Promise<void> {
       total: s.members.length,
     });
   }
-  await finishSet(s, s.members);
+  await timed(s, 'finish', () => finishSet(s, s.members));
 }
 
 // ---------------------------------------------------------------------------------------------------- entry
@@ -482,6 +526,7 @@ function result(s: SetSession, m: Member): MoveResult {
     snapshotCompareMs: null,
     mapVersion: m.mapVersion,
     batchId: s.batchId,
+    setSteps: s.steps,
   };
 }
 
@@ -522,6 +567,7 @@ async function runSet(
     members: [],
     copy: null,
     catchUpMs: null,
+    steps: {},
   };
   try {
     // Rows per shard, estimated until the copy counts them: they size the cutover groups.
@@ -584,6 +630,90 @@ async function runSet(
 
 function owner(opts: SetMoveOptions): string {
   return opts.owner ?? `${process.env.HOSTNAME ?? 'localhost'}:${process.pid}`;
+}
+
+/** The catalog's placement of each shard, in one query. */
+async function readPlacements(
+  catalog: pg.Client,
+  shards: readonly number[],
+): Promise<Map<number, { server: string; schema: string }>> {
+  const { rows } = await catalog.query(
+    'SELECT shard, server, schema_name FROM shardflake.shards WHERE shard = ANY($1::int[])',
+    [shards],
+  );
+  const found = new Map(
+    (rows as { shard: number; server: string; schema_name: string }[]).map((r) => [
+      r.shard,
+      { server: r.server, schema: r.schema_name },
+    ]),
+  );
+  const missing = shards.filter((n) => !found.has(n));
+  if (missing.length > 0) {
+    throw new ShardflakeError(
+      'UNKNOWN_SHARD',
+      `shard ${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not in the shard map; run cluster init first`,
+    );
+  }
+  return found;
+}
+
+/**
+ * The checks of a single move's preflight (steps.ts), for a whole set in a few queries: logical WAL on the source,
+ * every schema there with primary keys on every table and at the config's schema version, none on the target yet.
+ * (Replication slots and workers are checked for the whole plan by checkReplicationLimits.)
+ */
+async function preflightSet(
+  config: ClusterConfig,
+  shards: readonly { shard: number; schema: string }[],
+  from: string,
+  to: string,
+  source: pg.Client,
+  target: pg.Client,
+): Promise<Map<number, SourceTable[]>> {
+  const wal = (await source.query('SHOW wal_level')).rows[0] as { wal_level: string };
+  if (wal.wal_level !== 'logical') {
+    throw new ShardflakeError(
+      'NOT_SUPPORTED',
+      `server ${from} runs with wal_level=${wal.wal_level}; shard moves need wal_level=logical`,
+    );
+  }
+  const schemas = shards.map((s) => s.schema);
+  const present = await existingSchemas(source, schemas);
+  const absent = shards.filter((s) => !present.has(s.schema));
+  if (absent.length > 0) {
+    throw new ShardflakeError(
+      'MOVE_FAILED',
+      `the catalog places shard ${absent.map((s) => s.shard).join(', ')} on server ${from}, but schema ${absent.map((s) => s.schema).join(', ')} is not there`,
+    );
+  }
+  const tables = await listTablesOfSchemas(source, schemas);
+  for (const { schema } of shards) requirePrimaryKeys(schema, tables.get(schema) ?? []);
+  const { rows } = await source.query(
+    shards
+      .map(
+        (s, i) =>
+          `SELECT ${i} AS i, (SELECT max(version)::int FROM ${qualified(s.schema, MIGRATIONS_TABLE)}) AS v`,
+      )
+      .join(' UNION ALL '),
+  );
+  const wanted = targetVersion(config);
+  for (const r of rows as { i: number; v: number | null }[]) {
+    if (r.v !== wanted) {
+      throw new ShardflakeError(
+        'NOT_SUPPORTED',
+        `shard ${shards[r.i]?.shard} is at schema version ${r.v ?? 'unknown'} but the config is at ${wanted}; run cluster migrate before moving it`,
+      );
+    }
+  }
+  const left = await existingSchemas(target, schemas);
+  if (left.size > 0) {
+    const on = shards.filter((s) => left.has(s.schema)).map((s) => s.shard);
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `server ${to} still holds a copy of shard ${on.join(', ')} left by an earlier move; run shardflake cluster cleanup first`,
+    );
+  }
+  return new Map(shards.map((s) => [s.shard, tables.get(s.schema) ?? []]));
 }
 
 /** Refuses a list of moves with duplicates, unknown shards, unknown targets or a bad throttle, before anything starts. */
@@ -770,8 +900,7 @@ export async function moveSets(
     }
     const resumedShards = new Set([...resumedSets.values()].flat().map((m) => m.shard));
     const fresh = shards.filter((n) => !resumedShards.has(n));
-    const placements = new Map<number, { server: string; schema: string }>();
-    for (const shard of fresh) placements.set(shard, await readPlacement(catalog, shard));
+    const placements = await readPlacements(catalog, fresh);
     const there = fresh.filter((n) => placements.get(n)?.server === targetOf.get(n));
     if (there.length > 0) {
       throw new ShardflakeError(
@@ -804,18 +933,26 @@ export async function moveSets(
       pair: { from: string; to: string; shards: number[] };
       tables: Map<number, SourceTable[]>;
     }[] = [];
+    const checkStarted = performance.now();
     for (const pair of byPair.values()) {
       const source = await openServer(config, pair.from);
       const target = await openServer(config, pair.to).catch(async (e) => {
         await source.end().catch(() => {});
         throw e;
       });
-      const tables = new Map<number, SourceTable[]>();
+      let tables: Map<number, SourceTable[]>;
       try {
-        for (const shard of pair.shards) {
-          const schema = (placements.get(shard) as { schema: string }).schema;
-          tables.set(shard, await preflight(config, shard, schema, pair.from, pair.to, source, target));
-        }
+        tables = await preflightSet(
+          config,
+          pair.shards.map((shard) => ({
+            shard,
+            schema: (placements.get(shard) as { schema: string }).schema,
+          })),
+          pair.from,
+          pair.to,
+          source,
+          target,
+        );
       } finally {
         await Promise.all([source.end().catch(() => {}), target.end().catch(() => {})]);
       }
@@ -848,7 +985,9 @@ export async function moveSets(
       sets.push({ from: pair.from, to: pair.to, records, tables, resumed: false });
     }
 
+    const checkMs = round(performance.now() - checkStarted);
     const { results, errors } = await runSideBySide(config, opts, sets);
+    for (const r of results) if (r.setSteps) r.setSteps.check = checkMs;
     if (errors.length > 0) {
       const first = errors[0];
       if (errors.length === 1 || first instanceof MoveInterrupted) throw first;
