@@ -8,7 +8,7 @@ import { initCluster } from '../cluster/init.js';
 import { createRouter } from '../cluster/router.js';
 import { cleanupCluster } from '../move/cleanup.js';
 import { moveShard } from '../move/move.js';
-import type { MoveResult } from '../move/options.js';
+import type { MoveResult, VerifyMode } from '../move/options.js';
 import { rebalanceCluster } from '../move/rebalance.js';
 import { moveSets } from '../move/set.js';
 import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
@@ -38,6 +38,8 @@ export interface RebalanceBenchOptions {
   setRows?: number;
   /** Shards of the big set (default 8). */
   setShards?: number;
+  /** Verification of the big set (default snapshots). */
+  verify?: VerifyMode;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -66,13 +68,23 @@ export interface RebalanceBenchResult {
     longestInsertMs: number;
     normalInsertP50Ms: number;
     cutoverPauseMs: number;
+    /** Where the longest cutover pause went (ms): lock wait, catch-up, comparison, generator + fence. */
+    longestPauseSteps: Record<string, number>;
+    verify: VerifyMode;
     meetsCopyTarget: boolean;
     meetsPauseTarget: boolean;
   };
   machine: { cpus: number; node: string; postgres: string };
 }
 
-const DEFAULTS = { shards: 1024, rowsPerShard: 100, sample: 8, setRows: 2_000_000, setShards: 8 };
+const DEFAULTS = {
+  shards: 1024,
+  rowsPerShard: 100,
+  sample: 8,
+  setRows: 2_000_000,
+  setShards: 8,
+  verify: 'snapshots' as VerifyMode,
+};
 
 const TABLES = {
   items: [
@@ -247,6 +259,8 @@ async function bigSetPart(
       config,
       shards.map((shard) => ({ shard, to: 'b' })),
       {
+        // Shards this big are what `snapshots` is for: checksums on pinned snapshots, counts in the pause.
+        verify: opts.verify,
         onSetProgress: (p) => {
           if (p.phase === 'copying') opts.onProgress?.('set copy', p.done, p.total);
         },
@@ -278,6 +292,8 @@ async function bigSetPart(
       longestInsertMs,
       normalInsertP50Ms: round(sortedNormal[Math.floor(sortedNormal.length / 2)] ?? 0, 2),
       cutoverPauseMs: round(Math.max(0, ...results.map((r) => r.pauseMs ?? 0)), 1),
+      verify: opts.verify,
+      longestPauseSteps: [...results].sort((x, y) => (y.pauseMs ?? 0) - (x.pauseMs ?? 0))[0]?.pauseSteps ?? {},
       meetsCopyTarget: setRate >= TARGET_COPY_RATIO * meanPlain,
       meetsPauseTarget: longestInsertMs <= TARGET_PAUSE_MS,
     };

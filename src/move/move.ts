@@ -18,7 +18,7 @@ import {
   type Session,
   setShardState,
 } from './session.js';
-import { checkShardList, moveShardSet } from './set.js';
+import { moveShardSet } from './set.js';
 import { rollBackMove, settleMove } from './settle.js';
 import { cutover, finish, preflight, prepare, subscribe, switchCatalog, waitSynced } from './steps.js';
 import { listTables, type SourceTable } from './tables.js';
@@ -217,7 +217,7 @@ async function moveOne(
 
 /**
  * Moves several shards to `to` together, as one set per source server (set.ts: one replication stream, one copy,
- * cutover in groups). With `verify: 'snapshots'` they move one after another, each on its own stream.
+ * cutover in groups), with either verification mode.
  */
 export async function moveShards(
   config: ClusterConfig,
@@ -225,9 +225,5 @@ export async function moveShards(
   to: string,
   options: SetMoveOptions = {},
 ): Promise<MoveResult[]> {
-  if (options.verify !== 'snapshots') return moveShardSet(config, shards, to, options);
-  checkShardList(config, shards, to);
-  const results: MoveResult[] = [];
-  for (const shard of shards) results.push(await moveShard(config, shard, to, options));
-  return results;
+  return moveShardSet(config, shards, to, options);
 }

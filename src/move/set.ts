@@ -42,6 +42,7 @@ import { checkReplicationLimits } from './replication-limits.js';
 import { inTransaction, kill, MoveInterrupted, openServer, sleep } from './session.js';
 import { rollBackMove, settleMove } from './settle.js';
 import { copyAtSnapshot, type SnapshotCopyResult } from './snapshot-copy.js';
+import { verifyOnSnapshots } from './snapshots.js';
 import {
   existingSchemas,
   listTables,
@@ -77,6 +78,7 @@ interface Member {
   pauseMs: number | null;
   pauseSteps: Record<string, number>;
   mapVersion: bigint;
+  snapshot: { pauseMs: number; compareMs: number } | null;
 }
 
 interface SetSession {
@@ -319,6 +321,22 @@ async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
   );
   const toFence = group.filter((m) => m.record.phase === 'synced' && !already.has(m.record.schema));
   let lockAt = performance.now();
+  const bySnapshots = s.opts.verify === 'snapshots';
+  if (bySnapshots) {
+    // Checksums on snapshots pinned in a short pause of each shard (snapshots.ts: the one apply worker applies in
+    // commit order, so the barrier works for a set as for one shard); the group's pause then compares counts.
+    for (const m of toFence) {
+      const checked = await verifyOnSnapshots({
+        sourceUrl: await primaryUrl(s.config, s.from),
+        targetUrl: await primaryUrl(s.config, s.to),
+        schema: m.record.schema,
+        tables: m.tables.map((t) => t.name),
+        lockTimeoutMs: s.opts.lockTimeoutMs,
+        timeoutMs: s.opts.cutoverTimeoutMs,
+      });
+      m.snapshot = { pauseMs: checked.pauseMs, compareMs: checked.compareMs };
+    }
+  }
   if (toFence.length > 0) {
     const tableList = toFence
       .flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)))
@@ -368,9 +386,10 @@ async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
       // Both copies of every shard of the group compared in one query per side; the source cannot change now,
       // the target may still be applying the last commit.
       const entries = toFence.map((m) => ({ schema: m.record.schema, tables: m.tables.map((t) => t.name) }));
-      const targetDigests = () => inTransaction(s.target, () => digestSchemas(s.target, entries));
+      const targetDigests = () =>
+        inTransaction(s.target, () => digestSchemas(s.target, entries, bySnapshots));
       const [sourceDigests, firstTarget] = await Promise.all([
-        digestSchemas(s.source, entries),
+        digestSchemas(s.source, entries, bySnapshots),
         targetDigests(),
       ]);
       for (let target = firstTarget; ; target = await targetDigests()) {
@@ -521,9 +540,9 @@ function result(s: SetSession, m: Member): MoveResult {
     rowsPerSecond: s.copy && copyMs ? Math.round((s.copy.rows * 1000) / copyMs) : null,
     pauseMs: m.pauseMs,
     pauseSteps: m.pauseSteps,
-    verify: 'in-pause',
-    snapshotPauseMs: null,
-    snapshotCompareMs: null,
+    verify: s.opts.verify,
+    snapshotPauseMs: m.snapshot?.pauseMs ?? null,
+    snapshotCompareMs: m.snapshot?.compareMs ?? null,
     mapVersion: m.mapVersion,
     batchId: s.batchId,
     setSteps: s.steps,
@@ -588,6 +607,7 @@ async function runSet(
         pauseMs: null,
         pauseSteps: {},
         mapVersion: 0n,
+        snapshot: null,
       });
     }
     if (!resumed) await checkpoint(s, 'planned');

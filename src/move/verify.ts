@@ -116,6 +116,7 @@ export function verificationError(differences: readonly string[]): ShardflakeErr
 export async function digestSchemas(
   client: Queryable,
   schemas: readonly { schema: string; tables: readonly string[] }[],
+  countsOnly = false,
 ): Promise<TableDigest[][]> {
   const entries = schemas.flatMap((s, k) => s.tables.map((table) => ({ k, schema: s.schema, table })));
   if (entries.length === 0) return schemas.map(() => []);
@@ -123,7 +124,8 @@ export async function digestSchemas(
     entries
       .map((e, i) => {
         const hash = method === 'hash_record' ? 'hash_record(r)' : 'hashtext(r::text)';
-        return `SELECT ${i} AS i, count(*)::bigint AS rows, coalesce(sum(${hash}), 0)::bigint AS checksum FROM ${qualified(e.schema, e.table)} AS r`;
+        const checksum = countsOnly ? '0::bigint' : `coalesce(sum(${hash}), 0)::bigint`;
+        return `SELECT ${i} AS i, count(*)::bigint AS rows, ${checksum} AS checksum FROM ${qualified(e.schema, e.table)} AS r`;
       })
       .join(' UNION ALL ');
   await client.query(
