@@ -293,7 +293,8 @@ async function bigSetPart(
       normalInsertP50Ms: round(sortedNormal[Math.floor(sortedNormal.length / 2)] ?? 0, 2),
       cutoverPauseMs: round(Math.max(0, ...results.map((r) => r.pauseMs ?? 0)), 1),
       verify: opts.verify,
-      longestPauseSteps: [...results].sort((x, y) => (y.pauseMs ?? 0) - (x.pauseMs ?? 0))[0]?.pauseSteps ?? {},
+      longestPauseSteps:
+        [...results].sort((x, y) => (y.pauseMs ?? 0) - (x.pauseMs ?? 0))[0]?.pauseSteps ?? {},
       meetsCopyTarget: setRate >= TARGET_COPY_RATIO * meanPlain,
       meetsPauseTarget: longestInsertMs <= TARGET_PAUSE_MS,
     };

@@ -88,9 +88,10 @@ function describeMove(r: MoveResult): string {
   const speed =
     r.rowsPerSecond === null
       ? 'copied by an earlier run'
-      : `${r.rowsPerSecond.toLocaleString('en-US')} rows/s`;
+      : `${r.rowsPerSecond.toLocaleString('en-US')} rows/s${r.batchId != null ? ' (the whole set)' : ''}`;
+  const set = r.batchId != null ? ` in set #${r.batchId}` : '';
   return [
-    `moved shard ${r.shard} (${r.schema}) from ${r.from} to ${r.to}: move #${r.moveId}${r.resumedFrom ? `, resumed after ${r.resumedFrom}` : ''}`,
+    `moved shard ${r.shard} (${r.schema}) from ${r.from} to ${r.to}: move #${r.moveId}${set}${r.resumedFrom ? `, resumed after ${r.resumedFrom}` : ''}`,
     `  ${r.rows} rows in ${r.tables} tables verified (count + checksum); copy ${speed}; writes paused ${ms(r.pauseMs)}; map version ${r.mapVersion}`,
     `  the old copy on ${r.from} is fenced (writes fail with SF001) until shardflake cluster cleanup drops it`,
   ].join('\n');
