@@ -286,6 +286,94 @@ async function waitSynced(s: SetSession): Promise<void> {
   await advanceAll(s, todo, 'synced');
 }
 
+/**
+ * `in-pause` verification of a locked group: the target has received the source's current LSN, then counts and
+ * checksums of every table of every shard, one query per side, repeated until equal (the target may still be
+ * applying the last commit) or the deadline.
+ */
+async function verifyInPause(s: SetSession, toFence: readonly Member[], deadline: number): Promise<void> {
+  const lsn = await currentLsn(s.source);
+  while (!(await subscriptionProgress(s.target, s.names.subscription, lsn)).receivedUpTo) {
+    if (performance.now() > deadline) {
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `the target did not catch up with the source's last change within ${s.opts.cutoverTimeoutMs} ms`,
+      );
+    }
+    await sleep(s.opts.pollMs / 4);
+  }
+  // Both copies of every shard of the group compared in one query per side; the source cannot change now,
+  // the target may still be applying the last commit.
+  const entries = toFence.map((m) => ({ schema: m.record.schema, tables: m.tables.map((t) => t.name) }));
+  const targetDigests = () => inTransaction(s.target, () => digestSchemas(s.target, entries));
+  const [sourceDigests, firstTarget] = await Promise.all([digestSchemas(s.source, entries), targetDigests()]);
+  for (let target = firstTarget; ; target = await targetDigests()) {
+    const differences = toFence.flatMap((m, k) =>
+      compareDigests(sourceDigests[k] ?? [], target[k] ?? []).map((d) => `shard ${m.record.shard}: ${d}`),
+    );
+    if (differences.length === 0) break;
+    if (performance.now() > deadline) throw verificationError(differences);
+    await sleep(s.opts.pollMs / 4);
+  }
+  toFence.forEach((m, k) => {
+    m.rows = (sourceDigests[k] ?? []).reduce((n, d) => n + d.rows, 0n);
+  });
+}
+
+interface Barrier {
+  /** A source session of its own, opened before the pause, that writes the barrier. */
+  marker: pg.Client;
+  schema: string;
+  version: number;
+  xmin: string | undefined;
+}
+
+/** The row a barrier will update (the group's first shard's lowest migration) and its version on the target now. */
+async function barrierBefore(s: SetSession, m: Member): Promise<Barrier> {
+  const table = qualified(m.record.schema, MIGRATIONS_TABLE);
+  const { rows } = await s.target.query(
+    `SELECT version, xmin::text AS x FROM ${table} ORDER BY version LIMIT 1`,
+  );
+  const row = rows[0] as { version: number; x: string } | undefined;
+  if (!row) {
+    throw new ShardflakeError(
+      'MOVE_FAILED',
+      `${m.record.schema}.${MIGRATIONS_TABLE} is empty on the target; cannot place a barrier`,
+    );
+  }
+  return {
+    marker: await openServer(s.config, s.from),
+    schema: m.record.schema,
+    version: row.version,
+    xmin: row.x,
+  };
+}
+
+/**
+ * With `snapshots`, the locked group needs no scan: the checksums were compared on pinned snapshots, and every
+ * later change reached the target through the same ordered stream. What must be known is that the target has
+ * applied every commit made before the lock: a no-op update of the barrier row, committed by another session now
+ * (after everything the lock waited for), becomes visible on the target only after all of those, because the one
+ * apply worker applies in commit order.
+ */
+async function passBarrier(s: SetSession, barrier: Barrier, deadline: number): Promise<void> {
+  const table = qualified(barrier.schema, MIGRATIONS_TABLE);
+  await barrier.marker.query(`UPDATE ${table} SET name = name WHERE version = $1`, [barrier.version]);
+  for (;;) {
+    const { rows } = await s.target.query(`SELECT xmin::text AS x FROM ${table} WHERE version = $1`, [
+      barrier.version,
+    ]);
+    if ((rows[0] as { x: string } | undefined)?.x !== barrier.xmin) return;
+    if (performance.now() > deadline) {
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `the target did not apply the cutover barrier within ${s.opts.cutoverTimeoutMs} ms`,
+      );
+    }
+    await sleep(2);
+  }
+}
+
 /** Groups of shards that share one write pause: consecutive shards up to the group's shard and row limits. */
 export function cutoverGroups<T extends { rows: bigint }>(
   members: readonly T[],
@@ -335,98 +423,85 @@ async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
         timeoutMs: s.opts.cutoverTimeoutMs,
       });
       m.snapshot = { pauseMs: checked.pauseMs, compareMs: checked.compareMs };
+      m.rows = checked.rows;
     }
   }
   if (toFence.length > 0) {
+    // With snapshots, each shard's `_shardflake_migrations` stays unlocked (nothing writes it during a move:
+    // migrations refuse moving shards) so that a barrier can be written there inside the pause.
     const tableList = toFence
-      .flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)))
+      .flatMap((m) =>
+        m.tables
+          .filter((t) => !(bySnapshots && t.name === MIGRATIONS_TABLE))
+          .map((t) => qualified(m.record.schema, t.name)),
+      )
       .join(', ');
-    for (let attempt = 1; ; attempt++) {
-      lockAt = performance.now();
-      await s.source.query('BEGIN');
+    const barrier = bySnapshots ? await barrierBefore(s, toFence[0] as Member) : null;
+    try {
+      for (let attempt = 1; ; attempt++) {
+        lockAt = performance.now();
+        await s.source.query('BEGIN');
+        try {
+          await s.source.query(
+            `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; ${bypassGuardSql()}`,
+          );
+          await s.source.query(`LOCK TABLE ${tableList} IN EXCLUSIVE MODE`);
+          break;
+        } catch (error) {
+          await s.source.query('ROLLBACK').catch(() => {});
+          const lockTimeout = (error as { code?: string }).code === '55P03';
+          if (lockTimeout && attempt < s.opts.cutoverAttempts) continue;
+          throw lockTimeout
+            ? new ShardflakeError(
+                'MOVE_FAILED',
+                `could not lock the tables of shards ${toFence.map((m) => m.record.shard).join(', ')} for cutover: long transactions hold them`,
+              )
+            : wrapPgError(error);
+        }
+      }
+      const steps: Record<string, number> = { lock: round(performance.now() - lockAt) };
+      let mark = performance.now();
+      const step = (name: string) => {
+        const now = performance.now();
+        steps[name] = round(now - mark);
+        mark = now;
+      };
       try {
-        await s.source.query(
-          `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; ${bypassGuardSql()}`,
+        await checkpoint(s, 'cutover-locked');
+        const deadline = performance.now() + s.opts.cutoverTimeoutMs;
+        if (barrier) {
+          await passBarrier(s, barrier, deadline);
+          step('barrier');
+        } else {
+          await verifyInPause(s, toFence, deadline);
+          step('verify');
+        }
+        await moveGeneratorStates(
+          s.source,
+          s.target,
+          toFence.map((m) => ({ schema: m.record.schema, tables: m.tables })),
         );
-        await s.source.query(`LOCK TABLE ${tableList} IN EXCLUSIVE MODE`);
-        break;
+        await s.source.query(
+          toFence
+            .map((m) =>
+              fenceSql(
+                m.record.schema,
+                m.tables.map((t) => t.name),
+                `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
+              ),
+            )
+            .join(';\n'),
+        );
+        await s.source.query('COMMIT');
+        step('fence');
       } catch (error) {
         await s.source.query('ROLLBACK').catch(() => {});
-        const lockTimeout = (error as { code?: string }).code === '55P03';
-        if (lockTimeout && attempt < s.opts.cutoverAttempts) continue;
-        throw lockTimeout
-          ? new ShardflakeError(
-              'MOVE_FAILED',
-              `could not lock the tables of shards ${toFence.map((m) => m.record.shard).join(', ')} for cutover: long transactions hold them`,
-            )
-          : wrapPgError(error);
+        throw error;
       }
+      for (const m of toFence) m.pauseSteps = steps;
+    } finally {
+      await barrier?.marker.end().catch(() => {});
     }
-    const steps: Record<string, number> = { lock: round(performance.now() - lockAt) };
-    let mark = performance.now();
-    const step = (name: string) => {
-      const now = performance.now();
-      steps[name] = round(now - mark);
-      mark = now;
-    };
-    try {
-      await checkpoint(s, 'cutover-locked');
-      const lsn = await currentLsn(s.source);
-      const deadline = performance.now() + s.opts.cutoverTimeoutMs;
-      while (!(await subscriptionProgress(s.target, s.names.subscription, lsn)).receivedUpTo) {
-        if (performance.now() > deadline) {
-          throw new ShardflakeError(
-            'MOVE_FAILED',
-            `the target did not catch up with the source's last change within ${s.opts.cutoverTimeoutMs} ms`,
-          );
-        }
-        await sleep(s.opts.pollMs / 4);
-      }
-      step('catchUp');
-      // Both copies of every shard of the group compared in one query per side; the source cannot change now,
-      // the target may still be applying the last commit.
-      const entries = toFence.map((m) => ({ schema: m.record.schema, tables: m.tables.map((t) => t.name) }));
-      const targetDigests = () =>
-        inTransaction(s.target, () => digestSchemas(s.target, entries, bySnapshots));
-      const [sourceDigests, firstTarget] = await Promise.all([
-        digestSchemas(s.source, entries, bySnapshots),
-        targetDigests(),
-      ]);
-      for (let target = firstTarget; ; target = await targetDigests()) {
-        const differences = toFence.flatMap((m, k) =>
-          compareDigests(sourceDigests[k] ?? [], target[k] ?? []).map((d) => `shard ${m.record.shard}: ${d}`),
-        );
-        if (differences.length === 0) break;
-        if (performance.now() > deadline) throw verificationError(differences);
-        await sleep(s.opts.pollMs / 4);
-      }
-      toFence.forEach((m, k) => {
-        m.rows = (sourceDigests[k] ?? []).reduce((n, d) => n + d.rows, 0n);
-      });
-      step('verify');
-      await moveGeneratorStates(
-        s.source,
-        s.target,
-        toFence.map((m) => ({ schema: m.record.schema, tables: m.tables })),
-      );
-      await s.source.query(
-        toFence
-          .map((m) =>
-            fenceSql(
-              m.record.schema,
-              m.tables.map((t) => t.name),
-              `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
-            ),
-          )
-          .join(';\n'),
-      );
-      await s.source.query('COMMIT');
-      step('fence');
-    } catch (error) {
-      await s.source.query('ROLLBACK').catch(() => {});
-      throw error;
-    }
-    for (const m of toFence) m.pauseSteps = steps;
   }
   const fenced = group.filter((m) => m.record.phase === 'synced');
   if (fenced.length > 0) await advanceAll(s, fenced, 'fenced');
