@@ -4,8 +4,8 @@
 import { chromium } from 'playwright-core';
 import { validateConfig } from '../dist/src/cluster/config.js';
 import { initCluster } from '../dist/src/cluster/init.js';
-import { moveShard } from '../dist/src/cluster/move.js';
 import { serveDashboard } from '../dist/src/dashboard/server.js';
+import { moveShard } from '../dist/src/index.js';
 import { connect } from '../dist/src/postgres/connect.js';
 import { startEmbeddedServers } from '../dist/src/postgres/embedded.js';
 

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { type Browser, chromium } from 'playwright-core';
-import { moveShard } from '../../src/cluster/move.js';
+import { moveShard } from 'shardflake';
 import { serveDashboard } from '../../src/dashboard/server.js';
 import { makeCluster, rawConfig, withClient } from '../move/fixture.js';
 import { startCli } from '../support/cli.js';
