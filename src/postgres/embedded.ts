@@ -153,7 +153,7 @@ async function checkServerUserReaches(dataDir: string): Promise<void> {
   if (blocked) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `running as root, PostgreSQL runs as the user postgres, who cannot enter ${blocked.folder} (mode ${blocked.mode}) to reach ${blocked.target}; run as a regular user, or from a folder every user can enter (e.g. under /tmp or /srv)`,
+      `running as root, PostgreSQL runs as the user postgres, who cannot enter ${blocked.folder} (mode ${blocked.mode}) on the way to ${blocked.target}; run as a regular user, or keep the project and its data in folders that user can enter (e.g. under /srv or /var/tmp)`,
     );
   }
 }
