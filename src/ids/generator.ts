@@ -1,3 +1,4 @@
+import { optionsObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type LayoutInput, tickOf } from './codec.js';
 import { type Layout, type LayoutField, resolveLayout } from './layout.js';
@@ -96,13 +97,17 @@ function fixedFieldValue(layout: Layout, field: LayoutField, raw: unknown): bigi
   if (typeof raw !== 'number' || !Number.isSafeInteger(raw) || raw < 0 || BigInt(raw) > field.max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `${field.name} ${String(raw)} is out of range: it must be 0..${field.max}`,
+      `${field.name} ${shown(raw)} is out of range: it must be 0..${field.max}`,
     );
   }
   return BigInt(raw);
 }
 
 export function createGenerator(options: GeneratorOptions = {}): Generator {
+  optionsObject(options, 'generator options');
+  if (options.clock !== undefined && typeof options.clock !== 'function') {
+    throw new ShardflakeError('INVALID_ARGUMENT', 'generator option clock must be a function');
+  }
   const layout = resolveLayout(options.layout ?? 'instagram');
   const sequenceField = layout.sequence;
   if (!sequenceField) {
@@ -133,6 +138,9 @@ export function createGenerator(options: GeneratorOptions = {}): Generator {
   const unit = layout.timeUnitMs;
   const readTick = (): number => {
     const ms = clock();
+    if (typeof ms !== 'number') {
+      throw new ShardflakeError('OUT_OF_RANGE', `clock reading ${shown(ms)} is not a number of milliseconds`);
+    }
     const tick = Math.floor((ms - epoch) / unit);
     if (!(tick >= 0 && tick <= maxTick)) tickOf(layout, ms); // throws OUT_OF_RANGE with a clear message
     return tick;

@@ -1,3 +1,4 @@
+import { expectObject, kindOf, optionsObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { decodeCrockford, encodeCrockford, isCrockford } from './crockford.js';
 import {
@@ -42,7 +43,7 @@ export interface FormatOptions {
 function invalid(input: unknown, reason: string): ShardflakeError {
   return new ShardflakeError(
     'INVALID_ID',
-    `${JSON.stringify(String(input)).slice(0, 60)} is not an LSID: ${reason}`,
+    `${typeof input === 'string' ? shown(input) : kindOf(input)} is not an LSID: ${reason}`,
   );
 }
 
@@ -51,13 +52,14 @@ function checkField(name: LsidFieldName, value: number): void {
   if (!(Number.isSafeInteger(value) && value >= 0 && value <= max)) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `LSID ${name} ${String(value)} is out of range: it must be 0..${max}`,
+      `LSID ${name} ${shown(value)} is out of range: it must be 0..${max}`,
     );
   }
 }
 
 /** Fields → the 95-bit value. Ticks must lie inside the day (< 864,000,000,000). */
 export function encodeLsid(parts: LsidParts): bigint {
+  expectObject(parts, 'the fields of an LSID');
   let value = 0n;
   for (const spec of LSID_FIELD_SPECS) {
     const v = parts[spec.name];
@@ -69,6 +71,7 @@ export function encodeLsid(parts: LsidParts): bigint {
 
 /** The 95-bit value → fields and time. A tick count past the end of its day is INVALID_ID. */
 export function decodeLsid(value: bigint, input: unknown = value): DecodedLsid {
+  if (typeof value !== 'bigint') throw invalid(value, 'its value must be a bigint');
   if (value < 0n || value >> BigInt(LSID_BITS) !== 0n)
     throw invalid(input, `it does not fit ${LSID_BITS} bits`);
   const field = (name: LsidFieldName) => {
@@ -128,11 +131,15 @@ export function parseLsid(text: string): DecodedLsid {
 export function lsidValue(input: LsidInput): bigint {
   if (typeof input === 'string') return parseLsid(input).value;
   if (typeof input === 'bigint') return decodeLsid(input).value;
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw invalid(input, 'an LSID is its text, its 95-bit value as a bigint, or its fields');
+  }
   return encodeLsid(input);
 }
 
 /** Value or fields → text, `00jtx-04fecrkm-0cgm-3n` by default. */
 export function formatLsid(input: LsidInput, options: FormatOptions = {}): string {
+  optionsObject(options, 'lsid.format: options');
   const value = lsidValue(input);
   const groups = LSID_FIELD_SPECS.map((spec) => {
     const f = LSID_FIELDS[spec.name];
@@ -204,7 +211,7 @@ export function lsidToUuid(input: LsidInput): string {
 }
 
 export function lsidFromUuid(text: string): DecodedLsid {
-  const groups = UUID_TEXT.exec(String(text));
+  const groups = typeof text === 'string' ? UUID_TEXT.exec(text) : null;
   if (!groups) throw invalid(text, 'not a uuid');
   const u = BigInt(`0x${groups.slice(1).join('')}`);
   const version = (u >> 76n) & 0xfn;

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
+import { expectObject, expectString } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 
 /**
@@ -28,9 +29,13 @@ type Interfaces = ReturnType<typeof networkInterfaces>;
 
 /** The MAC address LSID hashes, or null when the machine has none that identifies it. */
 export function findMac(interfaces: Interfaces = networkInterfaces()): MacChoice | null {
+  expectObject(interfaces, 'findMac: the network interfaces');
   const candidates: MacChoice[] = [];
   for (const [name, addresses] of Object.entries(interfaces)) {
-    for (const address of addresses ?? []) {
+    // Entries of other shapes than os.networkInterfaces() gives are not MACs: skipped, like internal ones.
+    if (!Array.isArray(addresses)) continue;
+    for (const address of addresses) {
+      if (typeof address !== 'object' || address === null || typeof address.mac !== 'string') continue;
       if (address.internal || !MAC_TEXT.test(address.mac)) continue;
       const mac = address.mac.toLowerCase().replaceAll('-', ':');
       if (mac === '00:00:00:00:00:00') continue;
@@ -45,6 +50,7 @@ export function findMac(interfaces: Interfaces = networkInterfaces()): MacChoice
 
 /** The 6 bytes of a MAC written as `aa:bb:cc:dd:ee:ff` (or with hyphens). */
 export function macBytes(mac: string): Uint8Array {
+  expectString(mac, 'a MAC address');
   if (!MAC_TEXT.test(mac))
     throw new ShardflakeError('INVALID_ARGUMENT', `${JSON.stringify(mac)} is not a MAC address`);
   return Uint8Array.from(mac.split(/[:-]/), (byte) => Number.parseInt(byte, 16));

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import type pg from 'pg';
+import { expectString } from '../arguments.js';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 
 /**
@@ -39,7 +40,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
 export function describeUrl(url: string): string {
-  return redactSecrets(url);
+  return redactSecrets(expectString(url, 'a server URL'));
 }
 
 /** Turns a connection failure into SERVER_UNREACHABLE and a server error into DATABASE_ERROR (keeping SQLSTATE). */
