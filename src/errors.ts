@@ -26,6 +26,8 @@ export const ERROR_CODES = [
   'LEASE_LOST', // a worker-id lease that expired or was taken over
   'NO_FREE_WORKER', // every worker id of a layout is leased
   'MOVE_FAILED', // an online shard move that stopped; the shard stays where it was
+  'COMMIT_UNKNOWN', // the connection was lost while COMMIT was in flight: the transaction may or may not have committed
+  'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
 ] as const;
 

@@ -15,8 +15,7 @@ export type ServerClients = Map<string, pg.Client>;
  */
 export function serverNodeUrls(config: Pick<ClusterConfig, 'servers'>, name: string): string[] {
   const url = config.servers[name];
-  if (url === undefined)
-    throw new ShardflakeError('UNKNOWN_SERVER', `server ${name} is not in the config`);
+  if (url === undefined) throw new ShardflakeError('UNKNOWN_SERVER', `server ${name} is not in the config`);
   return [url];
 }
 

@@ -5,8 +5,8 @@ import { quoteIdent } from '../postgres/identifier.js';
 import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll } from './connections.js';
-import { lockShard, MOVE_LOCK_CLASS, unfinishedMove, unlockShard } from './move-record.js';
 import { MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
+import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 
 /**
  * `cluster migrate`: brings every logical shard to the config's last migration.
@@ -68,11 +68,11 @@ async function lockForMigration(lock: pg.Client, shard: number): Promise<string 
   } catch (error) {
     if (!(error instanceof ShardflakeError && error.code === 'SHARD_BUSY')) throw error;
   }
-  const move = await unfinishedMove(lock, shard).catch(() => null);
+  const move = await runningMove(lock, shard).catch(() => null);
   if (move)
     return `the shard is being moved (move #${move.id} to server ${move.to}); migrate again after the move`;
   try {
-    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [MOVE_LOCK_CLASS, shard]);
+    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [SHARD_LOCK_CLASS, shard]);
     return null;
   } catch (error) {
     if ((error as { code?: string }).code === '55P03') {

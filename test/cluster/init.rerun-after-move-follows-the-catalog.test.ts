@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { readShardMap } from '../../src/cluster/catalog.js';
 import { isFenced } from '../../src/cluster/fence.js';
 import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/cluster/move.js';
+import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

@@ -5,7 +5,7 @@ import type { EngineResult, InsertBenchResult, InsertMode } from '../../bench/in
 import type { ReportSection } from '../../bench/report.js';
 import type { TicketBenchResult } from '../../bench/tickets.js';
 import { ShardflakeError } from '../../errors.js';
-import { progressBar, toJson } from './cluster.js';
+import { progressBar, toJson } from '../output.js';
 
 const integer = (v: string) => Number.parseInt(v, 10);
 const collect = (v: string, previous: string[]) => [...previous, v];

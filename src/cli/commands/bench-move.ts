@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { positiveInteger } from '../options.js';
+import { progressBar, toJson } from '../output.js';
 import { writeBenchReport } from '../report-option.js';
-import { progressBar, toJson } from './cluster.js';
 
 /** `shardflake bench move`: copy speed and the longest write pause of an online shard move. */
 export function registerBenchMoveCommand(bench: Command): void {

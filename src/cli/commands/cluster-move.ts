@@ -1,18 +1,18 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
+import { ShardflakeError } from '../../errors.js';
+import { cleanupCluster } from '../../move/cleanup.js';
+import { moveShard } from '../../move/move.js';
 import {
   type MoveOptions,
   type MoveResult,
   type MoveStep,
-  moveShard,
   VERIFY_MODES,
   type VerifyMode,
-} from '../../cluster/move.js';
-import { cleanupCluster } from '../../cluster/move-cleanup.js';
-import { MOVE_PHASES } from '../../cluster/move-phases.js';
-import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../cluster/rebalance.js';
-import { ShardflakeError } from '../../errors.js';
-import { progressBar, toJson } from './cluster.js';
+} from '../../move/options.js';
+import { MOVE_PHASES } from '../../move/phases.js';
+import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../move/rebalance.js';
+import { progressBar, toJson } from '../output.js';
 
 interface Flags {
   config: string;

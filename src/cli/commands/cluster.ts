@@ -1,4 +1,3 @@
-import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { initCluster } from '../../cluster/init.js';
@@ -7,40 +6,12 @@ import { clusterStatus } from '../../cluster/status.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
 import { positiveInteger } from '../options.js';
+// Kept for commands that imported them from here; new code imports src/cli/output.ts (a command module
+// importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
+import { progressBar, toJson } from '../output.js';
 import { registerMoveCommands } from './cluster-move.js';
 
-/** JSON with bigints as strings (ids beyond 2^53 must not lose digits in a JavaScript reader). */
-export function toJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v) => (typeof v === 'bigint' ? v.toString() : v), 2);
-}
-
-/** A progress bar on stderr when it is a terminal and output is not JSON; otherwise a no-op. */
-export function progressBar(
-  label: string,
-  enabled: boolean,
-): { update(done: number, total: number): void; stop(): void } {
-  if (!enabled || !process.stderr.isTTY) return { update() {}, stop() {} };
-  const bar = new cliProgress.SingleBar(
-    {
-      format: `${label} [{bar}] {value}/{total} {percentage}% {eta_formatted}`,
-      stream: process.stderr,
-      hideCursor: true,
-    },
-    cliProgress.Presets.shades_classic,
-  );
-  let started = false;
-  return {
-    update(done, total) {
-      if (!started) {
-        bar.start(total, done);
-        started = true;
-      } else bar.update(done);
-    },
-    stop() {
-      if (started) bar.stop();
-    },
-  };
-}
+export { progressBar, toJson };
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 

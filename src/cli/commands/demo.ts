@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { EmbeddedServer } from '../../postgres/embedded.js';
 import { positiveInteger } from '../options.js';
-import { progressBar } from './cluster.js';
+import { progressBar } from '../output.js';
 
 /** `shardflake demo` (= `npm start`): the whole design on two local PostgreSQL servers, in under a minute. */
 export function registerDemoCommand(program: Command): void {

@@ -1,18 +1,14 @@
-import type pg from 'pg';
-import { ShardflakeError } from '../errors.js';
+import { SHARD_LOCK_CLASS } from '../cluster/shard-lock.js';
 import type { Queryable } from '../postgres/connect.js';
-import { MOVE_PHASES, type MovePhase, parseMovePhase } from './move-phases.js';
+import { MOVE_PHASES, type MovePhase, parseMovePhase } from './phases.js';
 
 /**
  * The catalog's record of shard moves: one row per move in `shardflake.moves`, its phase written after each step,
  * so a rerun after a crash knows where the last run stopped. A partial unique index allows at most one unfinished
- * move per shard, and a session advisory lock (held by the catalog connection of the running move) tells a live
- * move from a crashed one: the lock disappears with the crashed process's connection.
+ * move per shard, and the shard lock (src/cluster/shard-lock.ts, held by the catalog connection of the running
+ * move) tells a live move from a crashed one: the lock disappears with the crashed process's connection.
  */
 export const MOVES_SQL_VERSION = 1;
-
-/** Advisory lock key space of shard moves: (class, shard); (class, -1) guards the table's creation. */
-export const MOVE_LOCK_CLASS = 0x5f4d4f56; // "_MOV"
 
 export function movesSql(): string {
   const phases = MOVE_PHASES.map((p) => `'${p}'`).join(', ');
@@ -74,7 +70,7 @@ export async function installMoves(catalog: Queryable): Promise<void> {
   // Two first moves at once would race on CREATE TABLE IF NOT EXISTS (a unique violation in pg_type): serialize.
   await catalog.query('BEGIN');
   try {
-    await catalog.query('SELECT pg_advisory_xact_lock($1::int, -1)', [MOVE_LOCK_CLASS]);
+    await catalog.query('SELECT pg_advisory_xact_lock($1::int, -1)', [SHARD_LOCK_CLASS]);
     await catalog.query(movesSql());
     await catalog.query('COMMIT');
   } catch (error) {
@@ -136,28 +132,4 @@ export async function recordSubscriptionOid(catalog: Queryable, id: bigint, oid:
 
 export async function markOldCopyDropped(catalog: Queryable, id: bigint): Promise<void> {
   await catalog.query('UPDATE shardflake.moves SET old_copy_dropped_at = now() WHERE id = $1', [id]);
-}
-
-/**
- * Takes the shard's move lock on `catalog` (a dedicated connection, held for the whole move). Throws SHARD_BUSY
- * when another live process holds it. `cluster migrate` takes the same lock around each shard's step.
- */
-export async function lockShard(catalog: pg.Client, shard: number): Promise<void> {
-  const { rows } = await catalog.query('SELECT pg_try_advisory_lock($1::int, $2::int) AS ok', [
-    MOVE_LOCK_CLASS,
-    shard,
-  ]);
-  if (!(rows[0] as { ok: boolean }).ok) {
-    const running = await unfinishedMove(catalog, shard).catch(() => null);
-    throw new ShardflakeError(
-      'SHARD_BUSY',
-      running
-        ? `shard ${shard} is being moved by another process (move #${running.id} to server ${running.to}, phase ${running.phase}); wait for it to finish`
-        : `shard ${shard} is locked by another process (a move starting, or cluster migrate working on it); try again`,
-    );
-  }
-}
-
-export async function unlockShard(catalog: pg.Client, shard: number): Promise<void> {
-  await catalog.query('SELECT pg_advisory_unlock($1::int, $2::int)', [MOVE_LOCK_CLASS, shard]);
 }

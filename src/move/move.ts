@@ -1,45 +1,30 @@
 import type pg from 'pg';
+import type { ClusterConfig } from '../cluster/config.js';
+import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
-import type { ClusterConfig } from './config.js';
-import { isFenced, unfenceSql } from './fence.js';
-import {
-  dropPublication,
-  dropSchema,
-  dropSlots,
-  dropSubscription,
-  listTables,
-  replicationNames,
-  type SourceTable,
-} from './move-copy.js';
-import { ddlPastGuard, unguardSchema } from './move-ddl-guard.js';
-import { type MovePhase, reached } from './move-phases.js';
-import {
-  createMove,
-  installMoves,
-  lockShard,
-  type MoveRecord,
-  recordPhase,
-  unfinishedMove,
-  unlockShard,
-} from './move-record.js';
-
+import { DEFAULTS, type MoveOptions, type MoveResult, type Options } from './options.js';
+import { reached } from './phases.js';
+import { createMove, installMoves, unfinishedMove } from './record.js';
+import { replicationNames } from './replication.js';
 import {
   checkpoint,
-  connectServer,
   countRows,
-  DEFAULTS,
   inTransaction,
   isInterrupted,
   newSession,
-  type Options,
+  openServer,
   readPlacement,
   type Session,
   setShardState,
-} from './move-session.js';
-import { cutover, finish, preflight, prepare, subscribe, switchCatalog, waitSynced } from './move-steps.js';
+} from './session.js';
+import { rollBackMove, settleMove } from './settle.js';
+import { cutover, finish, preflight, prepare, subscribe, switchCatalog, waitSynced } from './steps.js';
+import { listTables, type SourceTable } from './tables.js';
 
-export { isInterrupted } from './move-session.js';
+export type { MoveOptions, MoveProgress, MoveResult, MoveStep, VerifyMode } from './options.js';
+export { VERIFY_MODES } from './options.js';
+export { isInterrupted } from './session.js';
 
 /**
  * `cluster move`: moves one logical shard's schema to another server while the application keeps writing.
@@ -65,129 +50,6 @@ export { isInterrupted } from './move-session.js';
  * and every replication object are removed and the shard is `active` on its source again. A crash inside step 5
  * releases the lock with the crashed connection, so writes resume on the source, still the only writable copy.
  */
-export interface MoveOptions {
-  /** Called on each phase and while copying. */
-  onProgress?: (progress: MoveProgress) => void;
-  /** Stops the move at the next check (like a crash: nothing is rolled back; a rerun resumes). */
-  signal?: AbortSignal;
-  /**
-   * Test hook: after recording this phase, the move drops its connections without a word and stops, as a killed
-   * process would. `cutover-locked` stops while the source is locked, before the fence commits.
-   */
-  stopAfter?: MoveStep;
-  /** Awaited at each step (after its phase is recorded): lets a test hold a real process there and kill it. */
-  afterStep?: (step: MoveStep) => Promise<void> | void;
-  /** Longest wait for the source's table locks at cutover (default 2000 ms); it is retried `cutoverAttempts` times. */
-  lockTimeoutMs?: number;
-  cutoverAttempts?: number;
-  /** Longest wait, with writes paused, for the target to catch up and match (default 10 000 ms). */
-  cutoverTimeoutMs?: number;
-  /** Longest wait for the initial copy and catch-up (default 30 minutes). */
-  syncTimeoutMs?: number;
-  /** Names this process in the move record (default host:pid). */
-  owner?: string;
-  /**
-   * Where the row-by-row comparison of both copies happens (default `in-pause`):
-   * - `in-pause`: counts and checksums of every table while writes are paused, right before the switch. Safest;
-   *   the pause grows with the shard's size (about 1 ms per 1,000 rows on a small machine).
-   * - `snapshots`: checksums on consistent snapshots pinned during a short earlier pause (VDiff-style, see
-   *   move-snapshots.ts), then only row counts in the cutover pause. For big shards.
-   */
-  verify?: VerifyMode;
-}
-
-export const VERIFY_MODES = ['in-pause', 'snapshots'] as const;
-export type VerifyMode = (typeof VERIFY_MODES)[number];
-
-/** Points where a move can be stopped: after each recorded phase, and inside the cutover with the source locked. */
-export type MoveStep = MovePhase | 'cutover-locked';
-
-export interface MoveProgress {
-  shard: number;
-  moveId: bigint;
-  phase: MovePhase | 'copying';
-  copiedRows: bigint;
-  totalRows: bigint;
-}
-
-export interface MoveResult {
-  moveId: bigint;
-  shard: number;
-  schema: string;
-  from: string;
-  to: string;
-  /** The phase a previous, interrupted run had reached (null for a fresh move). */
-  resumedFrom: MovePhase | null;
-  /** Rows in the shard when the copies were compared. */
-  rows: bigint;
-  tables: number;
-  /** Time of the initial copy, subscription start to every table ready (null when a previous run did it). */
-  copyMs: number | null;
-  /** Time to build the deferred indexes and catch up after the copy. */
-  indexAndCatchUpMs: number | null;
-  rowsPerSecond: number | null;
-  /** Writes were paused (source locked) until the catalog switched, in ms. */
-  pauseMs: number | null;
-  /** Where the pause went, in ms: waiting for the locks, target catch-up, verification, generator + fence, catalog. */
-  pauseSteps: Record<string, number>;
-  verify: VerifyMode;
-  /** With `verify: 'snapshots'`: the short pause that pinned both snapshots, and the comparison after it (ms). */
-  snapshotPauseMs: number | null;
-  snapshotCompareMs: number | null;
-  mapVersion: bigint;
-}
-
-// ---------------------------------------------------------------------------------------------------- rollback
-
-/**
- * Undoes a move that has not switched: target copy and subscription dropped, source unfenced, publication and
- * slots dropped, shard active on its source. A target that cannot be reached keeps its subscription (now without
- * a slot, so it copies nothing); `cluster cleanup` drops it later.
- */
-export async function rollBackMove(
-  config: ClusterConfig,
-  catalog: pg.Client,
-  record: MoveRecord,
-  reason: string,
-): Promise<void> {
-  const placement = await readPlacement(catalog, record.shard);
-  if (placement.server !== record.from) {
-    throw new ShardflakeError(
-      'MOVE_FAILED',
-      `move #${record.id} already switched shard ${record.shard} to server ${placement.server}; it can only be finished`,
-    );
-  }
-  const names = replicationNames(record.id);
-  // Fresh connections: the move's own may be dead or inside an aborted transaction.
-  const source = await connectServer(config, record.from);
-  const target = await connectServer(config, record.to).catch(() => undefined);
-  try {
-    const leftovers: string[] = [];
-    try {
-      if (!target) throw new Error(`server ${record.to} is unreachable`);
-      await dropSubscription(target, names.subscription, true);
-      await dropSchema(target, record.schema);
-    } catch (error) {
-      leftovers.push(
-        `subscription ${names.subscription} and schema ${record.schema} on server ${record.to} (${(error as Error).message}; cluster cleanup drops them)`,
-      );
-    }
-    if (await isFenced(source, record.schema)) await ddlPastGuard(source, unfenceSql(record.schema));
-    await dropPublication(source, names.publication);
-    await dropSlots(source, names.slot, record.subscriptionOid);
-    await unguardSchema(source, record.schema);
-    await inTransaction(catalog, async () => {
-      if (placement.state !== 'active') await setShardState(catalog, record.shard, 'active');
-      await recordPhase(catalog, record.id, 'rolled_back', {
-        error: [reason, ...leftovers.map((l) => `left: ${l}`)].join('; '),
-      });
-    });
-  } finally {
-    await Promise.all([source.end().catch(() => {}), target?.end().catch(() => {})]);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------- driver
 
 async function drive(s: Session): Promise<void> {
   let pausedAt: number | null = null;
@@ -197,40 +59,6 @@ async function drive(s: Session): Promise<void> {
   if (s.record.phase === 'synced') pausedAt = await cutover(s);
   if (s.record.phase === 'fenced') await switchCatalog(s, pausedAt);
   if (s.record.phase === 'switched') await finish(s);
-}
-
-/** Finishes (switched) or rolls back (otherwise) an unfinished move found in the catalog. */
-export async function settleMove(
-  config: ClusterConfig,
-  catalog: pg.Client,
-  record: MoveRecord,
-  reason: string,
-): Promise<'finished' | 'rolled_back'> {
-  if (!reached(record.phase, 'switched')) {
-    await rollBackMove(config, catalog, record, reason);
-    return 'rolled_back';
-  }
-  const source = await connectServer(config, record.from);
-  const target = await connectServer(config, record.to).catch(async (e) => {
-    await source.end();
-    throw e;
-  });
-  try {
-    const s = newSession({
-      config,
-      opts: { ...DEFAULTS },
-      catalog,
-      source,
-      target,
-      record,
-      names: replicationNames(record.id),
-      tables: await listTables(source, record.schema),
-    });
-    await finish(s);
-    return 'finished';
-  } finally {
-    await Promise.all([source.end().catch(() => {}), target.end().catch(() => {})]);
-  }
 }
 
 /** Moves one shard to server `to`, or resumes the interrupted move of it to `to`. */
@@ -253,7 +81,7 @@ export async function moveShard(
       `server ${JSON.stringify(to)} is not in the config (servers: ${Object.keys(config.servers).join(', ')})`,
     );
   }
-  const catalog = await connectServer(config, config.catalog);
+  const catalog = await openServer(config, config.catalog);
   let source: pg.Client | undefined;
   let target: pg.Client | undefined;
   let locked = false;
@@ -276,9 +104,9 @@ export async function moveShard(
       );
     }
     const from = record?.from ?? placement.server;
-    source = await connectServer(config, from);
+    source = await openServer(config, from);
     try {
-      target = await connectServer(config, to);
+      target = await openServer(config, to);
     } catch (error) {
       if (record && !reached(record.phase, 'switched')) {
         await rollBackMove(

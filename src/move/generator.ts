@@ -1,7 +1,7 @@
 import type { Queryable } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { ensureGeneratorAbove, lastIssuedId } from '../postgres/install.js';
-import type { SourceTable } from './move-copy.js';
+import type { SourceTable } from './tables.js';
 
 /**
  * Sequence state does not travel with logical replication, so the move carries the generator across itself:

@@ -1,9 +1,9 @@
 import type pg from 'pg';
+import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
 import { ShardflakeError } from '../errors.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteLiteral } from '../postgres/identifier.js';
-import { compareDigests, digestTables, verificationError } from './move-verify.js';
-import { MIGRATIONS_TABLE } from './shard-ddl.js';
+import { compareDigests, digestTables, verificationError } from './verify.js';
 
 /**
  * Verification on consistent snapshots, outside the write pause (`verify: 'snapshots'`), for shards whose full

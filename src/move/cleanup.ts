@@ -1,13 +1,15 @@
 import type pg from 'pg';
+import { readShardMap } from '../cluster/catalog.js';
+import type { ClusterConfig } from '../cluster/config.js';
+import { connectServer } from '../cluster/connections.js';
+import { isFenced } from '../cluster/fence.js';
+import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
-import { connect } from '../postgres/connect.js';
-import { readShardMap } from './catalog.js';
-import type { ClusterConfig } from './config.js';
-import { isFenced } from './fence.js';
-import { settleMove } from './move.js';
-import { dropPublication, dropSchema, dropSlots, dropSubscription, REPLICATION_PREFIX } from './move-copy.js';
-import { isFinal } from './move-phases.js';
-import { installMoves, listMoves, lockShard, markOldCopyDropped, unlockShard } from './move-record.js';
+import { isFinal } from './phases.js';
+import { installMoves, listMoves, markOldCopyDropped } from './record.js';
+import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
+import { settleMove } from './settle.js';
+import { dropSchema } from './tables.js';
 
 /**
  * `cluster cleanup`: ends what moves left behind.
@@ -37,9 +39,7 @@ export async function cleanupCluster(
   options: CleanupOptions = {},
 ): Promise<CleanupResult> {
   const result: CleanupResult = { settled: [], droppedCopies: [], droppedReplication: [], skipped: [] };
-  const catalog = await connect(config.servers[config.catalog] as string, {
-    applicationName: 'shardflake cleanup',
-  });
+  const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake cleanup' });
   const clients = new Map<string, pg.Client>();
   try {
     await installMoves(catalog);
@@ -66,9 +66,9 @@ export async function cleanupCluster(
       }
     }
 
-    for (const [name, url] of Object.entries(config.servers)) {
+    for (const name of Object.keys(config.servers)) {
       try {
-        clients.set(name, await connect(url, { applicationName: 'shardflake cleanup' }));
+        clients.set(name, await connectServer(config, name, { applicationName: 'shardflake cleanup' }));
       } catch (error) {
         result.skipped.push(`server ${name}: ${(error as Error).message}`);
       }

@@ -1,28 +1,22 @@
 import type pg from 'pg';
+import { type ClusterConfig, targetVersion } from '../cluster/config.js';
+import { primaryUrl } from '../cluster/connections.js';
+import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
-import { type ClusterConfig, targetVersion } from './config.js';
-import { fenceSql, isFenced, unfenceSql } from './fence.js';
+import { bypassGuardSql, ddlPastGuard, guardSchema, unguardSchema } from './ddl-guard.js';
+import { moveGeneratorState } from './generator.js';
+import { recordPhase, recordSubscriptionOid } from './record.js';
 import {
-  buildDeferredIndexes,
   createPublication,
   createSubscription,
-  createTargetSchema,
   currentLsn,
   dropPublication,
-  dropSchema,
   dropSlots,
   dropSubscription,
-  listTables,
-  requirePrimaryKeys,
-  type SourceTable,
-  schemaExists,
   subscriptionProgress,
-} from './move-copy.js';
-import { bypassGuardSql, ddlPastGuard, guardSchema, unguardSchema } from './move-ddl-guard.js';
-import { moveGeneratorState } from './move-generator.js';
-import { recordPhase, recordSubscriptionOid } from './move-record.js';
+} from './replication.js';
 import {
   advance,
   checkpoint,
@@ -32,9 +26,11 @@ import {
   schemaVersion,
   setShardState,
   sleep,
-} from './move-session.js';
-import { verifyOnSnapshots } from './move-snapshots.js';
-import { compareDigests, countTables, digestTables, verificationError } from './move-verify.js';
+} from './session.js';
+import { verifyOnSnapshots } from './snapshots.js';
+import { dropSchema, listTables, requirePrimaryKeys, type SourceTable, schemaExists } from './tables.js';
+import { buildDeferredIndexes, createTargetSchema } from './target-schema.js';
+import { compareDigests, countTables, digestTables, verificationError } from './verify.js';
 
 /**
  * The steps of a shard move (see move.ts for the whole story), one function per phase transition. Each starts by
@@ -133,7 +129,7 @@ export async function prepare(s: Session): Promise<void> {
 
 /** prepared → subscribed: the subscription starts the copy. */
 export async function subscribe(s: Session): Promise<void> {
-  const oid = await createSubscription(s.target, s.names, s.config.servers[s.record.from] as string);
+  const oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.record.from));
   await recordSubscriptionOid(s.catalog, s.record.id, oid);
   s.record = { ...s.record, subscriptionOid: oid };
   await advance(s, 'subscribed');
@@ -210,8 +206,8 @@ export async function cutover(s: Session): Promise<number> {
   const bySnapshots = s.opts.verify === 'snapshots';
   if (bySnapshots) {
     const checked = await verifyOnSnapshots({
-      sourceUrl: s.config.servers[record.from] as string,
-      targetUrl: s.config.servers[record.to] as string,
+      sourceUrl: await primaryUrl(s.config, record.from),
+      targetUrl: await primaryUrl(s.config, record.to),
       schema: record.schema,
       tables: names,
       lockTimeoutMs: s.opts.lockTimeoutMs,

@@ -1,29 +1,21 @@
 import type pg from 'pg';
+import { bumpMapVersion, type ShardState } from '../cluster/catalog.js';
+import type { ClusterConfig } from '../cluster/config.js';
+import { connectServer } from '../cluster/connections.js';
+import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
 import { ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
+import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
-import { bumpMapVersion, type ShardState } from './catalog.js';
-import type { ClusterConfig } from './config.js';
-import type { MoveOptions, MoveStep, VerifyMode } from './move.js';
-import type { ReplicationNames, SourceTable } from './move-copy.js';
-import type { MovePhase } from './move-phases.js';
-import { type MoveRecord, recordPhase } from './move-record.js';
-import { MIGRATIONS_TABLE } from './shard-ddl.js';
+import type { MoveStep, Options } from './options.js';
+import type { MovePhase } from './phases.js';
+import { type MoveRecord, recordPhase } from './record.js';
+import type { ReplicationNames } from './replication.js';
+import type { SourceTable } from './tables.js';
 
 /**
  * The state one run of a shard move carries from step to step, and the small helpers every step uses: recording a
  * phase, the stop hook, connections, catalog updates.
  */
-export const DEFAULTS = {
-  verify: 'in-pause' as VerifyMode,
-  lockTimeoutMs: 2000,
-  cutoverAttempts: 3,
-  cutoverTimeoutMs: 10_000,
-  syncTimeoutMs: 30 * 60_000,
-  pollMs: 20,
-};
-
-export type Options = MoveOptions & typeof DEFAULTS;
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -74,18 +66,24 @@ export function newSession(
   };
 }
 
-export async function connectServer(config: ClusterConfig, server: string): Promise<pg.Client> {
-  const url = config.servers[server];
-  if (url === undefined) {
+/**
+ * One connection of the move to a server's primary (through the cluster's connections, which find the primary);
+ * failures name the server.
+ */
+export async function openServer(config: ClusterConfig, server: string): Promise<pg.Client> {
+  if (!(server in config.servers)) {
     throw new ShardflakeError(
       'UNKNOWN_SERVER',
       `server ${JSON.stringify(server)} is not in the config (servers: ${Object.keys(config.servers).join(', ')})`,
     );
   }
   try {
-    return await connect(url, { applicationName: 'shardflake move', connectTimeoutMs: 5000 });
+    return await connectServer(config, server, {
+      applicationName: 'shardflake move',
+      connectTimeoutMs: 5000,
+    });
   } catch (error) {
-    const e = wrapPgError(error, url);
+    const e = wrapPgError(error);
     throw new ShardflakeError(e.code, `server ${server}: ${e.message}`, { cause: error });
   }
 }

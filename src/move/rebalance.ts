@@ -1,7 +1,8 @@
+import { readShardMap, type ShardPlacement } from '../cluster/catalog.js';
+import type { ClusterConfig } from '../cluster/config.js';
+import { connectServer } from '../cluster/connections.js';
 import { ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
-import { readShardMap, type ShardPlacement } from './catalog.js';
-import type { ClusterConfig } from './config.js';
+import { wrapPgError } from '../postgres/connect.js';
 import { type MoveOptions, type MoveResult, moveShard } from './move.js';
 
 /**
@@ -130,9 +131,8 @@ export async function shardRowEstimates(
 ): Promise<Map<number, number>> {
   const rows = new Map<number, number>();
   for (const server of new Set(placements.map((p) => p.server))) {
-    const url = config.servers[server];
-    if (!url) continue;
-    const client = await connect(url, { applicationName: 'shardflake rebalance' });
+    if (!(server in config.servers)) continue;
+    const client = await connectServer(config, server, { applicationName: 'shardflake rebalance' });
     try {
       const { rows: found } = await client.query(
         'SELECT schemaname AS schema, sum(n_live_tup)::float8 AS n FROM pg_stat_user_tables WHERE schemaname = ANY($1) GROUP BY 1',
@@ -141,7 +141,7 @@ export async function shardRowEstimates(
       const bySchema = new Map((found as { schema: string; n: number }[]).map((r) => [r.schema, r.n]));
       for (const p of placements) if (p.server === server) rows.set(p.shard, bySchema.get(p.schema) ?? 0);
     } catch (error) {
-      throw wrapPgError(error, url);
+      throw wrapPgError(error);
     } finally {
       await client.end().catch(() => {});
     }
@@ -174,13 +174,12 @@ export async function rebalanceCluster(
   config: ClusterConfig,
   options: RebalanceOptions = {},
 ): Promise<RebalanceResult> {
-  const catalogUrl = config.servers[config.catalog] as string;
-  const catalog = await connect(catalogUrl, { applicationName: 'shardflake rebalance' });
+  const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake rebalance' });
   let shards: ShardPlacement[];
   try {
     shards = (await readShardMap(catalog)).shards;
   } catch (error) {
-    throw wrapPgError(error, catalogUrl);
+    throw wrapPgError(error);
   } finally {
     await catalog.end().catch(() => {});
   }
