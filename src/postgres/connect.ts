@@ -16,7 +16,7 @@ const INT8_ARRAY_OID = 1016;
  * synchronous (and gives the same instance as `import pg from 'pg'`).
  */
 let pgModule: typeof pg | undefined;
-function loadPg(): typeof pg {
+export function loadPg(): typeof pg {
   pgModule ??= createRequire(import.meta.url)('pg') as typeof pg;
   return pgModule;
 }
