@@ -102,7 +102,13 @@ export { isInterrupted as isMoveInterrupted } from './move/session.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
-export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
+export {
+  freePort,
+  startEmbeddedServer,
+  startEmbeddedServers,
+  stopEmbeddedServers,
+  stopEmbeddedServersOnSignals,
+} from './postgres/embedded.js';
 export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
 export {
   GENERATOR_LANGUAGES,

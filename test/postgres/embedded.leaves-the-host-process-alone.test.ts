@@ -51,19 +51,23 @@ describe('the host process after importing shardflake', () => {
 
   it('still has none while an embedded server runs and after it stops, and keeps its exit code', () => {
     const child = runChild(`
-      const { startEmbeddedServer, connect } = await import('shardflake');
+      const { startEmbeddedServer, stopEmbeddedServers, connect } = await import('shardflake');
       const server = await startEmbeddedServer('a');
       report(listeners());
       const client = await connect(server.url);
       await client.query('SELECT 1');
       await client.end();
-      await server.stop();
+      // The host stops what it started: here every server at once.
+      await stopEmbeddedServers();
       report(listeners());
+      const refused = await connect(server.url, { connectTimeoutMs: 2000 }).then(() => false, (e) => e.code === 'SERVER_UNREACHABLE');
+      report({ refused: refused ? 1 : 0 });
     `);
     assert.equal(child.code, 3, child.stderr);
-    const [baseline, running, stopped] = child.listeners;
+    const [baseline, running, stopped, after] = child.listeners;
     assert.deepEqual(running, baseline);
     assert.deepEqual(stopped, baseline);
+    assert.deepEqual(after, { refused: 1 }, 'the server is down after stopEmbeddedServers()');
   });
 
   it('a host that uses async-exit-hook itself keeps its hooks', () => {
