@@ -3,11 +3,12 @@ import { randomBytes } from 'node:crypto';
 import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { ShardflakeError } from '../errors.js';
 import { connect } from './connect.js';
 import { unreachableBy, userIds } from './folder-access.js';
 import { quoteIdent } from './identifier.js';
+import { reachableBinaries, reachableDataDir } from './root-placement.js';
 import {
   packagedBinaries,
   runToCompletion,
@@ -164,14 +165,12 @@ async function serverUser(): Promise<ServerUser | undefined> {
 async function initialiseDataDir(
   binaries: ServerBinaries,
   user: ServerUser | undefined,
-  base: string,
-  name: string,
+  dataDir: string,
   password: string,
 ): Promise<void> {
-  const dataDir = join(base, name);
   await mkdir(dataDir, { recursive: true });
   if (user) await chown(dataDir, user.uid, user.gid);
-  const pwfile = join(base, `.${name}.initdb-password`);
+  const pwfile = join(dirname(dataDir), `.${basename(dataDir)}.initdb-password`);
   await rm(pwfile, { force: true });
   await writeFile(pwfile, `${password}\n`, { mode: 0o600, flag: 'wx' });
   try {
@@ -247,6 +246,15 @@ export async function startOnFreePort(
   }
 }
 
+/** A ShardflakeError as it is; anything else as SERVER_UNREACHABLE with its first line. */
+function startFailure(name: string, error: unknown): ShardflakeError {
+  if (error instanceof ShardflakeError) return error;
+  const reason = error instanceof Error ? error.message.split('\n')[0] : 'the server process exited';
+  return new ShardflakeError('SERVER_UNREACHABLE', `could not start embedded PostgreSQL ${name}: ${reason}`, {
+    cause: error,
+  });
+}
+
 /** Starts one server (initialising its data directory the first time). */
 export async function startEmbeddedServer(
   name: string,
@@ -260,8 +268,21 @@ export async function startEmbeddedServer(
   if (ownsDir || process.getuid?.() === 0) await chmod(base, 0o755);
   const dataDir = join(base, name);
   const initialised = await exists(join(dataDir, 'PG_VERSION'));
-  const binaries = packagedBinaries();
-  await checkServerUserReaches(binaries, dataDir);
+  let user: ServerUser | undefined;
+  let binaries: ServerBinaries;
+  let serverDataDir = dataDir;
+  try {
+    user = await serverUser();
+    binaries = packagedBinaries();
+    if (user) {
+      // As root, binaries and data the server's user cannot reach are placed where it can (root-placement.ts).
+      binaries = await reachableBinaries(binaries);
+      serverDataDir = await reachableDataDir(base, name);
+      await checkServerUserReaches(binaries, serverDataDir);
+    }
+  } catch (error) {
+    throw startFailure(name, error);
+  }
   const password = await serverPassword(base, name, initialised);
   const settings: Record<string, string | number> = {
     listen_addresses: '127.0.0.1',
@@ -278,14 +299,13 @@ export async function startEmbeddedServer(
   let serverProcess: ServerProcess;
   let port: number;
   try {
-    const user = await serverUser();
     // initdb does not need the port; choosing it afterwards keeps the time between choosing and binding short.
-    if (!initialised) await initialiseDataDir(binaries, user, base, name, password);
+    if (!initialised) await initialiseDataDir(binaries, user, serverDataDir, password);
     ({ server: serverProcess, port } = await startOnFreePort(
       (candidate, log) =>
         startServerProcess({
           binaries,
-          dataDir,
+          dataDir: serverDataDir,
           port: candidate,
           flags,
           user,
@@ -298,14 +318,7 @@ export async function startEmbeddedServer(
       options.port === undefined ? PORT_ATTEMPTS : 1,
     ));
   } catch (error) {
-    const reason = error instanceof Error ? error.message.split('\n')[0] : 'the server process exited';
-    throw new ShardflakeError(
-      'SERVER_UNREACHABLE',
-      `could not start embedded PostgreSQL ${name}: ${reason}`,
-      {
-        cause: error,
-      },
-    );
+    throw startFailure(name, error);
   }
   const database = options.database ?? 'postgres';
   const url = (db: string) => `postgres://postgres:${password}@127.0.0.1:${port}/${db}`;
@@ -335,7 +348,10 @@ export async function startEmbeddedServer(
     // At once when the server has already exited (stopped by someone else, or by a terminal's Ctrl-C that
     // reached the whole process group first).
     await serverProcess.stop();
-    if (!persistent) await rm(dataDir, { recursive: true, force: true });
+    if (!persistent) {
+      await rm(serverDataDir, { recursive: true, force: true });
+      await rm(dataDir, { recursive: true, force: true }); // the symlink to it, when it was placed elsewhere
+    }
     if (ownsDir) await rm(base, { recursive: true, force: true });
   };
   running.add(server);
