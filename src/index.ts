@@ -141,7 +141,13 @@ export { moveSets } from './move/set.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
-export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
+export {
+  freePort,
+  startEmbeddedServer,
+  startEmbeddedServers,
+  stopEmbeddedServers,
+  stopEmbeddedServersOnSignals,
+} from './postgres/embedded.js';
 export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
 export {
   GENERATOR_LANGUAGES,
