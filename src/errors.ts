@@ -29,6 +29,7 @@ export const ERROR_CODES = [
   'COMMIT_UNKNOWN', // the connection was lost while COMMIT was in flight: the transaction may or may not have committed
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
+  'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

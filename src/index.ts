@@ -29,6 +29,7 @@ export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
+export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
 export type {
   CatalogEvent,
   FailoverEvent,
@@ -41,6 +42,17 @@ export type {
   RouterEventHook,
 } from './cluster/router/events.js';
 export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export type {
+  AcquireOptions,
+  Lsn,
+  NodeLease,
+  NodeRole,
+  ServerNodes,
+  ServerNodesOptions,
+} from './cluster/router/server-nodes.js';
+export { createServerNodes } from './cluster/router/server-nodes.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
 export type {
   FeedOptions,
   FeedPage,
@@ -63,6 +75,9 @@ export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+// dashboard
+export type { Dashboard, DashboardOptions } from './dashboard/server.js';
+export { serveDashboard } from './dashboard/server.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
 export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
@@ -91,14 +106,38 @@ export { findMac, workerIdFromMac } from './ids/worker-id.js';
 // shard moves
 export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
 export { cleanupCluster } from './move/cleanup.js';
+export type { Throttle } from './move/copy-stream.js';
+export { parseThrottle } from './move/copy-stream.js';
 export { moveShard, moveShards } from './move/move.js';
-export type { MoveOptions, MoveProgress, MoveResult, MoveStep, VerifyMode } from './move/options.js';
+export type {
+  MoveOptions,
+  MoveProgress,
+  MoveResult,
+  MoveStep,
+  SetMoveOptions,
+  SetProgress,
+  VerifyMode,
+} from './move/options.js';
 export { VERIFY_MODES } from './move/options.js';
 export type { MovePhase } from './move/phases.js';
 export { MOVE_PHASES } from './move/phases.js';
-export type { PlannedMove, RebalanceOptions, RebalancePlan, RebalanceResult } from './move/rebalance.js';
-export { BALANCE_BY, planRebalance, planRebalanceByRows, rebalanceCluster } from './move/rebalance.js';
+export type {
+  MoveEstimate,
+  PlannedMove,
+  PlanOptions,
+  RebalanceOptions,
+  RebalancePlan,
+  RebalanceResult,
+} from './move/rebalance.js';
+export {
+  BALANCE_BY,
+  planRebalance,
+  planRebalanceByRows,
+  planRebalanceByWeight,
+  rebalanceCluster,
+} from './move/rebalance.js';
 export { isInterrupted as isMoveInterrupted } from './move/session.js';
+export { moveSets } from './move/set.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';

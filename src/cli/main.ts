@@ -30,7 +30,9 @@ export function buildProgram(): Command {
 
 function exitCodeFor(error: unknown): number {
   if (error instanceof ShardflakeError) {
-    return ['SERVER_UNREACHABLE', 'DATABASE_ERROR', 'MOVE_FAILED', 'MIGRATION_FAILED'].includes(error.code)
+    return ['SERVER_UNREACHABLE', 'DATABASE_ERROR', 'MOVE_FAILED', 'MIGRATION_FAILED', 'NO_PRIMARY'].includes(
+      error.code,
+    )
       ? 3
       : 2;
   }

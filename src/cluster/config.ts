@@ -5,7 +5,7 @@ import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
 import { GENERATOR_LANGUAGES, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
-import { checkShardStatement } from './ddl-guard.js';
+import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -39,10 +39,21 @@ export interface Migration {
   version: number;
   name: string;
   statements: string[];
+  /**
+   * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the
+   * same order as `statements`): `cluster migrate` runs them outside a transaction, one shard at a time per server.
+   */
+  concurrent?: ConcurrentIndexStatement[];
 }
 
 export interface ClusterConfig {
+  /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
+  /**
+   * Every node URL of each server, in config order: one URL, or a primary and its streaming replicas (roles are
+   * found at run time with pg_is_in_recovery(), so the order does not say which one is the primary).
+   */
+  nodes: Record<string, string[]>;
   catalog: string;
   logicalShards: number;
   /** Epoch in ms since 1970. */
@@ -66,14 +77,47 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function statementList(value: unknown, where: string, source: string): string[] {
+function checkedList(value: unknown, where: string, source: string): CheckedStatement[] {
   const list = typeof value === 'string' ? [value] : value;
   if (!Array.isArray(list) || list.length === 0 || !list.every((s) => typeof s === 'string')) {
     throw bad(source, `${where} must be an SQL statement or a non-empty list of statements`);
   }
-  return list.map(
-    (sql, i) => checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`).sql,
+  return list.map((sql, i) =>
+    checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`),
   );
+}
+
+function statementList(value: unknown, where: string, source: string): string[] {
+  const checked = checkedList(value, where, source);
+  if (checked.some((c) => c.concurrent)) {
+    throw bad(
+      source,
+      `${where} uses CONCURRENTLY, which only a migration can (a table's statements run in the transaction that creates it, on an empty table: drop the word)`,
+    );
+  }
+  return checked.map((c) => c.sql);
+}
+
+/**
+ * A migration's statements. CONCURRENTLY statements cannot run inside the shard's transaction, so a migration is
+ * either all of them (run one by one outside a transaction) or none; mixing is refused rather than silently split,
+ * because a split migration would no longer be all-or-nothing on a shard.
+ */
+function migrationStatements(
+  value: unknown,
+  where: string,
+  source: string,
+): Pick<Migration, 'statements' | 'concurrent'> {
+  const checked = checkedList(value, where, source);
+  const concurrent = checked.flatMap((c) => (c.concurrent ? [c.concurrent] : []));
+  if (concurrent.length === 0) return { statements: checked.map((c) => c.sql) };
+  if (concurrent.length < checked.length) {
+    throw bad(
+      source,
+      `${where} mixes CONCURRENTLY statements with others; they cannot share a transaction, so give the CONCURRENTLY ones a migration of their own`,
+    );
+  }
+  return { statements: checked.map((c) => c.sql), concurrent };
 }
 
 function parseEpoch(value: unknown, layout: Layout, source: string, now: number): number {
@@ -92,6 +136,32 @@ function parseEpoch(value: unknown, layout: Layout, source: string, now: number)
     throw bad(source, `"epoch" ${new Date(ms).toISOString()} is in the future; ids before it cannot be made`);
   }
   return ms;
+}
+
+/**
+ * A server's value: one postgres:// URL, or a non-empty list of them (a primary and its streaming replicas, in any
+ * order). Only what can be seen without connecting is checked here; roles and replication are checked live, when
+ * a command or a router connects (src/cluster/topology/roles.ts).
+ */
+function nodeUrls(name: string, value: unknown, source: string): string[] {
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw bad(
+      source,
+      `server ${name} needs a postgres:// URL or a non-empty list of node URLs (a primary and its replicas)`,
+    );
+  }
+  return list.map((url, i) => {
+    const where = Array.isArray(value) ? `server ${name} node ${i + 1}` : `server ${name}`;
+    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url))
+      throw bad(source, `${where} needs a postgres:// URL`);
+    try {
+      new URL(url);
+    } catch {
+      throw bad(source, `${where} has a malformed URL ${describeUrl(url)}`);
+    }
+    return url;
+  });
 }
 
 /** Validates a parsed config object; every problem is an INVALID_CONFIG or UNKNOWN_SERVER with one sentence. */
@@ -116,19 +186,27 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     throw bad(source, '"servers" must map at least one server name to a postgres:// URL');
   }
   const servers: Record<string, string> = {};
-  for (const [name, url] of Object.entries(raw.servers)) {
+  const nodes: Record<string, string[]> = {};
+  const serverOfUrl = new Map<string, string>();
+  for (const [name, value] of Object.entries(raw.servers)) {
     if (!/^[A-Za-z0-9_-]{1,63}$/.test(name)) {
       throw bad(source, `server name ${JSON.stringify(name)} must be 1–63 letters, digits, _ or -`);
     }
-    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) {
-      throw bad(source, `server ${name} needs a postgres:// URL`);
+    const urls = nodeUrls(name, value, source);
+    for (const url of urls) {
+      const other = serverOfUrl.get(url);
+      if (other !== undefined) {
+        throw bad(
+          source,
+          other === name
+            ? `server ${name} lists node ${describeUrl(url)} twice`
+            : `node ${describeUrl(url)} is listed under both server ${other} and server ${name}`,
+        );
+      }
+      serverOfUrl.set(url, name);
     }
-    try {
-      new URL(url);
-    } catch {
-      throw bad(source, `server ${name} has a malformed URL ${describeUrl(url)}`);
-    }
-    servers[name] = url;
+    servers[name] = urls[0] as string;
+    nodes[name] = urls;
   }
   if (typeof raw.catalog !== 'string') throw bad(source, '"catalog" must name one of the servers');
   if (!(raw.catalog in servers)) {
@@ -217,13 +295,14 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
       migrations.push({
         version: i + 1,
         name,
-        statements: statementList(m.sql, `migrations[${i}].sql`, source),
+        ...migrationStatements(m.sql, `migrations[${i}].sql`, source),
       });
     });
   }
 
   return {
     servers,
+    nodes,
     catalog: raw.catalog,
     logicalShards: shards,
     epoch,

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { expectObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
+import { wrapPgError } from '../postgres/connect.js';
 import {
   bumpMapVersion,
   installCatalog,
@@ -11,7 +11,7 @@ import {
   type ShardRecord,
 } from './catalog.js';
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
-import { closeAll, connectAll, type ServerClients } from './connections.js';
+import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 
@@ -231,7 +231,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     for (const [name, queue] of batches) {
       const count = Math.min(opts.connectionsPerServer, queue.length);
       for (let i = 0; i < count; i++) {
-        const c = await connect(config.servers[name] as string, { applicationName: 'shardflake init' });
+        const c = await connectServer(config, name, { applicationName: 'shardflake init' });
         extra.push(c);
         workers.push(createdOn(name, c, queue));
       }

@@ -9,6 +9,7 @@ import { positiveInteger } from '../options.js';
 // Kept for commands that imported them from here; new code imports src/cli/output.ts (a command module
 // importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
 import { progressBar, toJson } from '../output.js';
+import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 
 export { progressBar, toJson };
@@ -105,11 +106,17 @@ export function registerClusterCommands(program: Command): void {
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the result as JSON')
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
-    .action(async (flags: Flags & { connections?: number }) => {
+    .option(
+      '--parallel-builds <n>',
+      'servers building indexes CONCURRENTLY at once, one build each (default: all)',
+      positiveInteger('--parallel-builds'),
+    )
+    .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
       const config = await loadConfig(flags.config);
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,
+        parallelBuilds: flags.parallelBuilds,
         onProgress: (done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson(result)}\n`);
@@ -117,6 +124,9 @@ export function registerClusterCommands(program: Command): void {
         process.stdout.write(
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.rebuiltIndexes.map(
+              (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
+            ),
             ...result.failed.map(
               (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
             ),
@@ -133,4 +143,5 @@ export function registerClusterCommands(program: Command): void {
     });
 
   registerMoveCommands(cluster);
+  registerDashboardCommand(cluster);
 }
