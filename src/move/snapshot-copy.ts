@@ -1,18 +1,10 @@
-import { createRequire } from 'node:module';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import type * as PgCopyStreams from 'pg-copy-streams';
 import { ShardflakeError } from '../errors.js';
 import { connect, loadPg, wrapPgError } from '../postgres/connect.js';
+import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { CopyMeter, meteredCopy, type Throttle } from './copy-stream.js';
-
-/** pg-copy-streams, loaded when a move copies (importing shardflake must not load database code). */
-let copyStreams: typeof PgCopyStreams | undefined;
-function loadCopyStreams(): typeof PgCopyStreams {
-  copyStreams ??= createRequire(import.meta.url)('pg-copy-streams') as typeof PgCopyStreams;
-  return copyStreams;
-}
 
 /**
  * The initial copy of a set of shards, done by the move itself instead of by the subscription's table-sync
@@ -111,8 +103,8 @@ export async function copyAtSnapshot(o: SnapshotCopyOptions): Promise<SnapshotCo
           const t = o.tables[next++];
           if (!t) return;
           const name = qualified(t.schema, t.table);
-          const reader = source.query(loadCopyStreams().to(`COPY ${name} TO STDOUT (FORMAT binary)`));
-          const writer = target.query(loadCopyStreams().from(`COPY ${name} FROM STDIN (FORMAT binary)`));
+          const reader = source.query(copyTo(`COPY ${name} TO STDOUT (FORMAT binary)`));
+          const writer = target.query(copyFrom(`COPY ${name} FROM STDIN (FORMAT binary)`));
           const meterStream = meteredCopy(meter);
           await pipeline(reader, meterStream, writer);
           perTable.set(`${t.schema}.${t.table}`, meterStream.counter.rows);
