@@ -29,21 +29,55 @@ export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
-// shard moves
-export type { MoveOptions, MoveProgress, MoveResult, MoveStep, VerifyMode } from './cluster/move.js';
-export { isInterrupted as isMoveInterrupted, moveShard, moveShards, VERIFY_MODES } from './cluster/move.js';
-export type { CleanupOptions, CleanupResult } from './cluster/move-cleanup.js';
-export { cleanupCluster } from './cluster/move-cleanup.js';
-export type { MovePhase } from './cluster/move-phases.js';
-export { MOVE_PHASES } from './cluster/move-phases.js';
-export type { PlannedMove, RebalanceOptions, RebalancePlan, RebalanceResult } from './cluster/rebalance.js';
-export { BALANCE_BY, planRebalance, planRebalanceByRows, rebalanceCluster } from './cluster/rebalance.js';
-export type { FeedOptions, FeedPage, InsertOptions, Router, RouterOptions, Row } from './cluster/router.js';
-export { createRouter, FENCED_SQLSTATE } from './cluster/router.js';
+export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type {
+  CatalogEvent,
+  FailoverEvent,
+  MapEvent,
+  Operation,
+  OperationEvent,
+  RetryEvent,
+  RetryReason,
+  RouterEvent,
+  RouterEventHook,
+} from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export type {
+  AcquireOptions,
+  Lsn,
+  NodeLease,
+  NodeRole,
+  ServerNodes,
+  ServerNodesOptions,
+} from './cluster/router/server-nodes.js';
+export { createServerNodes } from './cluster/router/server-nodes.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
+export type {
+  FeedOptions,
+  FeedPage,
+  InsertManyOptions,
+  InsertOptions,
+  MergedQuery,
+  Router,
+  RouterOptions,
+  Row,
+  SessionOptions,
+  SessionPool,
+  SessionPoolClient,
+  ShardQuery,
+  ShardSession,
+  ShardTarget,
+  WriteRetry,
+} from './cluster/router.js';
+export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+// dashboard
+export type { Dashboard, DashboardOptions } from './dashboard/server.js';
+export { serveDashboard } from './dashboard/server.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
 export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
@@ -69,10 +103,51 @@ export { lsid } from './ids/lsid.js';
 export { LsidState } from './ids/lsid-generator.js';
 export type { MacChoice } from './ids/worker-id.js';
 export { findMac, workerIdFromMac } from './ids/worker-id.js';
+// shard moves
+export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
+export { cleanupCluster } from './move/cleanup.js';
+export type { Throttle } from './move/copy-stream.js';
+export { parseThrottle } from './move/copy-stream.js';
+export { moveShard, moveShards } from './move/move.js';
+export type {
+  MoveOptions,
+  MoveProgress,
+  MoveResult,
+  MoveStep,
+  SetMoveOptions,
+  SetProgress,
+  VerifyMode,
+} from './move/options.js';
+export { VERIFY_MODES } from './move/options.js';
+export type { MovePhase } from './move/phases.js';
+export { MOVE_PHASES } from './move/phases.js';
+export type {
+  MoveEstimate,
+  PlannedMove,
+  PlanOptions,
+  RebalanceOptions,
+  RebalancePlan,
+  RebalanceResult,
+} from './move/rebalance.js';
+export {
+  BALANCE_BY,
+  planRebalance,
+  planRebalanceByRows,
+  planRebalanceByWeight,
+  rebalanceCluster,
+} from './move/rebalance.js';
+export { isInterrupted as isMoveInterrupted } from './move/session.js';
+export { moveSets } from './move/set.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
-export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
+export {
+  freePort,
+  startEmbeddedServer,
+  startEmbeddedServers,
+  stopEmbeddedServers,
+  stopEmbeddedServersOnSignals,
+} from './postgres/embedded.js';
 export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
 export {
   GENERATOR_LANGUAGES,

@@ -1,9 +1,9 @@
 import { cpus } from 'node:os';
 import { type ClusterConfig, shardSchema, validateConfig } from '../cluster/config.js';
+import { connectServer } from '../cluster/connections.js';
 import { initCluster } from '../cluster/init.js';
-import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from '../cluster/move.js';
 import { createRouter } from '../cluster/router.js';
-import { connect } from '../postgres/connect.js';
+import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from '../move/move.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
 import type { ReportSection } from './report.js';
 
@@ -158,7 +158,7 @@ export async function runMoveBench(options: MoveBenchOptions = {}): Promise<Move
       'bench move',
     );
     await initCluster(config);
-    const source = await connect(config.servers.a as string);
+    const source = await connectServer(config, 'a');
     const runs: MoveBenchRun[] = [];
     // Shards 0 and 1 live on server a; each mode moves its own shard to b.
     for (const [shard, verify] of VERIFY_MODES.entries()) {

@@ -1,10 +1,15 @@
 import { readFile } from 'node:fs/promises';
+import { expectObject, expectString, kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
-import { GENERATOR_LANGUAGES, type GeneratorLanguage } from '../postgres/generator-sql.js';
+import {
+  DEFAULT_GENERATOR_LANGUAGE,
+  GENERATOR_LANGUAGES,
+  type GeneratorLanguage,
+} from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
-import { checkShardStatement } from './ddl-guard.js';
+import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -17,7 +22,7 @@ import { checkShardStatement } from './ddl-guard.js';
  *   "epoch": "2024-01-01T00:00:00Z",          // ISO date or ms since 1970; default: the layout's own epoch
  *   "layout": "instagram",                     // a preset with a shard field (default instagram)
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
- *   "nextIdLanguage": "sql",                   // how each shard's next_id() is written: sql (default) or plpgsql
+ *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
  *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
  * }
@@ -38,10 +43,21 @@ export interface Migration {
   version: number;
   name: string;
   statements: string[];
+  /**
+   * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the
+   * same order as `statements`): `cluster migrate` runs them outside a transaction, one shard at a time per server.
+   */
+  concurrent?: ConcurrentIndexStatement[];
 }
 
 export interface ClusterConfig {
+  /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
+  /**
+   * Every node URL of each server, in config order: one URL, or a primary and its streaming replicas (roles are
+   * found at run time with pg_is_in_recovery(), so the order does not say which one is the primary).
+   */
+  nodes: Record<string, string[]>;
   catalog: string;
   logicalShards: number;
   /** Epoch in ms since 1970. */
@@ -65,14 +81,47 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function statementList(value: unknown, where: string, source: string): string[] {
+function checkedList(value: unknown, where: string, source: string): CheckedStatement[] {
   const list = typeof value === 'string' ? [value] : value;
   if (!Array.isArray(list) || list.length === 0 || !list.every((s) => typeof s === 'string')) {
     throw bad(source, `${where} must be an SQL statement or a non-empty list of statements`);
   }
-  return list.map(
-    (sql, i) => checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`).sql,
+  return list.map((sql, i) =>
+    checkShardStatement(sql, `${source}: ${where}${list.length > 1 ? `[${i}]` : ''}`),
   );
+}
+
+function statementList(value: unknown, where: string, source: string): string[] {
+  const checked = checkedList(value, where, source);
+  if (checked.some((c) => c.concurrent)) {
+    throw bad(
+      source,
+      `${where} uses CONCURRENTLY, which only a migration can (a table's statements run in the transaction that creates it, on an empty table: drop the word)`,
+    );
+  }
+  return checked.map((c) => c.sql);
+}
+
+/**
+ * A migration's statements. CONCURRENTLY statements cannot run inside the shard's transaction, so a migration is
+ * either all of them (run one by one outside a transaction) or none; mixing is refused rather than silently split,
+ * because a split migration would no longer be all-or-nothing on a shard.
+ */
+function migrationStatements(
+  value: unknown,
+  where: string,
+  source: string,
+): Pick<Migration, 'statements' | 'concurrent'> {
+  const checked = checkedList(value, where, source);
+  const concurrent = checked.flatMap((c) => (c.concurrent ? [c.concurrent] : []));
+  if (concurrent.length === 0) return { statements: checked.map((c) => c.sql) };
+  if (concurrent.length < checked.length) {
+    throw bad(
+      source,
+      `${where} mixes CONCURRENTLY statements with others; they cannot share a transaction, so give the CONCURRENTLY ones a migration of their own`,
+    );
+  }
+  return { statements: checked.map((c) => c.sql), concurrent };
 }
 
 function parseEpoch(value: unknown, layout: Layout, source: string, now: number): number {
@@ -84,13 +133,39 @@ function parseEpoch(value: unknown, layout: Layout, source: string, now: number)
   if (!Number.isSafeInteger(ms) || ms < 0) {
     throw bad(
       source,
-      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${JSON.stringify(value)}`,
+      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${shown(value)}`,
     );
   }
   if (ms > now) {
     throw bad(source, `"epoch" ${new Date(ms).toISOString()} is in the future; ids before it cannot be made`);
   }
   return ms;
+}
+
+/**
+ * A server's value: one postgres:// URL, or a non-empty list of them (a primary and its streaming replicas, in any
+ * order). Only what can be seen without connecting is checked here; roles and replication are checked live, when
+ * a command or a router connects (src/cluster/topology/roles.ts).
+ */
+function nodeUrls(name: string, value: unknown, source: string): string[] {
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw bad(
+      source,
+      `server ${name} needs a postgres:// URL or a non-empty list of node URLs (a primary and its replicas)`,
+    );
+  }
+  return list.map((url, i) => {
+    const where = Array.isArray(value) ? `server ${name} node ${i + 1}` : `server ${name}`;
+    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url))
+      throw bad(source, `${where} needs a postgres:// URL`);
+    try {
+      new URL(url);
+    } catch {
+      throw bad(source, `${where} has a malformed URL ${describeUrl(url)}`);
+    }
+    return url;
+  });
 }
 
 /** Validates a parsed config object; every problem is an INVALID_CONFIG or UNKNOWN_SERVER with one sentence. */
@@ -115,25 +190,33 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     throw bad(source, '"servers" must map at least one server name to a postgres:// URL');
   }
   const servers: Record<string, string> = {};
-  for (const [name, url] of Object.entries(raw.servers)) {
+  const nodes: Record<string, string[]> = {};
+  const serverOfUrl = new Map<string, string>();
+  for (const [name, value] of Object.entries(raw.servers)) {
     if (!/^[A-Za-z0-9_-]{1,63}$/.test(name)) {
       throw bad(source, `server name ${JSON.stringify(name)} must be 1–63 letters, digits, _ or -`);
     }
-    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) {
-      throw bad(source, `server ${name} needs a postgres:// URL`);
+    const urls = nodeUrls(name, value, source);
+    for (const url of urls) {
+      const other = serverOfUrl.get(url);
+      if (other !== undefined) {
+        throw bad(
+          source,
+          other === name
+            ? `server ${name} lists node ${describeUrl(url)} twice`
+            : `node ${describeUrl(url)} is listed under both server ${other} and server ${name}`,
+        );
+      }
+      serverOfUrl.set(url, name);
     }
-    try {
-      new URL(url);
-    } catch {
-      throw bad(source, `server ${name} has a malformed URL ${describeUrl(url)}`);
-    }
-    servers[name] = url;
+    servers[name] = urls[0] as string;
+    nodes[name] = urls;
   }
   if (typeof raw.catalog !== 'string') throw bad(source, '"catalog" must name one of the servers');
   if (!(raw.catalog in servers)) {
     throw new ShardflakeError(
       'UNKNOWN_SERVER',
-      `${source}: "catalog" names server ${JSON.stringify(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
+      `${source}: "catalog" names server ${shown(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
     );
   }
 
@@ -152,10 +235,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
   const limit = Math.min(MAX_LOGICAL_SHARDS, Number(shardField.max) + 1);
   const shards = raw.logicalShards;
   if (typeof shards !== 'number' || !Number.isInteger(shards) || shards < 1 || shards > limit) {
-    throw bad(
-      source,
-      `"logicalShards" must be a whole number from 1 to ${limit}, not ${JSON.stringify(shards)}`,
-    );
+    throw bad(source, `"logicalShards" must be a whole number from 1 to ${limit}, not ${shown(shards)}`);
   }
   const epoch = parseEpoch(raw.epoch, base, source, now);
   const layout = withEpoch(base, epoch);
@@ -168,7 +248,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     );
   }
 
-  const nextIdLanguage = raw.nextIdLanguage ?? 'sql';
+  const nextIdLanguage = raw.nextIdLanguage ?? DEFAULT_GENERATOR_LANGUAGE;
   if (!(GENERATOR_LANGUAGES as readonly unknown[]).includes(nextIdLanguage)) {
     throw bad(source, `"nextIdLanguage" must be one of ${GENERATOR_LANGUAGES.join(', ')}`);
   }
@@ -219,13 +299,14 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
       migrations.push({
         version: i + 1,
         name,
-        statements: statementList(m.sql, `migrations[${i}].sql`, source),
+        ...migrationStatements(m.sql, `migrations[${i}].sql`, source),
       });
     });
   }
 
   return {
     servers,
+    nodes,
     catalog: raw.catalog,
     logicalShards: shards,
     epoch,
@@ -240,6 +321,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
 
 /** Parses config text (JSON). */
 export function parseConfig(text: string, source = 'config'): ClusterConfig {
+  if (typeof text !== 'string') throw bad(source, `must be JSON text, not ${kindOf(text)}`);
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -265,6 +347,10 @@ export async function loadConfig(path: string): Promise<ClusterConfig> {
 
 /** Schema name of a logical shard: prefix + shard number zero-padded to 4 digits (`shard_0042`). */
 export function shardSchema(config: Pick<ClusterConfig, 'schemaPrefix'>, shard: number): string {
+  expectString(expectObject(config, 'shardSchema: config').schemaPrefix, 'shardSchema: config.schemaPrefix');
+  if (!Number.isSafeInteger(shard) || shard < 0) {
+    throw new ShardflakeError('UNKNOWN_SHARD', `logical shard ${shown(shard)} is not a whole number from 0`);
+  }
   return `${config.schemaPrefix}${String(shard).padStart(4, '0')}`;
 }
 

@@ -1,12 +1,13 @@
 import type pg from 'pg';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
-import { quoteIdent } from '../postgres/identifier.js';
+import { quoteLiteral } from '../postgres/identifier.js';
 import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
-import { closeAll, connectAll } from './connections.js';
-import { lockShard, MOVE_LOCK_CLASS, unfinishedMove, unlockShard } from './move-record.js';
-import { MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
+import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
+import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
+import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
+import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 
 /**
  * `cluster migrate`: brings every logical shard to the config's last migration.
@@ -22,6 +23,13 @@ import { MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
  * runs holding it and re-reads the shard's placement and state under it, so a move cannot start while the shard is
  * being migrated, a migration cannot run on a shard a move has locked (even in the moment before the move marks
  * it `moving`), and a shard moved since the map was read is migrated where it lives now.
+ *
+ * A migration of CREATE/DROP INDEX CONCURRENTLY statements (see migrate-concurrently.ts) cannot share the shard's
+ * transaction, so a shard's pending migrations go in runs: the transactional ones up to the next concurrent one in
+ * one transaction, the concurrent one alone outside any transaction and then its version row in a transaction of
+ * its own, and so on. Index builds run at most one at a time per server (a build reads the whole table twice and
+ * waits for every older transaction in the database; two on one server only compete) and on at most
+ * `parallelBuilds` servers at once.
  */
 export interface MigrateOptions {
   /** Parallel connections per server (default 2). */
@@ -30,6 +38,10 @@ export interface MigrateOptions {
   signal?: AbortSignal;
   /** How long a shard's step waits for its lock held by another migrate (default 10 000 ms). */
   shardLockWaitMs?: number;
+  /** Servers building indexes CONCURRENTLY at the same time, one build each (default: all of them). */
+  parallelBuilds?: number;
+  /** Called as each CONCURRENTLY statement starts, finishes, fails or is found already done. */
+  onIndexBuild?: (event: IndexBuildEvent) => void;
 }
 
 export interface ShardFailure {
@@ -49,10 +61,26 @@ export interface MigrateResult {
   /** Shards that were already at the target. */
   alreadyCurrent: number;
   failed: ShardFailure[];
+  /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
+  rebuiltIndexes: { shard: number; server: string; index: string }[];
   durationMs: number;
 }
 
-const DEFAULTS = { connectionsPerServer: 2, shardLockWaitMs: 10_000 };
+const DEFAULTS = {
+  connectionsPerServer: 2,
+  shardLockWaitMs: 10_000,
+  parallelBuilds: Number.POSITIVE_INFINITY,
+};
+
+/** The shard's applied version, read under an exclusive lock on its bookkeeping table; leaves the transaction open. */
+const READ_VERSION_SQL = (schema: string) => `BEGIN; ${inSchema(schema)};
+  LOCK TABLE ${MIGRATIONS_TABLE} IN EXCLUSIVE MODE;
+  SELECT coalesce(max(version), 0)::int AS version FROM ${MIGRATIONS_TABLE}`;
+
+async function readVersionLocked(client: pg.Client, schema: string): Promise<number> {
+  const results = (await client.query(READ_VERSION_SQL(schema))) as unknown as pg.QueryResult[];
+  return ((results[results.length - 1] as pg.QueryResult).rows[0] as { version: number }).version;
+}
 
 const MOVING = 'the shard is being moved; migrate again after the move';
 
@@ -68,11 +96,11 @@ async function lockForMigration(lock: pg.Client, shard: number): Promise<string 
   } catch (error) {
     if (!(error instanceof ShardflakeError && error.code === 'SHARD_BUSY')) throw error;
   }
-  const move = await unfinishedMove(lock, shard).catch(() => null);
+  const move = await runningMove(lock, shard).catch(() => null);
   if (move)
     return `the shard is being moved (move #${move.id} to server ${move.to}); migrate again after the move`;
   try {
-    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [MOVE_LOCK_CLASS, shard]);
+    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [SHARD_LOCK_CLASS, shard]);
     return null;
   } catch (error) {
     if ((error as { code?: string }).code === '55P03') {
@@ -135,7 +163,23 @@ export async function migrateCluster(
     const total = map.shards.length;
     let done = alreadyCurrent + failed.length;
     let migrated = 0;
+    const rebuiltIndexes: MigrateResult['rebuiltIndexes'] = [];
     opts.onProgress?.(done, total);
+    const allBuilds = new Slots(Math.max(1, opts.parallelBuilds));
+    const serverBuilds = new Map<string, Slots>();
+    const buildSlot = <T>(server: string, work: () => Promise<T>): Promise<T> => {
+      let slots = serverBuilds.get(server);
+      if (!slots) {
+        slots = new Slots(1);
+        serverBuilds.set(server, slots);
+      }
+      // Always the server's slot first, then a global one: one order, so no two workers wait on each other.
+      return slots.run(() => allBuilds.run(work));
+    };
+    const onIndexBuild = (event: IndexBuildEvent) => {
+      if (event.rebuilt && event.phase === 'finished') rebuiltIndexes.push({ ...event });
+      opts.onIndexBuild?.(event);
+    };
 
     // Catalog bookkeeping is queued on the catalog's own connection, so shard work never waits on it.
     let catalogWrites = Promise.resolve();
@@ -148,7 +192,7 @@ export async function migrateCluster(
       });
     };
 
-    const catalogUrl = config.servers[config.catalog] as string;
+    const catalogUrl = await primaryUrl(config, config.catalog);
     const work = async (home: string, queue: { shard: number; schema: string }[]) => {
       // This worker's connections: its catalog connection (holds the shard locks) and one per server it works on
       // (normally only its home server; another one when a shard moved away since the map was read).
@@ -159,9 +203,7 @@ export async function migrateCluster(
       const clientFor = async (server: string) => {
         let client = clients.get(server);
         if (!client) {
-          const url = config.servers[server];
-          if (!url) throw new ShardflakeError('UNKNOWN_SERVER', `server ${server} is not in the config`);
-          client = await connect(url, { applicationName: 'shardflake migrate' });
+          client = await connectServer(config, server, { applicationName: 'shardflake migrate' });
           extra.push(client);
           clients.set(server, client);
         }
@@ -190,26 +232,51 @@ export async function migrateCluster(
             failed.push({ shard, server, schema, version, error: MOVING });
           } else {
             const client = await clientFor(server);
+            let found: number | undefined;
             try {
-              const results = (await client.query(
-                `BEGIN; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')};
-                 LOCK TABLE ${MIGRATIONS_TABLE} IN EXCLUSIVE MODE;
-                 SELECT coalesce(max(version), 0)::int AS version FROM ${MIGRATIONS_TABLE}`,
-              )) as unknown as pg.QueryResult[];
-              version = ((results[results.length - 1] as pg.QueryResult).rows[0] as { version: number })
-                .version;
-              if (version < target)
-                await client.query(`${shardMigrationSql(config, schema, version)}COMMIT;`);
-              else await client.query('COMMIT');
-              if (version < target) migrated++;
+              // Runs of migrations until the shard is current: each run commits (and records itself) on its own.
+              for (;;) {
+                version = await readVersionLocked(client, schema);
+                found ??= version;
+                const next = config.migrations.find((m) => m.version > version);
+                if (!next) {
+                  await client.query('COMMIT');
+                  break;
+                }
+                if (!next.concurrent) {
+                  const upTo = config.migrations.find((m) => m.version > version && m.concurrent);
+                  const last = upTo ? upTo.version - 1 : target;
+                  await client.query(`${shardMigrationSql(config, schema, version, last)}COMMIT;`);
+                  continue;
+                }
+                // No transaction may stay open here: a CONCURRENTLY build waits for every older one on the server.
+                await client.query('COMMIT');
+                const where = { shard, server, schema };
+                await buildSlot(server, () => applyConcurrentMigration(client, where, next, onIndexBuild));
+                await client.query(
+                  `${READ_VERSION_SQL(schema)};
+                   INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (${next.version}, ${quoteLiteral(next.name)});
+                   COMMIT`,
+                );
+              }
+              if ((found ?? target) < target) migrated++;
               else alreadyCurrent++;
               record(shard, target, null);
             } catch (error) {
               await client.query('ROLLBACK').catch(() => {});
-              const e = error as { message?: string; code?: string };
+              const e = error as { message?: string; code?: string; sqlState?: string };
               const message = redactSecrets(String(e.message ?? error));
-              failed.push({ shard, server, schema, version, error: message, sqlState: e.code });
+              failed.push({ shard, server, schema, version, error: message, sqlState: e.sqlState ?? e.code });
               record(shard, version, message);
+              // A connection the server closed (a terminated build) is useless for the next shard: open a new one.
+              const alive = await client.query('SELECT 1').then(
+                () => true,
+                () => false,
+              );
+              if (!alive) {
+                clients.delete(server);
+                await client.end().catch(() => {});
+              }
             }
           }
         } finally {
@@ -230,7 +297,14 @@ export async function migrateCluster(
     const stopped = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (stopped) throw stopped.reason;
     failed.sort((a, b) => a.shard - b.shard);
-    return { target, migrated, alreadyCurrent, failed, durationMs: performance.now() - started };
+    return {
+      target,
+      migrated,
+      alreadyCurrent,
+      failed,
+      rebuiltIndexes,
+      durationMs: performance.now() - started,
+    };
   } finally {
     await Promise.all(extra.map((c) => c.end().catch(() => {})));
     await closeAll(clients);

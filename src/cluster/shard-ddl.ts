@@ -16,9 +16,13 @@ export function inSchema(schema: string): string {
   return `SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}`;
 }
 
+/**
+ * The migrations as a new shard's creation transaction runs them: a CONCURRENTLY statement without that word (its
+ * tables are empty and nobody else sees them yet). `cluster migrate` runs concurrent migrations itself.
+ */
 function migrationSql(migrations: readonly Migration[]): string[] {
   return migrations.flatMap((m) => [
-    ...m.statements,
+    ...(m.concurrent ? m.concurrent.map((c) => c.inTransaction) : m.statements),
     `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (${m.version}, ${quoteLiteral(m.name)})`,
   ]);
 }
@@ -65,9 +69,17 @@ export function shardsCreationSql(
   return `${quiet}${objects.join('')}${rest.map((r) => `${r};\n`).join('')}`;
 }
 
-/** Statements that bring a shard from `fromVersion` to the latest migration (inside the shard's transaction). */
-export function shardMigrationSql(config: ClusterConfig, schema: string, fromVersion: number): string {
-  const pending = config.migrations.filter((m) => m.version > fromVersion);
+/**
+ * Statements that bring a shard from `fromVersion` to `toVersion` (default: the latest migration), inside the shard's
+ * transaction.
+ */
+export function shardMigrationSql(
+  config: ClusterConfig,
+  schema: string,
+  fromVersion: number,
+  toVersion = Number.POSITIVE_INFINITY,
+): string {
+  const pending = config.migrations.filter((m) => m.version > fromVersion && m.version <= toVersion);
   return `${[inSchema(schema), ...migrationSql(pending)].join(';\n')};\n`;
 }
 

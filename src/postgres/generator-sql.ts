@@ -1,3 +1,4 @@
+import { expectObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout, withEpoch } from '../ids/layout.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './identifier.js';
@@ -152,7 +153,7 @@ function layoutOf(options: GeneratorSqlOptions): Layout {
   if (!Number.isSafeInteger(options.epoch) || options.epoch < 0) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `epoch must be whole milliseconds since 1970, not ${String(options.epoch)}`,
+      `epoch must be whole milliseconds since 1970, not ${shown(options.epoch)}`,
     );
   }
   return withEpoch(base, options.epoch);
@@ -171,6 +172,7 @@ function languageOf(language: GeneratorLanguage | undefined): GeneratorLanguage 
 
 /** Validates the options and derives the constants of the generator. */
 export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
+  expectObject(options, 'generator options');
   const schema = validateIdentifier(options.schema, 'schema');
   const layout = layoutOf(options);
   const [time, shardField, sequence, ...others] = layout.fields;
@@ -198,7 +200,7 @@ export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
   if (!Number.isSafeInteger(shard) || shard < 0 || BigInt(shard) > shardField.max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `shard ${String(shard)} does not fit layout ${layout.name}'s ${shardField.bits}-bit shard field (0…${shardField.max})`,
+      `shard ${shown(shard)} does not fit layout ${layout.name}'s ${shardField.bits}-bit shard field (0…${shardField.max})`,
     );
   }
   return Object.freeze({

@@ -3,9 +3,10 @@ import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
 import { initCluster } from '../../src/cluster/init.js';
 import { migrateCluster } from '../../src/cluster/migrate.js';
-import { moveShard } from '../../src/cluster/move.js';
-import { MOVE_LOCK_CLASS } from '../../src/cluster/move-record.js';
+import { SHARD_LOCK_CLASS } from '../../src/cluster/shard-lock.js';
+import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -25,7 +26,7 @@ describe('cluster migrate and shard moves exclude each other per shard', () => {
   it('does not migrate a shard whose move lock is held (a move that has not marked it moving yet)', async () => {
     await initCluster(testConfig(servers, { logicalShards: 4 }));
     const mover = await connect(a.url);
-    await mover.query('SELECT pg_advisory_lock($1::int, 1)', [MOVE_LOCK_CLASS]);
+    await mover.query('SELECT pg_advisory_lock($1::int, 1)', [SHARD_LOCK_CLASS]);
     const result = await migrateCluster(testConfig(servers, { logicalShards: 4, migrations: [addLikes] }), {
       shardLockWaitMs: 300,
     });
@@ -35,7 +36,7 @@ describe('cluster migrate and shard moves exclude each other per shard', () => {
       result.failed.map((f) => f.shard),
       [1],
     );
-    assert.match(result.failed[0]!.error, /locked/);
+    assert.match(defined(result.failed[0]).error, /locked/);
     assert.equal(await versionOf(a.url, 'shard_0001'), 0);
   });
 
@@ -50,7 +51,7 @@ describe('cluster migrate and shard moves exclude each other per shard', () => {
       (
         await catalog.query(
           "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = 2 AND granted",
-          [MOVE_LOCK_CLASS],
+          [SHARD_LOCK_CLASS],
         )
       ).rows[0].n === 1;
     for (let i = 0; !(await lockedByMigrate()); i++) {

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema } from '../../src/cluster/config.js';
-import { moveShard } from '../../src/cluster/move.js';
 import { createRouter } from '../../src/cluster/router.js';
+import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, placement, replicationLeftovers, sleep, withClient } from './fixture.js';

@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema, validateConfig } from '../../src/cluster/config.js';
 import { migrateCluster } from '../../src/cluster/migrate.js';
-import { moveShard } from '../../src/cluster/move.js';
 import { createRouter } from '../../src/cluster/router.js';
 import { isShardflakeError } from '../../src/errors.js';
+import { moveShard } from '../../src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { makeCluster, placement, rawConfig, replicationLeftovers, schemaOn, withClient } from './fixture.js';
 

@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type pg from 'pg';
 import { shardSchema } from '../../src/cluster/config.js';
-import { isInterrupted, type MoveStep, moveShard } from '../../src/cluster/move.js';
-import { cleanupCluster } from '../../src/cluster/move-cleanup.js';
 import { isShardflakeError } from '../../src/errors.js';
+import { cleanupCluster } from '../../src/move/cleanup.js';
+import { isInterrupted, type MoveStep, moveShard } from '../../src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import {
   countRows,

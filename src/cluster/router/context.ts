@@ -1,0 +1,26 @@
+import type { RouterEventHook } from './events.js';
+import type { ShardMapCache } from './map.js';
+import type { ReadPositions } from './positions.js';
+import type { WriteRetry } from './retry.js';
+import type { ServerNodes } from './server-nodes.js';
+import type { Statements } from './statements.js';
+
+/** What the router's parts (sessions, bulk writes, scatter reads, single-row calls) share. */
+export interface RouterContext {
+  readonly map: ShardMapCache;
+  readonly statements: Statements;
+  readonly positions: ReadPositions;
+  readonly policy: RetryPolicy;
+  readonly onEvent: RouterEventHook | undefined;
+  /** The nodes of a configured server (created on first use). */
+  nodes(server: string): ServerNodes;
+}
+
+export interface RetryPolicy {
+  /** How long an operation keeps retrying on a fenced, moving or failed-over shard (ms). */
+  writeRetryMs: number;
+  /** First wait between retries when no newer map arrives (ms); it doubles up to `maxRetryBackoffMs`. */
+  retryBackoffMs: number;
+  maxRetryBackoffMs: number;
+  onRetry: ((retry: WriteRetry) => void) | undefined;
+}

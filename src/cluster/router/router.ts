@@ -1,0 +1,229 @@
+import { ShardflakeError } from '../../errors.js';
+import type { Layout } from '../../ids/layout.js';
+import type { ShardPlacement } from '../catalog.js';
+import type { ClusterConfig } from '../config.js';
+import { primaryUrl, serverNodeUrls } from '../connections.js';
+import { type ShardKey, shardForKey } from '../shard-key.js';
+import { type InsertManyOptions, insertMany } from './bulk.js';
+import type { RetryPolicy, RouterContext } from './context.js';
+import type { RouterEventHook } from './events.js';
+import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
+import { ReadPositions } from './positions.js';
+import type { WriteRetry } from './retry.js';
+import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
+import {
+  type FeedOptions,
+  type FeedPage,
+  feed,
+  type MergedQuery,
+  queryByShard,
+  queryMerged,
+  type ShardQuery,
+} from './scatter.js';
+import { createServerNodes, type ServerNodes, type ServerNodesOptions } from './server-nodes.js';
+import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
+import { Statements } from './statements.js';
+import { telemetryHook } from './telemetry.js';
+import { emitSafely } from './trace.js';
+
+/**
+ * The router: shard key → logical shard → physical server, over one ServerNodes (node pools) per server.
+ *
+ * Its parts, one module each: map.ts (the shard map, LISTEN/NOTIFY, the catalog outage), retry.ts (when an
+ * operation runs again: fenced, moving, moved, failed over), session.ts (withShard), rows.ts (insert, get,
+ * update, delete), bulk.ts (insertMany), scatter.ts (feed and cross-shard queries), statements.ts (SQL text
+ * cache), positions.ts (read-your-writes positions and tokens). No operation makes a catalog round trip of its
+ * own, and statement text is built once and cached, which keeps routing within a few percent of plain `pg`.
+ *
+ * Writes during a shard move: a write that reaches a fenced copy (SQLSTATE SF001, raised by the move's fence) or
+ * fails on a shard in state `moving` retries for up to `writeRetryMs` (10 s), so a cutover pauses writes instead
+ * of failing them. Between attempts it waits for whichever comes first: the NOTIFY of a newer map (the cutover's
+ * catalog switch, usually a few ms after the fence commits) or a backoff timeout (10, 20, 40 … 200 ms, after which
+ * the map is re-read anyway, in case a notification was lost).
+ */
+export interface RouterOptions {
+  /** Connections per server (per node) pool (default 10). */
+  poolSize?: number;
+  /** Close a pooled connection after this many checkouts (default 0: never). See "Connection recycling". */
+  maxUses?: number;
+  /** Close a pooled connection this many seconds after it opened (default 0: never). */
+  maxLifetimeSeconds?: number;
+  /** How long a write keeps retrying on a fenced or moving shard (default 10 000 ms). */
+  writeRetryMs?: number;
+  /** Listen for map changes (default true). */
+  listen?: boolean;
+  /** How often to try the catalog again while it does not answer (default 1000 ms). */
+  catalogRetryMs?: number;
+  /** Called after each map refresh. */
+  onMapChange?: (version: bigint) => void;
+  /** First wait between write retries when no newer map arrives (default 10 ms); it doubles up to the maximum. */
+  retryBackoffMs?: number;
+  /** Longest wait between write retries (default 200 ms). */
+  maxRetryBackoffMs?: number;
+  /** Called before each write retry on a fenced or moving shard, once the wait is over. */
+  onRetry?: (retry: WriteRetry) => void;
+  /** Every operation's end, retries, map changes, catalog outages (see events.ts). A throwing hook is ignored. */
+  onEvent?: RouterEventHook;
+  /**
+   * Report operations to OpenTelemetry through `@opentelemetry/api` (default true; a no-op unless the application
+   * installs an SDK). See telemetry.ts for the spans and metrics.
+   */
+  telemetry?: boolean;
+  /** Servers with replicas: lag bound, failover wait, … (see ServerNodesOptions in server-nodes.ts). */
+  replicas?: Pick<
+    ServerNodesOptions,
+    'maxReplicaLagMs' | 'replicaCheckMs' | 'failoverWaitMs' | 'rediscoverMs' | 'suspectMs'
+  >;
+}
+
+export interface Router {
+  readonly mapVersion: bigint;
+  readonly logicalShards: number;
+  readonly layout: Layout;
+  /** True while the catalog does not answer and the router serves from its last map. */
+  readonly catalogDown: boolean;
+  shardFor(key: ShardKey): number;
+  shardOfId(id: bigint): number;
+  placement(shard: number): ShardPlacement;
+  insert(table: string, row: Row, options: InsertOptions): Promise<bigint>;
+  get(table: string, id: bigint): Promise<Row | null>;
+  update(table: string, id: bigint, changes: Row): Promise<boolean>;
+  delete(table: string, id: bigint): Promise<boolean>;
+  /**
+   * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
+   * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
+   */
+  insertMany<R extends Row>(
+    table: string,
+    rows: readonly R[],
+    options: InsertManyOptions<R>,
+  ): Promise<bigint[]>;
+  feed(table: string, options: FeedOptions): Promise<FeedPage>;
+  /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
+  withShard<T>(
+    target: ShardTarget,
+    fn: (session: ShardSession) => Promise<T> | T,
+    options?: SessionOptions,
+  ): Promise<T>;
+  /** A read run in many shards, merged newest first by id, with keyset pagination. */
+  query(query: MergedQuery): Promise<FeedPage>;
+  /** A read run in many shards, its rows per shard. */
+  queryByShard(query: ShardQuery): Promise<Map<number, Row[]>>;
+  /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
+  readToken(): string;
+  /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
+  observe(token: string): void;
+  /** Re-reads the map from the catalog (throws when the catalog does not answer). */
+  refresh(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export { FENCED_SQLSTATE } from '../fence.js';
+
+const DEFAULTS = {
+  poolSize: 10,
+  maxUses: 0,
+  maxLifetimeSeconds: 0,
+  writeRetryMs: 10_000,
+  listen: true,
+  catalogRetryMs: 1000,
+  retryBackoffMs: 10,
+  maxRetryBackoffMs: 200,
+};
+
+export async function createRouter(
+  config: Pick<ClusterConfig, 'servers' | 'catalog'>,
+  options: RouterOptions = {},
+): Promise<Router> {
+  const opts = { ...DEFAULTS, ...options };
+  if (config.servers[config.catalog] === undefined)
+    throw new ShardflakeError('UNKNOWN_SERVER', `catalog server ${config.catalog} is not in the config`);
+  const hooks = [opts.telemetry === false ? undefined : telemetryHook(), opts.onEvent].filter(
+    (h): h is RouterEventHook => h !== undefined,
+  );
+  const hook = hooks.length
+    ? (event: Parameters<RouterEventHook>[0]) => {
+        for (const h of hooks) emitSafely(h, event);
+      }
+    : undefined;
+  const map = createShardMap(await primaryUrl(config, config.catalog), {
+    listen: opts.listen,
+    reconnectMs: opts.catalogRetryMs,
+    catalogServer: config.catalog,
+    emit: hook,
+    onMapChange: opts.onMapChange,
+  });
+  const servers = new Map<string, ServerNodes>();
+  const policy: RetryPolicy = {
+    writeRetryMs: opts.writeRetryMs,
+    retryBackoffMs: opts.retryBackoffMs,
+    maxRetryBackoffMs: opts.maxRetryBackoffMs,
+    onRetry: opts.onRetry,
+  };
+  const ctx: RouterContext = {
+    map,
+    statements: new Statements(),
+    positions: new ReadPositions(),
+    policy,
+    onEvent: hook,
+    nodes(server) {
+      let nodes = servers.get(server);
+      if (!nodes) {
+        nodes = createServerNodes(server, serverNodeUrls(config, server), {
+          poolSize: opts.poolSize,
+          maxUses: opts.maxUses,
+          maxLifetimeSeconds: opts.maxLifetimeSeconds,
+          applicationName: 'shardflake router',
+          ...opts.replicas,
+          onEvent: hook,
+        });
+        servers.set(server, nodes);
+      }
+      return nodes;
+    },
+  };
+  const loaded = () => map.state as MapState;
+
+  const router: Router = {
+    get mapVersion() {
+      return map.state?.version ?? 0n;
+    },
+    get logicalShards() {
+      return loaded().logicalShards;
+    },
+    get layout() {
+      return loaded().layout;
+    },
+    get catalogDown() {
+      return map.catalogDown;
+    },
+    shardFor: (key) => shardForKey(key, loaded().logicalShards),
+    shardOfId: (id) => shardOfIdIn(loaded(), id),
+    placement: (shard) => placementIn(loaded(), shard),
+    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
+    get: (table, id) => getRow(ctx, table, id),
+    update: (table, id, changes) => updateRow(ctx, table, id, changes),
+    delete: (table, id) => deleteRow(ctx, table, id),
+    insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
+    feed: (table, feedOptions) => feed(ctx, table, feedOptions),
+    withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    query: (query) => queryMerged(ctx, query),
+    queryByShard: (query) => queryByShard(ctx, query),
+    readToken: () => ctx.positions.toToken(),
+    observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
+    async refresh() {
+      await map.reload();
+    },
+    async close() {
+      await map.close();
+      await Promise.all([...servers.values()].map((s) => s.end().catch(() => {})));
+    },
+  };
+  try {
+    await map.fresh();
+  } catch (error) {
+    await router.close();
+    throw error;
+  }
+  return router;
+}

@@ -1,0 +1,121 @@
+import type { Throttle } from './copy-stream.js';
+import type { MovePhase } from './phases.js';
+
+/** What a caller can ask of a move, what it reports while it runs, and what it returns; defaults in one place. */
+export interface MoveOptions {
+  /** Called on each phase and while copying. */
+  onProgress?: (progress: MoveProgress) => void;
+  /** Stops the move at the next check (like a crash: nothing is rolled back; a rerun resumes). */
+  signal?: AbortSignal;
+  /**
+   * Test hook: after recording this phase, the move drops its connections without a word and stops, as a killed
+   * process would. `cutover-locked` stops while the source is locked, before the fence commits.
+   */
+  stopAfter?: MoveStep;
+  /** Awaited at each step (after its phase is recorded): lets a test hold a real process there and kill it. */
+  afterStep?: (step: MoveStep) => Promise<void> | void;
+  /** Longest wait for the source's table locks at cutover (default 2000 ms); it is retried `cutoverAttempts` times. */
+  lockTimeoutMs?: number;
+  cutoverAttempts?: number;
+  /** Longest wait, with writes paused, for the target to catch up and match (default 10 000 ms). */
+  cutoverTimeoutMs?: number;
+  /** Longest wait for the initial copy and catch-up (default 30 minutes). */
+  syncTimeoutMs?: number;
+  /** Names this process in the move record (default host:pid). */
+  owner?: string;
+  /**
+   * Where the row-by-row comparison of both copies happens (default `in-pause`):
+   * - `in-pause`: counts and checksums of every table while writes are paused, right before the switch. Safest;
+   *   the pause grows with the shard's size (about 1 ms per 1,000 rows on a small machine).
+   * - `snapshots`: checksums on consistent snapshots pinned during a short earlier pause (VDiff-style, see
+   *   move-snapshots.ts), then only row counts in the cutover pause. For big shards.
+   */
+  verify?: VerifyMode;
+}
+
+export const VERIFY_MODES = ['in-pause', 'snapshots'] as const;
+export type VerifyMode = (typeof VERIFY_MODES)[number];
+
+/** Points where a move can be stopped: after each recorded phase, and inside the cutover with the source locked. */
+export type MoveStep = MovePhase | 'cutover-locked';
+
+export interface MoveProgress {
+  shard: number;
+  moveId: bigint;
+  phase: MovePhase | 'copying';
+  copiedRows: bigint;
+  totalRows: bigint;
+}
+
+export interface MoveResult {
+  moveId: bigint;
+  shard: number;
+  schema: string;
+  from: string;
+  to: string;
+  /** The phase a previous, interrupted run had reached (null for a fresh move). */
+  resumedFrom: MovePhase | null;
+  /** Rows in the shard when the copies were compared. */
+  rows: bigint;
+  tables: number;
+  /** Time of the initial copy, subscription start to every table ready (null when a previous run did it). */
+  copyMs: number | null;
+  /** Time to build the deferred indexes and catch up after the copy. */
+  indexAndCatchUpMs: number | null;
+  rowsPerSecond: number | null;
+  /** Writes were paused (source locked) until the catalog switched, in ms. */
+  pauseMs: number | null;
+  /** Where the pause went, in ms: waiting for the locks, target catch-up, verification, generator + fence, catalog. */
+  pauseSteps: Record<string, number>;
+  verify: VerifyMode;
+  /** With `verify: 'snapshots'`: the short pause that pinned both snapshots, and the comparison after it (ms). */
+  snapshotPauseMs: number | null;
+  snapshotCompareMs: number | null;
+  mapVersion: bigint;
+  /** The set this shard moved with (one replication stream for all), or null for a move of its own. */
+  batchId?: bigint | null;
+  /** For a set: where the set's time went in this run (ms per step: prepare, copy, catchUp, cutover, finish). */
+  setSteps?: Record<string, number>;
+}
+
+export const DEFAULTS = {
+  verify: 'in-pause' as VerifyMode,
+  lockTimeoutMs: 2000,
+  cutoverAttempts: 3,
+  cutoverTimeoutMs: 10_000,
+  syncTimeoutMs: 30 * 60_000,
+  pollMs: 20,
+};
+
+export type Options = MoveOptions & typeof DEFAULTS;
+
+/** A set of shards moving together from one server to another (one replication stream), see set.ts. */
+export interface SetMoveOptions extends MoveOptions {
+  /** Parallel table copies of the initial copy (default 4: small tables are bound by round trips, not CPU). */
+  copyWorkers?: number;
+  /** Sets running at once on any one server, as source or target (default 1): each is a replication stream. */
+  streamsPerServer?: number;
+  /** Limit on the initial copy's speed, over all its tables (per set). */
+  throttle?: Throttle;
+  /** Shards cut over together in one write pause, at most this many (default 8) … */
+  cutoverGroupShards?: number;
+  /** … and together holding at most this many rows (default 20,000; a bigger shard goes alone). */
+  cutoverGroupRows?: number;
+  /** Called while the set copies (rows) and after each cutover group (shards). */
+  onSetProgress?: (progress: SetProgress) => void;
+}
+
+export interface SetProgress {
+  from: string;
+  to: string;
+  phase: 'copying' | 'switching';
+  done: number;
+  total: number;
+}
+
+export const SET_DEFAULTS = {
+  copyWorkers: 4,
+  streamsPerServer: 1,
+  cutoverGroupShards: 8,
+  cutoverGroupRows: 20_000,
+};

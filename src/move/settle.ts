@@ -1,0 +1,98 @@
+import type pg from 'pg';
+import type { ClusterConfig } from '../cluster/config.js';
+import { isFenced, unfenceSql } from '../cluster/fence.js';
+import { ShardflakeError } from '../errors.js';
+import { ddlPastGuard, unguardSchema } from './ddl-guard.js';
+import { DEFAULTS } from './options.js';
+import { reached } from './phases.js';
+import { type MoveRecord, recordPhase, streamId } from './record.js';
+import { dropPublication, dropSlots, dropSubscription, replicationNames } from './replication.js';
+import { inTransaction, newSession, openServer, readPlacement, setShardState } from './session.js';
+import { finish } from './steps.js';
+import { dropSchema, listTables } from './tables.js';
+
+/**
+ * Ending a move that its process left unfinished: rolled back before the catalog switched, finished after. Used by
+ * a rerun that targets another server and by `cluster cleanup`.
+ */
+/**
+ * Undoes a move that has not switched: target copy and subscription dropped, source unfenced, publication and
+ * slots dropped, shard active on its source. A target that cannot be reached keeps its subscription (now without
+ * a slot, so it copies nothing); `cluster cleanup` drops it later.
+ */
+export async function rollBackMove(
+  config: ClusterConfig,
+  catalog: pg.Client,
+  record: MoveRecord,
+  reason: string,
+): Promise<void> {
+  const placement = await readPlacement(catalog, record.shard);
+  if (placement.server !== record.from) {
+    throw new ShardflakeError(
+      'MOVE_FAILED',
+      `move #${record.id} already switched shard ${record.shard} to server ${placement.server}; it can only be finished`,
+    );
+  }
+  const names = replicationNames(streamId(record));
+  // Fresh connections: the move's own may be dead or inside an aborted transaction.
+  const source = await openServer(config, record.from);
+  const target = await openServer(config, record.to).catch(() => undefined);
+  try {
+    const leftovers: string[] = [];
+    try {
+      if (!target) throw new Error(`server ${record.to} is unreachable`);
+      await dropSubscription(target, names.subscription, true);
+      await dropSchema(target, record.schema);
+    } catch (error) {
+      leftovers.push(
+        `subscription ${names.subscription} and schema ${record.schema} on server ${record.to} (${(error as Error).message}; cluster cleanup drops them)`,
+      );
+    }
+    if (await isFenced(source, record.schema)) await ddlPastGuard(source, unfenceSql(record.schema));
+    await dropPublication(source, names.publication);
+    await dropSlots(source, names.slot, record.subscriptionOid);
+    await unguardSchema(source, record.schema);
+    await inTransaction(catalog, async () => {
+      if (placement.state !== 'active') await setShardState(catalog, record.shard, 'active');
+      await recordPhase(catalog, record.id, 'rolled_back', {
+        error: [reason, ...leftovers.map((l) => `left: ${l}`)].join('; '),
+      });
+    });
+  } finally {
+    await Promise.all([source.end().catch(() => {}), target?.end().catch(() => {})]);
+  }
+}
+
+/** Finishes (switched) or rolls back (otherwise) an unfinished move found in the catalog. */
+export async function settleMove(
+  config: ClusterConfig,
+  catalog: pg.Client,
+  record: MoveRecord,
+  reason: string,
+): Promise<'finished' | 'rolled_back'> {
+  if (!reached(record.phase, 'switched')) {
+    await rollBackMove(config, catalog, record, reason);
+    return 'rolled_back';
+  }
+  const source = await openServer(config, record.from);
+  const target = await openServer(config, record.to).catch(async (e) => {
+    await source.end();
+    throw e;
+  });
+  try {
+    const s = newSession({
+      config,
+      opts: { ...DEFAULTS },
+      catalog,
+      source,
+      target,
+      record,
+      names: replicationNames(streamId(record)),
+      tables: await listTables(source, record.schema),
+    });
+    await finish(s);
+    return 'finished';
+  } finally {
+    await Promise.all([source.end().catch(() => {}), target.end().catch(() => {})]);
+  }
+}
