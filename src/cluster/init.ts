@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
+import { wrapPgError } from '../postgres/connect.js';
 import {
   bumpMapVersion,
   installCatalog,
