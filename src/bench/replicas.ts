@@ -16,13 +16,14 @@ import { median } from './stats.js';
  * 2. The router's cost of its OpenTelemetry hook with the API present but no SDK installed: the same reads on the
  *    primary through a router with `telemetry: true` (the default) and one with `telemetry: false`.
  *
- * The sides alternate within every round (A B, then B A in the next round), so drift in the machine's load falls
- * on both; each ratio is the median of the per-round ratios, with the spread (min–max) next to it.
+ * The sides alternate in short slices within every round (A B, then B A in the next round), so drift in the
+ * machine's load falls on both; each ratio is the median of the per-round ratios, with the spread (min–max) next
+ * to it. The hook is also timed alone (ns per event), which the machine's noise cannot hide.
  */
 export interface ReplicaBenchOptions {
   rounds?: number;
-  /** Seconds per side per round. */
-  seconds?: number;
+  /** Milliseconds per side per round: short slices, so a change in the machine's load hits both sides alike. */
+  sliceMs?: number;
   clients?: number;
   rows?: number;
   onProgress?: (message: string) => void;
@@ -40,7 +41,7 @@ export interface RatioResult {
 
 export interface ReplicaBenchResult {
   rounds: number;
-  seconds: number;
+  sliceMs: number;
   clients: number;
   /** baseline: primary only; candidate: primary + one replica serving reads. */
   replicaReads: RatioResult;
@@ -50,6 +51,8 @@ export interface ReplicaBenchResult {
   replicaShare: number;
   /** The telemetry hook alone, no SDK: nanoseconds per operation event (median of 5 runs of 100 000 events). */
   hookNsPerEvent: number;
+  /** The hook's CPU time per second at the telemetry side's median throughput, as a share of one core. */
+  hookCpuShare: number;
 }
 
 /** Times the hook by itself, so the cost is known even when the machine's noise hides it in the side-by-side. */
@@ -107,8 +110,8 @@ function ratios(baseline: number[], candidate: number[]): RatioResult {
 }
 
 export async function benchReplicas(options: ReplicaBenchOptions = {}): Promise<ReplicaBenchResult> {
-  const rounds = options.rounds ?? 5;
-  const seconds = options.seconds ?? 3;
+  const rounds = options.rounds ?? 30;
+  const sliceMs = options.sliceMs ?? 500;
   const clients = options.clients ?? 8;
   const rowCount = options.rows ?? 2000;
   const say = options.onProgress ?? (() => {});
@@ -155,7 +158,7 @@ export async function benchReplicas(options: ReplicaBenchOptions = {}): Promise<
       for (const r of Object.values(routers)) await readLoop(r, ids, clients, 300);
       const rr = { base: [] as number[], cand: [] as number[] };
       const tt = { base: [] as number[], cand: [] as number[] };
-      const ms = seconds * 1000;
+      const ms = sliceMs;
       for (let round = 0; round < rounds; round++) {
         const flip = round % 2 === 1;
         const pair = async (
@@ -174,18 +177,21 @@ export async function benchReplicas(options: ReplicaBenchOptions = {}): Promise<
         };
         await pair(routers.primaryOnly, routers.withReplica, rr);
         await pair(routers.telemetryOff, routers.telemetryOn, tt);
-        say(
-          `round ${round + 1}/${rounds}: replica ${((rr.cand.at(-1) as number) / (rr.base.at(-1) as number)).toFixed(3)}×, telemetry ${((tt.cand.at(-1) as number) / (tt.base.at(-1) as number)).toFixed(3)}×`,
-        );
+        if ((round + 1) % 5 === 0 || round + 1 === rounds)
+          say(
+            `round ${round + 1}/${rounds}: replica ${((rr.cand.at(-1) as number) / (rr.base.at(-1) as number)).toFixed(3)}×, telemetry ${((tt.cand.at(-1) as number) / (tt.base.at(-1) as number)).toFixed(3)}×`,
+          );
       }
+      const hookNsPerEvent = hookCost();
       return {
         rounds,
-        seconds,
+        sliceMs,
         clients,
         replicaReads: ratios(rr.base, rr.cand),
         telemetry: ratios(tt.base, tt.cand),
         replicaShare: allReads ? replicaReads / allReads : 0,
-        hookNsPerEvent: hookCost(),
+        hookNsPerEvent,
+        hookCpuShare: (hookNsPerEvent * median(tt.cand)) / 1e9,
       };
     } finally {
       await Promise.all(Object.values(routers).map((r) => r.close()));

@@ -146,7 +146,7 @@ export async function createRouter(
         for (const h of hooks) emitSafely(h, event);
       }
     : undefined;
-  const map = createShardMap(await primaryUrl(config, config.catalog), {
+  const map = createShardMap(await primaryUrl(config, config.catalog, { requireAll: false }), {
     listen: opts.listen,
     reconnectMs: opts.catalogRetryMs,
     catalogServer: config.catalog,
