@@ -63,5 +63,7 @@ export function isShardflakeError(error: unknown, code?: ErrorCode): error is Sh
 
 /** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */
 export function redactSecrets(text: string): string {
+  // A message built from anything but text has no URL to redact (and String() could throw): said as such.
+  if (typeof text !== 'string') return `(not text: ${text === null ? 'null' : typeof text})`;
   return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]*@/gi, '$1****@');
 }

@@ -1,8 +1,13 @@
 import { readFile } from 'node:fs/promises';
+import { expectObject, expectString, kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
-import { GENERATOR_LANGUAGES, type GeneratorLanguage } from '../postgres/generator-sql.js';
+import {
+  DEFAULT_GENERATOR_LANGUAGE,
+  GENERATOR_LANGUAGES,
+  type GeneratorLanguage,
+} from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
 import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
 
@@ -17,7 +22,7 @@ import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStateme
  *   "epoch": "2024-01-01T00:00:00Z",          // ISO date or ms since 1970; default: the layout's own epoch
  *   "layout": "instagram",                     // a preset with a shard field (default instagram)
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
- *   "nextIdLanguage": "sql",                   // how each shard's next_id() is written: sql (default) or plpgsql
+ *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
  *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
  * }
@@ -128,7 +133,7 @@ function parseEpoch(value: unknown, layout: Layout, source: string, now: number)
   if (!Number.isSafeInteger(ms) || ms < 0) {
     throw bad(
       source,
-      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${JSON.stringify(value)}`,
+      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${shown(value)}`,
     );
   }
   if (ms > now) {
@@ -211,7 +216,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
   if (!(raw.catalog in servers)) {
     throw new ShardflakeError(
       'UNKNOWN_SERVER',
-      `${source}: "catalog" names server ${JSON.stringify(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
+      `${source}: "catalog" names server ${shown(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
     );
   }
 
@@ -230,10 +235,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
   const limit = Math.min(MAX_LOGICAL_SHARDS, Number(shardField.max) + 1);
   const shards = raw.logicalShards;
   if (typeof shards !== 'number' || !Number.isInteger(shards) || shards < 1 || shards > limit) {
-    throw bad(
-      source,
-      `"logicalShards" must be a whole number from 1 to ${limit}, not ${JSON.stringify(shards)}`,
-    );
+    throw bad(source, `"logicalShards" must be a whole number from 1 to ${limit}, not ${shown(shards)}`);
   }
   const epoch = parseEpoch(raw.epoch, base, source, now);
   const layout = withEpoch(base, epoch);
@@ -246,7 +248,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     );
   }
 
-  const nextIdLanguage = raw.nextIdLanguage ?? 'sql';
+  const nextIdLanguage = raw.nextIdLanguage ?? DEFAULT_GENERATOR_LANGUAGE;
   if (!(GENERATOR_LANGUAGES as readonly unknown[]).includes(nextIdLanguage)) {
     throw bad(source, `"nextIdLanguage" must be one of ${GENERATOR_LANGUAGES.join(', ')}`);
   }
@@ -319,6 +321,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
 
 /** Parses config text (JSON). */
 export function parseConfig(text: string, source = 'config'): ClusterConfig {
+  if (typeof text !== 'string') throw bad(source, `must be JSON text, not ${kindOf(text)}`);
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -344,6 +347,10 @@ export async function loadConfig(path: string): Promise<ClusterConfig> {
 
 /** Schema name of a logical shard: prefix + shard number zero-padded to 4 digits (`shard_0042`). */
 export function shardSchema(config: Pick<ClusterConfig, 'schemaPrefix'>, shard: number): string {
+  expectString(expectObject(config, 'shardSchema: config').schemaPrefix, 'shardSchema: config.schemaPrefix');
+  if (!Number.isSafeInteger(shard) || shard < 0) {
+    throw new ShardflakeError('UNKNOWN_SHARD', `logical shard ${shown(shard)} is not a whole number from 0`);
+  }
   return `${config.schemaPrefix}${String(shard).padStart(4, '0')}`;
 }
 

@@ -44,6 +44,8 @@ export function dashboardPage(options: { refreshMs: number }): string {
   #error { background: #fdecea; color: var(--bad); padding: 8px 12px; border-radius: 6px; }
   #legend { display: flex; flex-wrap: wrap; gap: 14px; margin-bottom: 8px; }
   #map { display: block; max-width: 100%; }
+  .swatch.moving { background: linear-gradient(135deg, #bbb 50%, #555 50%); outline: 1.5px solid #1d2330; }
+  #map-caption { text-transform: none; letter-spacing: 0; font-weight: normal; }
   #tip { position: fixed; pointer-events: none; background: #1d2330; color: #fff; font-size: 12px; padding: 6px 8px; border-radius: 4px; white-space: pre; }
   ul#warnings { margin: 8px 0 0; padding-left: 18px; color: var(--warn); }
   code { font-size: 12px; }
@@ -56,7 +58,7 @@ export function dashboardPage(options: { refreshMs: number }): string {
   <section><h2>Servers</h2><table id="servers"><thead></thead><tbody></tbody></table></section>
   <section><h2>Moves</h2><p id="no-moves" class="muted">No move in progress.</p>
     <table id="moves" hidden><thead><tr><th>move</th><th>shard</th><th>from → to</th><th>phase</th><th>progress</th><th>time</th><th>error</th></tr></thead><tbody></tbody></table></section>
-  <section><h2>Shard map <span id="map-caption" class="muted"></span></h2><div id="legend"></div><canvas id="map" width="0" height="0"></canvas></section>
+  <section><h2>Shard map <span id="map-caption" class="muted"></span> <select id="colour-by" hidden><option value="">colour: server</option></select></h2><div id="legend"></div><canvas id="map" width="0" height="0"></canvas></section>
   <section><h2>Schema versions</h2><div id="versions"></div><ul id="warnings"></ul></section>
 </main>
 <div id="tip" hidden></div>
@@ -76,7 +78,14 @@ function el(tag, attrs, ...children) {
   for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c === null || c === undefined ? "" : String(c)));
   return node;
 }
-const show = (v) => v === null || v === undefined ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v);
+function show(v) {
+  if (v === null || v === undefined) return "—";
+  // A list of objects (a server's replicas, say) reads better as "key value, …; …" than as JSON.
+  if (Array.isArray(v) && v.every((x) => x && typeof x === "object" && !Array.isArray(x))) {
+    return v.length === 0 ? "none" : v.map((x) => Object.entries(x).map(([k, y]) => label(k) + " " + show(y)).join(", ")).join("; ");
+  }
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
 const label = (key) => key.replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();
 function duration(ms) {
   if (!(ms >= 0)) return "";
@@ -138,19 +147,24 @@ function drawMap() {
   const cell = n <= 256 ? 16 : n <= 2048 ? 10 : 7;
   const gap = 1, step = cell + gap;
   const width = Math.max(step, Math.min($("map").parentElement.clientWidth - 32, 1400));
-  const cols = Math.max(1, Math.floor(width / step));
+  // A power of two per row (as many as fit), so a shard's place is easy to read: row = shard / cols.
+  const cols = Math.min(2 ** Math.floor(Math.log2(Math.max(1, Math.floor(width / step)))), Math.max(1, n));
   const rows = Math.ceil(n / cols);
   const canvas = $("map"), ratio = window.devicePixelRatio || 1;
   canvas.style.width = cols * step + "px"; canvas.style.height = rows * step + "px";
   canvas.width = Math.ceil(cols * step * ratio); canvas.height = Math.ceil(rows * step * ratio);
   canvas.dataset.shards = String(n);
   canvas.dataset.moving = String(shards.filter((s) => s.state === "moving").length);
+  // Colour by a numeric shard field (rows, bytes, … when the status has them): light to dark on a log scale.
+  const by = $("colour-by").value;
+  const top = by ? Math.max(1, ...shards.map((s) => Number(s[by]) || 0)) : 1;
+  const heat = (v) => "hsl(215, 60%, " + Math.round(92 - 62 * (Math.log1p(Math.max(0, Number(v) || 0)) / Math.log1p(top))) + "%)";
   const ctx = canvas.getContext("2d");
   ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
   ctx.clearRect(0, 0, cols * step, rows * step);
   shards.forEach((s, i) => {
     const x = (i % cols) * step, y = Math.floor(i / cols) * step;
-    ctx.fillStyle = state.colours.get(s.server) || "#999";
+    ctx.fillStyle = by ? heat(s[by]) : state.colours.get(s.server) || "#999";
     ctx.fillRect(x, y, cell, cell);
     const move = moving.get(s.shard);
     if (s.state === "moving" || move) {
@@ -165,7 +179,8 @@ function drawMap() {
   const counts = new Map();
   for (const s of shards) counts.set(s.server, (counts.get(s.server) || 0) + 1);
   $("legend").replaceChildren(...[...state.colours.keys()].map((name) => el("span", { "data-server": name },
-    el("span", { class: "swatch", style: "background:" + state.colours.get(name) }), name + " · " + (counts.get(name) || 0) + " shards")));
+    el("span", { class: "swatch", style: "background:" + state.colours.get(name) }), name + " · " + (counts.get(name) || 0) + " shards")),
+    el("span", { class: "muted" }, el("span", { class: "swatch moving" }), "moving: source | target colour, " + cols + " shards a row"));
 }
 
 $("map").addEventListener("mousemove", (e) => {
@@ -184,7 +199,18 @@ $("map").addEventListener("mousemove", (e) => {
 $("map").addEventListener("mouseleave", () => { $("tip").hidden = true; });
 window.addEventListener("resize", drawMap);
 
+/** Offers colouring by every numeric shard field but the shard's number and schema version. */
+function offerColourings(shards) {
+  const select = $("colour-by");
+  const keys = Object.keys(shards[0] || {}).filter((k) => !["shard", "schemaVersion"].includes(k) && shards.some((s) => typeof s[k] === "number"));
+  const have = [...select.options].slice(1).map((o) => o.value);
+  for (const k of keys) if (!have.includes(k)) select.append(el("option", { value: k }, "colour: " + label(k)));
+  select.hidden = keys.length === 0;
+}
+$("colour-by").addEventListener("change", drawMap);
+
 function renderStatus(status) {
+  offerColourings(status.shards || []);
   $("summary").textContent = "map version " + status.version + " · " + status.mappedShards + " of " + status.logicalShards +
     " shards mapped · layout " + status.layout + " · target schema v" + status.targetSchemaVersion;
   renderServers(status);

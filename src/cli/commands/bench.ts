@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
@@ -16,4 +17,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchClusterCommand(bench);
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
+  registerBenchAppCommand(bench);
 }
