@@ -181,7 +181,14 @@ describe('router over a primary and its replica', () => {
         }
       }
     })();
-    while (acknowledged.length < 30) await new Promise((r) => setTimeout(r, 10));
+    // bounded: a writer that failed early must fail the test, not leave it waiting
+    const warmUntil = performance.now() + 20_000;
+    while (acknowledged.length < 30 && performance.now() < warmUntil)
+      await new Promise((r) => setTimeout(r, 10));
+    assert.ok(
+      acknowledged.length >= 30,
+      `the writer stalled before the failover: ${failures.length} errors, last ${String(failures.at(-1))}`,
+    );
     await primary.stop();
     await new Promise((r) => setTimeout(r, 300));
     await replica.promote();
