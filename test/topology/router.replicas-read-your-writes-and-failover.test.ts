@@ -219,5 +219,11 @@ describe('router over a primary and its replica', () => {
     // a failed insert is a typed error, never a silent loss
     for (const f of failures) assert.equal((f as Error).name, 'ShardflakeError', String(f));
     assert.ok(events.some((e) => e.type === 'roles-found' && e.primary?.includes(`:${replica.port}/`)));
+    // the catalog is on this server too: the router reads and listens to the map on the promoted node again
+    const deadline = performance.now() + 15_000;
+    while (router.catalogDown && performance.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(router.catalogDown, false);
+    await router.refresh();
+    assert.equal(router.mapVersion, 1n);
   });
 });

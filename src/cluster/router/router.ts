@@ -152,6 +152,10 @@ export async function createRouter(
     catalogServer: config.catalog,
     emit: hook,
     onMapChange: opts.onMapChange,
+    locateCatalog:
+      serverNodeUrls(config, config.catalog).length > 1
+        ? () => primaryUrl(config, config.catalog, { requireAll: false })
+        : undefined,
   });
   const servers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
