@@ -4,6 +4,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { trace } from '@opentelemetry/api';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
 import { validateConfig } from '../../src/cluster/config.js';
 import { initCluster } from '../../src/cluster/init.js';
@@ -62,6 +68,27 @@ describe('router over a primary and its replica', () => {
       "SELECT count(*)::int AS n FROM pg_namespace WHERE nspname ~ '^shard_[0-9]{4}$'",
     );
     assert.equal(onReplica[0]?.n, 4);
+  });
+
+  it('with an OpenTelemetry SDK installed, each routed operation is a span naming its shard, node and role', async () => {
+    const exporter = new InMemorySpanExporter();
+    trace.setGlobalTracerProvider(
+      new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+    );
+    try {
+      await router.withShard({ shard: 2 }, async (s) => (await s.query('SELECT 1')).rows, { readOnly: true });
+    } finally {
+      trace.disable();
+    }
+    const [span] = exporter.getFinishedSpans();
+    assert.equal(span?.name, 'shardflake withShard');
+    assert.equal(span?.attributes['shardflake.shard'], 2);
+    assert.equal(span?.attributes['shardflake.server'], 'a');
+    assert.equal(span?.attributes['shardflake.role'], 'replica');
+    assert.match(
+      String(span?.attributes['shardflake.node']),
+      new RegExp(`:\\*\\*\\*\\*@127\\.0\\.0\\.1:${replica.port}/`),
+    );
   });
 
   it('a readOnly read after a write sees it while the replica is paused; other reads go to the replica', async () => {

@@ -1,9 +1,11 @@
 import {
   type Attributes,
   type Counter,
+  createNoopMeter,
   type Histogram,
   type Meter,
   metrics,
+  ProxyTracerProvider,
   SpanKind,
   SpanStatusCode,
   type Tracer,
@@ -86,6 +88,31 @@ function spanAttributes(event: OperationEvent): Attributes {
   if (event.retryReasons.length) attributes['shardflake.retry_reasons'] = event.retryReasons;
   if (event.error) attributes['error.type'] = event.error.code;
   return attributes;
+}
+
+// What the API hands out while no SDK is installed: a fresh proxy's delegate is the API's no-op provider, and
+// the no-op meter provider's meters are the one no-op meter.
+const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
+const NOOP_METER = createNoopMeter();
+let seen: { tracers: unknown; meters: unknown; installed: boolean } | undefined;
+
+/**
+ * True when the application has installed an OpenTelemetry SDK (a tracer or a meter provider). The router asks
+ * before each operation and builds no event for telemetry when nothing would record it; two global look-ups,
+ * the answer cached until a provider changes.
+ */
+export function telemetryInstalled(): boolean {
+  const proxy = trace.getTracerProvider();
+  const tracers = proxy instanceof ProxyTracerProvider ? proxy.getDelegate() : proxy;
+  const meters = metrics.getMeterProvider();
+  if (seen?.tracers !== tracers || seen.meters !== meters) {
+    seen = {
+      tracers,
+      meters,
+      installed: tracers !== NOOP_TRACER_PROVIDER || meters.getMeter('shardflake', VERSION) !== NOOP_METER,
+    };
+  }
+  return seen.installed;
 }
 
 /**
