@@ -15,6 +15,7 @@ import { median } from './stats.js';
  *    [primary, replica] and through one whose server lists the primary only.
  * 2. The router's cost of its OpenTelemetry hook with the API present but no SDK installed: the same reads on the
  *    primary through a router with `telemetry: true` (the default) and one with `telemetry: false`.
+ * 3. A control: two identical routers measured the same way (the ratio should be 1; its spread is the noise).
  *
  * The sides alternate in short slices within every round (A B, then B A in the next round), so drift in the
  * machine's load falls on both; each ratio is the median of the per-round ratios, with the spread (min–max) next
@@ -47,6 +48,8 @@ export interface ReplicaBenchResult {
   replicaReads: RatioResult;
   /** baseline: telemetry off; candidate: telemetry on (API, no SDK). */
   telemetry: RatioResult;
+  /** Control: two identical routers (telemetry off) measured the same way; its spread is this run's noise floor. */
+  control: RatioResult;
   /** Share of reads the replica served on the replica side. */
   replicaShare: number;
   /** The telemetry hook alone, no SDK: nanoseconds per operation event (median of 5 runs of 100 000 events). */
@@ -152,12 +155,15 @@ export async function benchReplicas(options: ReplicaBenchOptions = {}): Promise<
       }),
       telemetryOff: await createRouter(direct, { listen: false, poolSize: clients, telemetry: false }),
       telemetryOn: await createRouter(direct, { listen: false, poolSize: clients }),
+      controlA: await createRouter(direct, { listen: false, poolSize: clients, telemetry: false }),
+      controlB: await createRouter(direct, { listen: false, poolSize: clients, telemetry: false }),
     };
     try {
       // warm every pool and plan cache before measuring
       for (const r of Object.values(routers)) await readLoop(r, ids, clients, 300);
       const rr = { base: [] as number[], cand: [] as number[] };
       const tt = { base: [] as number[], cand: [] as number[] };
+      const cc = { base: [] as number[], cand: [] as number[] };
       const ms = sliceMs;
       for (let round = 0; round < rounds; round++) {
         const flip = round % 2 === 1;
@@ -177,6 +183,7 @@ export async function benchReplicas(options: ReplicaBenchOptions = {}): Promise<
         };
         await pair(routers.primaryOnly, routers.withReplica, rr);
         await pair(routers.telemetryOff, routers.telemetryOn, tt);
+        await pair(routers.controlA, routers.controlB, cc);
         if ((round + 1) % 5 === 0 || round + 1 === rounds)
           say(
             `round ${round + 1}/${rounds}: replica ${((rr.cand.at(-1) as number) / (rr.base.at(-1) as number)).toFixed(3)}×, telemetry ${((tt.cand.at(-1) as number) / (tt.base.at(-1) as number)).toFixed(3)}×`,
@@ -189,6 +196,7 @@ export async function benchReplicas(options: ReplicaBenchOptions = {}): Promise<
         clients,
         replicaReads: ratios(rr.base, rr.cand),
         telemetry: ratios(tt.base, tt.cand),
+        control: ratios(cc.base, cc.cand),
         replicaShare: allReads ? replicaReads / allReads : 0,
         hookNsPerEvent,
         hookCpuShare: (hookNsPerEvent * median(tt.cand)) / 1e9,

@@ -30,6 +30,7 @@ export function registerBenchReplicasCommand(bench: Command): void {
           line('reads with a replica', result.replicaReads, 'primary only', 'primary + replica'),
           `  the replica served ${(result.replicaShare * 100).toFixed(1)}% of the reads on its side`,
           line('telemetry hook, no SDK', result.telemetry, 'telemetry off', 'on'),
+          line('control: two identical routers', result.control, 'A', 'B'),
           `  the hook alone: ${Math.round(result.hookNsPerEvent)} ns per operation event, ${(result.hookCpuShare * 100).toFixed(3)}% of one core at ${Math.round(median(result.telemetry.candidate))} operations/s`,
           '',
         ].join('\n'),
