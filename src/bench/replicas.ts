@@ -8,10 +8,10 @@ import { replicaCaughtUp, startEmbeddedReplica } from '../postgres/embedded-repl
 import { median } from './stats.js';
 
 /**
- * `shardflake bench replicas`: two questions, each answered side by side in one run on embedded servers.
+ * `shardflake bench replicas`: two questions and a control, each answered side by side in one run on embedded servers.
  *
  * 1. Read throughput with one streaming replica serving reads against the primary alone: `clients` concurrent
- *    readOnly withShard reads (one primary-key SELECT each) for `seconds`, through a router whose server lists
+ *    readOnly withShard reads (one primary-key SELECT each) for `sliceMs` per side, through a router whose server lists
  *    [primary, replica] and through one whose server lists the primary only.
  * 2. The router's cost of its OpenTelemetry hook with the API present but no SDK installed: the same reads on the
  *    primary through a router with `telemetry: true` (the default) and one with `telemetry: false`.
