@@ -83,26 +83,32 @@ describe('cluster migrate with CREATE/DROP INDEX CONCURRENTLY', () => {
     const writer = await connect(urlOf('a'));
     await writer.query(`BEGIN; INSERT INTO ${schemaOf(0)}.photos (user_id) VALUES (0)`);
     const events: IndexBuildEvent[] = [];
-    let released = false;
+    let heldOnA: number[] | null = null;
+    const release = () => void writer.query('COMMIT').then(() => writer.end());
+    // Only so that a broken build cannot hang the test; the assertions below fail if this fires.
+    const safety = setTimeout(release, 30_000);
     const result = await migrateCluster(config(likes, likesIndex, tags), {
       connectionsPerServer: 2,
       onIndexBuild: (event) => {
         events.push(event);
         const bDone = events.filter((e) => e.server === 'b' && e.phase === 'finished').length;
-        if (bDone === 4 && !released) {
-          released = true;
-          // Which of a's shards is the one waiting: a started build that has not finished.
-          const aRunning = events.filter((e) => e.server === 'a' && e.phase === 'started');
-          assert.deepEqual(
-            aRunning.map((e) => e.shard),
-            [0],
-            'server a started no other build while shard 0 waited',
-          );
-          void writer.query('COMMIT').then(() => writer.end());
+        if (bDone === 4 && heldOnA === null) {
+          // Server a's builds that have started and not finished: only the held one.
+          const onA = events.filter((e) => e.server === 'a');
+          heldOnA = onA
+            .filter((e) => e.phase === 'started')
+            .map((e) => e.shard)
+            .filter((shard) => !onA.some((e) => e.shard === shard && e.phase === 'finished'));
+          clearTimeout(safety);
+          release();
         }
       },
     });
-    assert.ok(released, 'server b finished its builds while server a was held');
+    assert.deepEqual(
+      heldOnA,
+      [0],
+      'server b finished its builds while only shard 0 built (held) on server a',
+    );
     assert.deepEqual(result.failed, []);
     assert.equal(result.migrated, 8);
     // Never two builds on one server at once.
@@ -134,10 +140,27 @@ describe('cluster migrate with CREATE/DROP INDEX CONCURRENTLY', () => {
     });
     assert.equal((await indexOf(6, 'photos_tags'))?.valid, false);
 
+    // With parallelBuilds 1, server b's builds must wait while shard 0's build (server a) is held by a writer for
+    // 300 ms; were the limit ignored, they would run inside that window and overlap it.
+    const writer = await connect(urlOf('a'));
+    await writer.query(`BEGIN; INSERT INTO ${schemaOf(0)}.photos (user_id) VALUES (1000)`);
     const events: IndexBuildEvent[] = [];
     const result = await migrateCluster(config(likes, likesIndex, tags, tagsIndex), {
-      onIndexBuild: (e) => events.push(e),
+      parallelBuilds: 1,
+      onIndexBuild: (e) => {
+        events.push(e);
+        if (e.shard === 0 && e.phase === 'started') {
+          setTimeout(() => void writer.query('COMMIT').then(() => writer.end()), 300);
+        }
+      },
     });
+    // --parallel-builds 1: never two builds at once, on any server.
+    let running = 0;
+    for (const e of events) {
+      running += e.phase === 'started' ? 1 : e.phase === 'finished' || e.phase === 'failed' ? -1 : 0;
+      assert.ok(running <= 1, 'two builds at once with parallelBuilds 1');
+    }
+    assert.equal(events.filter((e) => e.phase === 'finished').length, 7);
     assert.deepEqual(result.failed, []);
     assert.deepEqual(result.rebuiltIndexes, [
       {
