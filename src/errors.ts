@@ -29,6 +29,7 @@ export const ERROR_CODES = [
   'COMMIT_UNKNOWN', // the connection was lost while COMMIT was in flight: the transaction may or may not have committed
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
+  'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -62,5 +63,7 @@ export function isShardflakeError(error: unknown, code?: ErrorCode): error is Sh
 
 /** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */
 export function redactSecrets(text: string): string {
+  // A message built from anything but text has no URL to redact (and String() could throw): said as such.
+  if (typeof text !== 'string') return `(not text: ${text === null ? 'null' : typeof text})`;
   return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]*@/gi, '$1****@');
 }

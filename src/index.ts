@@ -43,6 +43,17 @@ export type {
 } from './cluster/router/events.js';
 export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
 export type {
+  AcquireOptions,
+  Lsn,
+  NodeLease,
+  NodeRole,
+  ServerNodes,
+  ServerNodesOptions,
+} from './cluster/router/server-nodes.js';
+export { createServerNodes } from './cluster/router/server-nodes.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
+export type {
   FeedOptions,
   FeedPage,
   InsertManyOptions,
@@ -95,18 +106,48 @@ export { findMac, workerIdFromMac } from './ids/worker-id.js';
 // shard moves
 export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
 export { cleanupCluster } from './move/cleanup.js';
+export type { Throttle } from './move/copy-stream.js';
+export { parseThrottle } from './move/copy-stream.js';
 export { moveShard, moveShards } from './move/move.js';
-export type { MoveOptions, MoveProgress, MoveResult, MoveStep, VerifyMode } from './move/options.js';
+export type {
+  MoveOptions,
+  MoveProgress,
+  MoveResult,
+  MoveStep,
+  SetMoveOptions,
+  SetProgress,
+  VerifyMode,
+} from './move/options.js';
 export { VERIFY_MODES } from './move/options.js';
 export type { MovePhase } from './move/phases.js';
 export { MOVE_PHASES } from './move/phases.js';
-export type { PlannedMove, RebalanceOptions, RebalancePlan, RebalanceResult } from './move/rebalance.js';
-export { BALANCE_BY, planRebalance, planRebalanceByRows, rebalanceCluster } from './move/rebalance.js';
+export type {
+  MoveEstimate,
+  PlannedMove,
+  PlanOptions,
+  RebalanceOptions,
+  RebalancePlan,
+  RebalanceResult,
+} from './move/rebalance.js';
+export {
+  BALANCE_BY,
+  planRebalance,
+  planRebalanceByRows,
+  planRebalanceByWeight,
+  rebalanceCluster,
+} from './move/rebalance.js';
 export { isInterrupted as isMoveInterrupted } from './move/session.js';
+export { moveSets } from './move/set.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';
-export { freePort, startEmbeddedServer, startEmbeddedServers } from './postgres/embedded.js';
+export {
+  freePort,
+  startEmbeddedServer,
+  startEmbeddedServers,
+  stopEmbeddedServers,
+  stopEmbeddedServersOnSignals,
+} from './postgres/embedded.js';
 export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
 export {
   GENERATOR_LANGUAGES,

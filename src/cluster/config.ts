@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { expectObject, expectString, kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
@@ -46,7 +47,13 @@ export interface Migration {
 }
 
 export interface ClusterConfig {
+  /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
+  /**
+   * Every node URL of each server, in config order: one URL, or a primary and its streaming replicas (roles are
+   * found at run time with pg_is_in_recovery(), so the order does not say which one is the primary).
+   */
+  nodes: Record<string, string[]>;
   catalog: string;
   logicalShards: number;
   /** Epoch in ms since 1970. */
@@ -122,13 +129,39 @@ function parseEpoch(value: unknown, layout: Layout, source: string, now: number)
   if (!Number.isSafeInteger(ms) || ms < 0) {
     throw bad(
       source,
-      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${JSON.stringify(value)}`,
+      `"epoch" must be an ISO 8601 date such as "2024-01-01T00:00:00Z" or whole milliseconds since 1970, not ${shown(value)}`,
     );
   }
   if (ms > now) {
     throw bad(source, `"epoch" ${new Date(ms).toISOString()} is in the future; ids before it cannot be made`);
   }
   return ms;
+}
+
+/**
+ * A server's value: one postgres:// URL, or a non-empty list of them (a primary and its streaming replicas, in any
+ * order). Only what can be seen without connecting is checked here; roles and replication are checked live, when
+ * a command or a router connects (src/cluster/topology/roles.ts).
+ */
+function nodeUrls(name: string, value: unknown, source: string): string[] {
+  const list = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw bad(
+      source,
+      `server ${name} needs a postgres:// URL or a non-empty list of node URLs (a primary and its replicas)`,
+    );
+  }
+  return list.map((url, i) => {
+    const where = Array.isArray(value) ? `server ${name} node ${i + 1}` : `server ${name}`;
+    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url))
+      throw bad(source, `${where} needs a postgres:// URL`);
+    try {
+      new URL(url);
+    } catch {
+      throw bad(source, `${where} has a malformed URL ${describeUrl(url)}`);
+    }
+    return url;
+  });
 }
 
 /** Validates a parsed config object; every problem is an INVALID_CONFIG or UNKNOWN_SERVER with one sentence. */
@@ -153,25 +186,33 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     throw bad(source, '"servers" must map at least one server name to a postgres:// URL');
   }
   const servers: Record<string, string> = {};
-  for (const [name, url] of Object.entries(raw.servers)) {
+  const nodes: Record<string, string[]> = {};
+  const serverOfUrl = new Map<string, string>();
+  for (const [name, value] of Object.entries(raw.servers)) {
     if (!/^[A-Za-z0-9_-]{1,63}$/.test(name)) {
       throw bad(source, `server name ${JSON.stringify(name)} must be 1–63 letters, digits, _ or -`);
     }
-    if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url)) {
-      throw bad(source, `server ${name} needs a postgres:// URL`);
+    const urls = nodeUrls(name, value, source);
+    for (const url of urls) {
+      const other = serverOfUrl.get(url);
+      if (other !== undefined) {
+        throw bad(
+          source,
+          other === name
+            ? `server ${name} lists node ${describeUrl(url)} twice`
+            : `node ${describeUrl(url)} is listed under both server ${other} and server ${name}`,
+        );
+      }
+      serverOfUrl.set(url, name);
     }
-    try {
-      new URL(url);
-    } catch {
-      throw bad(source, `server ${name} has a malformed URL ${describeUrl(url)}`);
-    }
-    servers[name] = url;
+    servers[name] = urls[0] as string;
+    nodes[name] = urls;
   }
   if (typeof raw.catalog !== 'string') throw bad(source, '"catalog" must name one of the servers');
   if (!(raw.catalog in servers)) {
     throw new ShardflakeError(
       'UNKNOWN_SERVER',
-      `${source}: "catalog" names server ${JSON.stringify(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
+      `${source}: "catalog" names server ${shown(raw.catalog)}, which "servers" does not define (servers: ${Object.keys(servers).join(', ')})`,
     );
   }
 
@@ -190,10 +231,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
   const limit = Math.min(MAX_LOGICAL_SHARDS, Number(shardField.max) + 1);
   const shards = raw.logicalShards;
   if (typeof shards !== 'number' || !Number.isInteger(shards) || shards < 1 || shards > limit) {
-    throw bad(
-      source,
-      `"logicalShards" must be a whole number from 1 to ${limit}, not ${JSON.stringify(shards)}`,
-    );
+    throw bad(source, `"logicalShards" must be a whole number from 1 to ${limit}, not ${shown(shards)}`);
   }
   const epoch = parseEpoch(raw.epoch, base, source, now);
   const layout = withEpoch(base, epoch);
@@ -264,6 +302,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
 
   return {
     servers,
+    nodes,
     catalog: raw.catalog,
     logicalShards: shards,
     epoch,
@@ -278,6 +317,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
 
 /** Parses config text (JSON). */
 export function parseConfig(text: string, source = 'config'): ClusterConfig {
+  if (typeof text !== 'string') throw bad(source, `must be JSON text, not ${kindOf(text)}`);
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -303,6 +343,10 @@ export async function loadConfig(path: string): Promise<ClusterConfig> {
 
 /** Schema name of a logical shard: prefix + shard number zero-padded to 4 digits (`shard_0042`). */
 export function shardSchema(config: Pick<ClusterConfig, 'schemaPrefix'>, shard: number): string {
+  expectString(expectObject(config, 'shardSchema: config').schemaPrefix, 'shardSchema: config.schemaPrefix');
+  if (!Number.isSafeInteger(shard) || shard < 0) {
+    throw new ShardflakeError('UNKNOWN_SHARD', `logical shard ${shown(shard)} is not a whole number from 0`);
+  }
   return `${config.schemaPrefix}${String(shard).padStart(4, '0')}`;
 }
 

@@ -50,3 +50,13 @@ export async function isFenced(client: Queryable, schema: string): Promise<boole
   );
   return (rows[0] as { fenced: boolean }).fenced;
 }
+
+/** Which of `schemas` are fenced on this server (one query for a set of shards). */
+export async function fencedSchemas(client: Queryable, schemas: readonly string[]): Promise<Set<string>> {
+  const { rows } = await client.query(
+    `SELECT n.nspname::text AS s FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+      WHERE n.nspname = ANY($1::text[]) AND p.proname = $2`,
+    [schemas, FENCE_FUNCTION],
+  );
+  return new Set((rows as { s: string }[]).map((r) => r.s));
+}

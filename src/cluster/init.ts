@@ -1,6 +1,7 @@
 import type pg from 'pg';
+import { expectObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
+import { wrapPgError } from '../postgres/connect.js';
 import {
   bumpMapVersion,
   installCatalog,
@@ -9,8 +10,8 @@ import {
   recordShards,
   type ShardRecord,
 } from './catalog.js';
-import { type ClusterConfig, shardSchema, targetVersion } from './config.js';
-import { closeAll, connectAll, type ServerClients } from './connections.js';
+import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
+import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 
@@ -53,7 +54,15 @@ const DEFAULTS = { batchSize: 64, connectionsPerServer: 2 };
 
 /** Shard → server in contiguous, equal blocks (shards 0…N/K−1 on the first server, and so on). */
 export function planPlacement(config: Pick<ClusterConfig, 'servers' | 'logicalShards'>): string[] {
-  const names = Object.keys(config.servers);
+  expectObject(config, 'planPlacement: config');
+  const names = Object.keys(expectObject(config.servers, 'planPlacement: config.servers'));
+  const shards = config.logicalShards;
+  if (names.length === 0 || !Number.isSafeInteger(shards) || shards < 1 || shards > MAX_LOGICAL_SHARDS) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `planPlacement needs at least one server and 1 to ${MAX_LOGICAL_SHARDS} logical shards, not ${shown(shards)}`,
+    );
+  }
   return Array.from(
     { length: config.logicalShards },
     (_, shard) => names[Math.floor((shard * names.length) / config.logicalShards)] as string,
@@ -222,7 +231,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     for (const [name, queue] of batches) {
       const count = Math.min(opts.connectionsPerServer, queue.length);
       for (let i = 0; i < count; i++) {
-        const c = await connect(config.servers[name] as string, { applicationName: 'shardflake init' });
+        const c = await connectServer(config, name, { applicationName: 'shardflake init' });
         extra.push(c);
         workers.push(createdOn(name, c, queue));
       }

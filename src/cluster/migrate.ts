@@ -4,7 +4,7 @@ import { connect, wrapPgError } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
-import { closeAll, connectAll } from './connections.js';
+import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
@@ -192,7 +192,7 @@ export async function migrateCluster(
       });
     };
 
-    const catalogUrl = config.servers[config.catalog] as string;
+    const catalogUrl = await primaryUrl(config, config.catalog);
     const work = async (home: string, queue: { shard: number; schema: string }[]) => {
       // This worker's connections: its catalog connection (holds the shard locks) and one per server it works on
       // (normally only its home server; another one when a shard moved away since the map was read).
@@ -203,9 +203,7 @@ export async function migrateCluster(
       const clientFor = async (server: string) => {
         let client = clients.get(server);
         if (!client) {
-          const url = config.servers[server];
-          if (!url) throw new ShardflakeError('UNKNOWN_SERVER', `server ${server} is not in the config`);
-          client = await connect(url, { applicationName: 'shardflake migrate' });
+          client = await connectServer(config, server, { applicationName: 'shardflake migrate' });
           extra.push(client);
           clients.set(server, client);
         }

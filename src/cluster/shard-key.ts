@@ -1,4 +1,5 @@
 import { blake2s } from '@noble/hashes/blake2.js';
+import { kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 
 /**
@@ -16,6 +17,12 @@ import { ShardflakeError } from '../errors.js';
 export type ShardKey = number | bigint | string | Uint8Array;
 
 export function hashKey(key: string | Uint8Array): bigint {
+  if (typeof key !== 'string' && !(key instanceof Uint8Array)) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `a key to hash must be a string or bytes, not ${kindOf(key)}`,
+    );
+  }
   const bytes = typeof key === 'string' ? new TextEncoder().encode(key) : key;
   const digest = blake2s(bytes);
   let value = 0n;
@@ -24,6 +31,12 @@ export function hashKey(key: string | Uint8Array): bigint {
 }
 
 export function shardForKey(key: ShardKey, logicalShards: number): number {
+  if (!Number.isSafeInteger(logicalShards) || logicalShards < 1) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `logicalShards must be a whole number from 1, not ${shown(logicalShards)}`,
+    );
+  }
   const n = BigInt(logicalShards);
   let value: bigint;
   if (typeof key === 'bigint') value = key;
@@ -36,6 +49,11 @@ export function shardForKey(key: ShardKey, logicalShards: number): number {
     }
     value = BigInt(key);
   } else if (typeof key === 'string' || key instanceof Uint8Array) value = hashKey(key);
-  else throw new ShardflakeError('INVALID_ARGUMENT', `shard key must be an integer, bigint, string or bytes`);
+  else {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `shard key must be an integer, bigint, string or bytes, not ${kindOf(key)}`,
+    );
+  }
   return Number(((value % n) + n) % n);
 }

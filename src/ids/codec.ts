@@ -1,3 +1,4 @@
+import { expectObject, instantText, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout } from './layout.js';
 
@@ -35,10 +36,7 @@ export function parseIdValue(id: bigint | number | string, layout?: Layout): big
   else if (typeof id === 'number' && Number.isSafeInteger(id)) value = BigInt(id);
   else if (typeof id === 'string' && DECIMAL.test(id.trim())) value = BigInt(id.trim());
   else {
-    throw new ShardflakeError(
-      'INVALID_ID',
-      `${JSON.stringify(String(id)).slice(0, 60)} is not a 64-bit decimal id`,
-    );
+    throw new ShardflakeError('INVALID_ID', `${shown(id)} is not a 64-bit decimal id`);
   }
   const bits = layout?.totalBits ?? 64;
   if (value < 0n || value >> BigInt(bits) !== 0n) {
@@ -52,21 +50,33 @@ export function parseIdValue(id: bigint | number | string, layout?: Layout): big
 
 /** The tick (time field value) of an instant in ms; OUT_OF_RANGE before the epoch or past the time field. */
 export function tickOf(layout: Layout, ms: number): bigint {
-  if (!Number.isFinite(ms)) throw new ShardflakeError('OUT_OF_RANGE', 'time is not a valid date');
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) {
+    throw new ShardflakeError('OUT_OF_RANGE', `time ${shown(ms)} is not a valid date`);
+  }
   const tick = BigInt(Math.floor((ms - layout.epoch) / layout.timeUnitMs));
   if (tick < 0n) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `${new Date(ms).toISOString()} is before layout ${layout.name}'s epoch ${new Date(layout.epoch).toISOString()}`,
+      `${instantText(ms)} is before layout ${layout.name}'s epoch ${instantText(layout.epoch)}`,
     );
   }
   if (tick > layout.time.max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `${new Date(ms).toISOString()} is past the end of layout ${layout.name}'s time field (${layout.exhaustsAt.toISOString()})`,
+      `${instantText(ms)} is past the end of layout ${layout.name}'s time field (${instantText(layout.exhaustsAt.getTime())})`,
     );
   }
   return tick;
+}
+
+/** A Date or ms since 1970 → ms; any other kind of value → OUT_OF_RANGE naming the argument. */
+function msOf(time: unknown, argument: string): number {
+  if (time instanceof Date) return time.getTime();
+  if (typeof time === 'number') return time;
+  throw new ShardflakeError(
+    'OUT_OF_RANGE',
+    `${argument} must be a Date or milliseconds since 1970, not ${shown(time)}`,
+  );
 }
 
 /** The instant (ms since the Unix epoch) at which a tick starts. */
@@ -84,7 +94,7 @@ function fieldValue(field: LayoutField, raw: unknown): bigint {
   if (value === undefined || value < 0n || value > field.max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `${field.name} ${String(raw)} is out of range: it must be an integer from 0 to ${field.max}`,
+      `${field.name} ${shown(raw)} is out of range: it must be an integer from 0 to ${field.max}`,
     );
   }
   return value;
@@ -93,10 +103,12 @@ function fieldValue(field: LayoutField, raw: unknown): bigint {
 /** Builds an id from its parts. Fields not given are 0. */
 export function encodeId(parts: IdParts, layoutInput: LayoutInput = 'instagram'): bigint {
   const layout = resolveLayout(layoutInput);
+  expectObject(parts, 'encodeId: the parts of an id');
+  if (parts.fields !== undefined) expectObject(parts.fields, 'encodeId: parts.fields');
   let tick: bigint;
   if (parts.tick !== undefined) tick = fieldValue(layout.time, parts.tick);
   else if (parts.timestamp !== undefined) {
-    tick = tickOf(layout, parts.timestamp instanceof Date ? parts.timestamp.getTime() : parts.timestamp);
+    tick = tickOf(layout, msOf(parts.timestamp, 'encodeId: parts.timestamp'));
   } else throw new ShardflakeError('INVALID_ARGUMENT', 'encodeId needs a timestamp or a tick');
   let id = tick << BigInt(layout.time.shift);
   for (const field of layout.fields) {
@@ -134,8 +146,8 @@ export function idRange(
   layoutInput: LayoutInput = 'instagram',
 ): { min: bigint; max: bigint } {
   const layout = resolveLayout(layoutInput);
-  const fromTick = tickOf(layout, from instanceof Date ? from.getTime() : from);
-  const toTick = tickOf(layout, to instanceof Date ? to.getTime() : to);
+  const fromTick = tickOf(layout, msOf(from, 'idRange: from'));
+  const toTick = tickOf(layout, msOf(to, 'idRange: to'));
   if (toTick < fromTick) throw new ShardflakeError('INVALID_ARGUMENT', 'idRange: `to` is before `from`');
   const timeShift = BigInt(layout.time.shift);
   const lowBits = (1n << timeShift) - 1n;

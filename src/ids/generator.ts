@@ -1,3 +1,4 @@
+import { optionsObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type LayoutInput, tickOf } from './codec.js';
 import { type Layout, type LayoutField, resolveLayout } from './layout.js';
@@ -5,12 +6,18 @@ import { type Layout, type LayoutField, resolveLayout } from './layout.js';
 /**
  * App-side generator for any layout (for code that needs an id before the row reaches Postgres).
  *
- * Guarantees, per generator object: every id is strictly greater than the one before; nothing ever wraps.
- * - When a tick's sequence is used up, `next()` waits (spins on the clock) for the next tick.
+ * Guarantees, per generator object: every id is strictly greater than the one before; nothing ever wraps; and
+ * `next()` never waits longer than about one tick of real time, whatever the clock does.
+ * - When a tick's sequence is used up, `next()` waits (spins on the clock) for the next tick — for at most one
+ *   tick length of real time (performance.now(), which no injected clock or wall-clock step affects). A clock
+ *   that has not moved by then (stalled, a test's fake timers, a wall clock slewed back) is not waited for: the
+ *   generator borrows the next tick, as below.
  * - When the clock steps backwards, ids continue from the last tick issued (a logical clock): the sequence keeps
- *   counting in that tick, and if it fills up the tick advances by one without waiting, so ids run ahead of the
- *   clock by at most (ids issued since the step) / (sequence values per tick) ticks, and are back on the clock as
- *   soon as it passes the last tick issued. Nothing is ever reissued.
+ *   counting in that tick, and if it fills up the tick advances by one without waiting.
+ * Either way ids run ahead of the clock by at most (ids issued) / (sequence values per tick) ticks — precisely,
+ * the k-th id's tick is at most the highest clock reading so far + ⌊(k − 1) / sequence values⌋, since every tick
+ * borrowed past the clock was full first — and are back on the clock as soon as it passes the last tick issued.
+ * Nothing is ever reissued.
  * Uniqueness across processes comes from the shard/worker fields (see worker-id leases in the cluster API).
  */
 export interface GeneratorOptions {
@@ -44,9 +51,10 @@ export class SequenceState {
 
   /**
    * Claims the next (tick, sequence) slot for a clock reading of `nowTick`. Returns false when the sequence of
-   * the current tick is used up and the clock has not moved past it yet: the caller waits and asks again.
+   * the current tick is used up and the clock has not moved past it yet: the caller waits and asks again, with
+   * `borrow` true once it has waited long enough, to take the next tick without the clock.
    */
-  advance(nowTick: number): boolean {
+  advance(nowTick: number, borrow = false): boolean {
     if (nowTick > this.lastTick) {
       this.lastTick = nowTick;
       this.sequence = 0;
@@ -56,8 +64,9 @@ export class SequenceState {
       this.sequence += 1;
       return true;
     }
-    if (nowTick < this.lastTick) {
-      // The clock is behind the last tick issued (it stepped back): run ahead by one tick instead of waiting.
+    if (nowTick < this.lastTick || borrow) {
+      // The clock is behind the last tick issued (it stepped back), or has not moved for a whole tick of real
+      // time: run ahead by one tick instead of waiting.
       this.lastTick += 1;
       this.sequence = 0;
       return true;
@@ -88,13 +97,17 @@ function fixedFieldValue(layout: Layout, field: LayoutField, raw: unknown): bigi
   if (typeof raw !== 'number' || !Number.isSafeInteger(raw) || raw < 0 || BigInt(raw) > field.max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `${field.name} ${String(raw)} is out of range: it must be 0..${field.max}`,
+      `${field.name} ${shown(raw)} is out of range: it must be 0..${field.max}`,
     );
   }
   return BigInt(raw);
 }
 
 export function createGenerator(options: GeneratorOptions = {}): Generator {
+  optionsObject(options, 'generator options');
+  if (options.clock !== undefined && typeof options.clock !== 'function') {
+    throw new ShardflakeError('INVALID_ARGUMENT', 'generator option clock must be a function');
+  }
   const layout = resolveLayout(options.layout ?? 'instagram');
   const sequenceField = layout.sequence;
   if (!sequenceField) {
@@ -125,6 +138,9 @@ export function createGenerator(options: GeneratorOptions = {}): Generator {
   const unit = layout.timeUnitMs;
   const readTick = (): number => {
     const ms = clock();
+    if (typeof ms !== 'number') {
+      throw new ShardflakeError('OUT_OF_RANGE', `clock reading ${shown(ms)} is not a number of milliseconds`);
+    }
     const tick = Math.floor((ms - epoch) / unit);
     if (!(tick >= 0 && tick <= maxTick)) tickOf(layout, ms); // throws OUT_OF_RANGE with a clear message
     return tick;
@@ -133,8 +149,11 @@ export function createGenerator(options: GeneratorOptions = {}): Generator {
   return {
     layout,
     next(): bigint {
-      let now = readTick();
-      while (!state.advance(now)) now = readTick();
+      if (!state.advance(readTick())) {
+        // This tick's sequence is used up: wait for the clock's next tick, but only one tick length of real time.
+        const giveUpAt = performance.now() + unit;
+        while (!state.advance(readTick(), performance.now() >= giveUpAt)) {}
+      }
       if (state.lastTick !== cachedTick) {
         if (state.lastTick > maxTick) {
           throw new ShardflakeError('CLOCK_EXHAUSTED', `layout ${layout.name} has run out of time bits`);

@@ -1,3 +1,4 @@
+import { expectString, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { base62Width, decodeBase62, encodeBase62 } from './base62.js';
 import { parseIdValue } from './codec.js';
@@ -19,7 +20,7 @@ export function assertIdEncoding(value: string): IdEncoding {
   if (!(ID_ENCODINGS as readonly string[]).includes(value)) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `unknown encoding ${JSON.stringify(value)} (one of ${ID_ENCODINGS.join(', ')})`,
+      `unknown encoding ${shown(value)} (one of ${ID_ENCODINGS.join(', ')})`,
     );
   }
   return value as IdEncoding;
@@ -27,6 +28,7 @@ export function assertIdEncoding(value: string): IdEncoding {
 
 /** A 64-bit id → its text in the chosen encoding. */
 export function formatId(id: bigint, encoding: IdEncoding = 'decimal'): string {
+  assertIdEncoding(encoding);
   const value = parseIdValue(id);
   if (encoding === 'base62') return encodeBase62(value, BASE62_WIDTH);
   if (encoding === 'base32') return encodeCrockford(value, BASE32_WIDTH);
@@ -35,6 +37,8 @@ export function formatId(id: bigint, encoding: IdEncoding = 'decimal'): string {
 
 /** Text in the chosen encoding → the 64-bit id. Wrong width or characters → INVALID_ID. */
 export function parseId(text: string, encoding: IdEncoding = 'decimal'): bigint {
+  assertIdEncoding(encoding);
+  expectString(text, 'parseId: the text of an id', 'INVALID_ID');
   if (encoding === 'decimal') return parseIdValue(text);
   const width = encoding === 'base62' ? BASE62_WIDTH : BASE32_WIDTH;
   if (text.length !== width) {

@@ -1,6 +1,7 @@
 import { ObjectId } from 'bson';
 import { isValid as isUlid, decodeTime as ulidTime } from 'ulid';
 import { validate as isUuid, parse as parseUuid, version as uuidVersion } from 'uuid';
+import { optionsObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { decodeId, type LayoutInput } from './codec.js';
 import { assertIdEncoding, detectEncoding, type IdEncoding, parseId } from './id-text.js';
@@ -31,7 +32,7 @@ export function assertIdFormat(value: string): IdFormat {
   if (!(ID_FORMATS as readonly string[]).includes(value)) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `unknown id format ${JSON.stringify(value)} (one of ${ID_FORMATS.join(', ')})`,
+      `unknown id format ${shown(value)} (one of ${ID_FORMATS.join(', ')})`,
     );
   }
   return value as IdFormat;
@@ -257,6 +258,7 @@ function chosenFormat(input: string, options: InspectOptions): { format: IdForma
  */
 export function inspect(id: string, options: InspectOptions = {}): Inspection {
   if (typeof id !== 'string') throw new ShardflakeError('INVALID_ID', 'an id to inspect must be a string');
+  optionsObject(options, 'inspect: options');
   const input = id.trim();
   const { format, encoding } = chosenFormat(input, options);
   switch (format) {

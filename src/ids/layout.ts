@@ -1,3 +1,4 @@
+import { expectObject, expectString, kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 
 /**
@@ -65,7 +66,9 @@ function invalid(layoutName: string, reason: string): ShardflakeError {
 
 /** Validates a layout description and derives shifts, masks and the dates its ids run out. */
 export function defineLayout(spec: LayoutSpec): Layout {
-  const name = String(spec.name ?? 'custom');
+  expectObject(spec, 'a layout', 'INVALID_LAYOUT');
+  const name =
+    spec.name === undefined ? 'custom' : expectString(spec.name, 'a layout name', 'INVALID_LAYOUT');
   if (!Number.isSafeInteger(spec.epoch))
     throw invalid(name, 'epoch must be an integer number of milliseconds');
   if (!(Number.isInteger(spec.timeUnitMs) && spec.timeUnitMs >= 1)) {
@@ -75,10 +78,13 @@ export function defineLayout(spec: LayoutSpec): Layout {
     throw invalid(name, 'needs at least a time field');
   const names = new Set<string>();
   let totalBits = 0;
-  for (const f of spec.fields) {
+  for (const [i, f] of spec.fields.entries()) {
+    expectObject(f, `layout ${JSON.stringify(name)}: field ${i + 1}`, 'INVALID_LAYOUT');
     if (!FIELD_KINDS.includes(f.kind)) {
-      throw invalid(name, `unknown field kind ${JSON.stringify(f.kind)} (one of ${FIELD_KINDS.join(', ')})`);
+      throw invalid(name, `unknown field kind ${shown(f.kind)} (one of ${FIELD_KINDS.join(', ')})`);
     }
+    if (f.name !== undefined)
+      expectString(f.name, `layout ${JSON.stringify(name)}: a field name`, 'INVALID_LAYOUT');
     if (!(Number.isInteger(f.bits) && f.bits >= 1)) {
       throw invalid(name, `field ${f.name ?? f.kind} needs a positive whole number of bits`);
     }
@@ -120,7 +126,7 @@ export function defineLayout(spec: LayoutSpec): Layout {
   const signedOverflowAt = usesSignBit ? new Date(Number(epoch + (maxSignedTick + 1n) * unit)) : null;
   const byName = new Map(fields.map((f) => [f.name, f]));
 
-  return Object.freeze({
+  const layout: Layout = Object.freeze({
     name,
     epoch: spec.epoch,
     timeUnitMs: spec.timeUnitMs,
@@ -133,7 +139,16 @@ export function defineLayout(spec: LayoutSpec): Layout {
     maxSignedTick,
     field: (fieldName: string) => byName.get(fieldName),
   });
+  defined.add(layout);
+  return layout;
 }
+
+/**
+ * Every layout defineLayout has made. resolveLayout passes these through as they are; anything else that looks
+ * like a layout is checked by defineLayout again, so an object with a `totalBits` of the wrong kind cannot get
+ * past validation.
+ */
+const defined = new WeakSet<Layout>();
 
 /**
  * The presets. Epochs and widths are the published ones:
@@ -192,7 +207,8 @@ export const PRESET_NAMES = Object.keys(layouts) as PresetName[];
 /** A preset name, a layout spec, or an already-defined layout → a validated Layout. */
 export function resolveLayout(layout: PresetName | string | LayoutSpec | Layout = 'instagram'): Layout {
   if (typeof layout === 'string') {
-    const preset = (layouts as Record<string, Layout>)[layout];
+    // Own properties only: 'constructor' or '__proto__' must not find Object's.
+    const preset = Object.hasOwn(layouts, layout) ? (layouts as Record<string, Layout>)[layout] : undefined;
     if (!preset) {
       throw new ShardflakeError(
         'INVALID_LAYOUT',
@@ -201,11 +217,18 @@ export function resolveLayout(layout: PresetName | string | LayoutSpec | Layout 
     }
     return preset;
   }
-  if ('totalBits' in layout && 'field' in layout) return layout;
-  return defineLayout(layout);
+  if (typeof layout !== 'object' || layout === null || Array.isArray(layout)) {
+    throw new ShardflakeError(
+      'INVALID_LAYOUT',
+      `a layout must be a preset name (${PRESET_NAMES.join(', ')}) or a layout object, not ${kindOf(layout)}`,
+    );
+  }
+  if (defined.has(layout as Layout)) return layout as Layout;
+  return defineLayout(layout as LayoutSpec);
 }
 
 /** The same layout with another epoch (the cluster config and `sql generator --epoch` use this). */
-export function withEpoch(layout: Layout, epoch: number): Layout {
+export function withEpoch(layoutInput: Layout, epoch: number): Layout {
+  const layout = resolveLayout(layoutInput);
   return defineLayout({ name: layout.name, epoch, timeUnitMs: layout.timeUnitMs, fields: layout.fields });
 }

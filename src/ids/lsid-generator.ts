@@ -1,4 +1,4 @@
-import { randomFillSync } from 'node:crypto';
+import { optionsObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { CROCKFORD_ALPHABET } from './crockford.js';
 import { LSID_FIELDS, MS_PER_DAY, TICKS_PER_DAY, TICKS_PER_MS } from './lsid-layout.js';
@@ -102,16 +102,33 @@ function groupText(value: number, chars: number, upper: boolean): string {
   return upper ? out : out.toLowerCase();
 }
 
-/** Buffered CSPRNG draws of 10 bits: one randomFillSync per 4,096 ids. */
+/**
+ * Buffered CSPRNG draws of 10 bits: one getRandomValues per 4,096 ids. Web Crypto's global rather than
+ * node:crypto, whose import costs ≈ 5 ms that `shardflake/ids` would pay before making a single id.
+ */
 function bufferedRandom(): () => number {
   const buffer = new Uint16Array(4096);
   let at = buffer.length;
   return () => {
     if (at === buffer.length) {
-      randomFillSync(buffer);
+      globalThis.crypto.getRandomValues(buffer);
       at = 0;
     }
     return (buffer[at++] as number) & SEQUENCE_MAX;
+  };
+}
+
+/** A caller's random source (tests), whose values must be sequence values: a wrong one would print garbage. */
+function checkedRandom(random: () => number): () => number {
+  return () => {
+    const value = random();
+    if (!(Number.isSafeInteger(value) && value >= 0 && value <= SEQUENCE_MAX)) {
+      throw new ShardflakeError(
+        'OUT_OF_RANGE',
+        `LSID random value ${shown(value)} is out of range: it must be 0..${SEQUENCE_MAX}`,
+      );
+    }
+    return value;
   };
 }
 
@@ -148,13 +165,19 @@ function checkWorker(worker: unknown): number {
   if (typeof worker !== 'number' || !Number.isSafeInteger(worker) || worker < 0 || worker > max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `LSID worker ${String(worker)} is out of range: it must be 0..${max}`,
+      `LSID worker ${shown(worker)} is out of range: it must be 0..${max}`,
     );
   }
   return worker;
 }
 
 export function createLsidGenerator(options: LsidGeneratorOptions = {}): LsidGenerator {
+  optionsObject(options, 'LSID generator options');
+  for (const name of ['clock', 'random'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'function') {
+      throw new ShardflakeError('INVALID_ARGUMENT', `LSID generator option ${name} must be a function`);
+    }
+  }
   const worker = options.worker === undefined ? defaultWorkerId().worker : checkWorker(options.worker);
   const mode = options.sequence ?? 'random';
   let fixed = -1;
@@ -162,17 +185,17 @@ export function createLsidGenerator(options: LsidGeneratorOptions = {}): LsidGen
     if (!(Number.isSafeInteger(mode) && mode >= 0 && mode <= SEQUENCE_MAX)) {
       throw new ShardflakeError(
         'OUT_OF_RANGE',
-        `LSID sequence ${mode} is out of range: it must be 0..${SEQUENCE_MAX}`,
+        `LSID sequence ${shown(mode)} is out of range: it must be 0..${SEQUENCE_MAX}`,
       );
     }
     fixed = mode;
   } else if (!(SEQUENCE_MODES as readonly string[]).includes(mode)) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `unknown LSID sequence ${JSON.stringify(mode)} (a number 0..${SEQUENCE_MAX} or one of ${SEQUENCE_MODES.join(', ')})`,
+      `unknown LSID sequence ${shown(mode)} (a number 0..${SEQUENCE_MAX} or one of ${SEQUENCE_MODES.join(', ')})`,
     );
   }
-  const random = options.random ?? bufferedRandom();
+  const random = options.random ? checkedRandom(options.random) : bufferedRandom();
   const counting = fixed < 0;
   const hyphen = options.hyphens === false ? '' : '-';
   const pairs = pairTable(options.upper === true);
@@ -197,6 +220,12 @@ export function createLsidGenerator(options: LsidGeneratorOptions = {}): LsidGen
     worker,
     next(): string {
       const ms = read();
+      if (typeof ms !== 'number') {
+        throw new ShardflakeError(
+          'OUT_OF_RANGE',
+          `clock reading ${shown(ms)} is not a number of milliseconds`,
+        );
+      }
       const dayInAnchor = Math.floor(ms / MS_PER_DAY);
       const ticks = Math.floor((ms - dayInAnchor * MS_PER_DAY) * TICKS_PER_MS);
       const day = anchorDay() + dayInAnchor;

@@ -1,3 +1,4 @@
+import { optionsObject, shown } from '../arguments.js';
 import {
   compareLsid,
   type DecodedLsid,
@@ -32,8 +33,12 @@ function generate(options?: LsidGeneratorOptions): string {
     defaultGenerator ??= createLsidGenerator();
     return defaultGenerator.next();
   }
+  optionsObject(options, 'lsid.generate: options');
   if (options.clock || options.random) return createLsidGenerator(options).next();
-  const key = JSON.stringify([options.worker, options.sequence, options.upper, options.hyphens]);
+  // Kind and value of each option: a worker 5 and a worker "5" must not share a generator (the second is refused).
+  const key = [options.worker, options.sequence, options.upper, options.hyphens]
+    .map((v) => `${typeof v}:${shown(v)}`)
+    .join('|');
   let generator = cachedGenerators.get(key);
   if (!generator) {
     generator = createLsidGenerator(options);

@@ -1,6 +1,6 @@
-import { randomInt } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
-import { blake2s } from '@noble/hashes/blake2.js';
+import { expectObject, expectString } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 
 /**
@@ -29,9 +29,13 @@ type Interfaces = ReturnType<typeof networkInterfaces>;
 
 /** The MAC address LSID hashes, or null when the machine has none that identifies it. */
 export function findMac(interfaces: Interfaces = networkInterfaces()): MacChoice | null {
+  expectObject(interfaces, 'findMac: the network interfaces');
   const candidates: MacChoice[] = [];
   for (const [name, addresses] of Object.entries(interfaces)) {
-    for (const address of addresses ?? []) {
+    // Entries of other shapes than os.networkInterfaces() gives are not MACs: skipped, like internal ones.
+    if (!Array.isArray(addresses)) continue;
+    for (const address of addresses) {
+      if (typeof address !== 'object' || address === null || typeof address.mac !== 'string') continue;
       if (address.internal || !MAC_TEXT.test(address.mac)) continue;
       const mac = address.mac.toLowerCase().replaceAll('-', ':');
       if (mac === '00:00:00:00:00:00') continue;
@@ -46,6 +50,7 @@ export function findMac(interfaces: Interfaces = networkInterfaces()): MacChoice
 
 /** The 6 bytes of a MAC written as `aa:bb:cc:dd:ee:ff` (or with hyphens). */
 export function macBytes(mac: string): Uint8Array {
+  expectString(mac, 'a MAC address');
   if (!MAC_TEXT.test(mac))
     throw new ShardflakeError('INVALID_ARGUMENT', `${JSON.stringify(mac)} is not a MAC address`);
   return Uint8Array.from(mac.split(/[:-]/), (byte) => Number.parseInt(byte, 16));
@@ -53,7 +58,10 @@ export function macBytes(mac: string): Uint8Array {
 
 /** BLAKE2s-256 of the MAC's bytes; the worker id is the digest's first 20 bits. */
 export function workerIdFromMac(mac: string): number {
-  const digest = blake2s(macBytes(mac));
+  // Node's own BLAKE2s-256 (OpenSSL): the same digest as @noble/hashes' blake2s. node:crypto is required here,
+  // on first use, because importing it costs ≈ 5 ms that `shardflake/ids` would pay before making any id.
+  const { createHash } = createRequire(import.meta.url)('node:crypto') as typeof import('node:crypto');
+  const digest = createHash('blake2s256').update(macBytes(mac)).digest();
   // byte 0 → worker bits 19..12, byte 1 → bits 11..4, high nibble of byte 2 → bits 3..0
   return ((digest[0] as number) << 12) | ((digest[1] as number) << 4) | ((digest[2] as number) >> 4);
 }
@@ -66,13 +74,18 @@ export interface WorkerIdSource {
 
 let processWorker: WorkerIdSource | undefined;
 
+/** A uniform 20-bit worker id from the CSPRNG (the low 20 bits of 32 random bits: 2^32 is a multiple of 2^20). */
+function randomWorker(): number {
+  return (globalThis.crypto.getRandomValues(new Uint32Array(1))[0] as number) & WORKER_MAX;
+}
+
 /** The default worker id of this process: from the MAC when there is one, else random (drawn once). */
 export function defaultWorkerId(): WorkerIdSource {
   if (!processWorker) {
     const mac = findMac();
     processWorker = mac
       ? { worker: workerIdFromMac(mac.mac), source: 'mac', mac }
-      : { worker: randomInt(WORKER_MAX + 1), source: 'random' };
+      : { worker: randomWorker(), source: 'random' };
   }
   return processWorker;
 }

@@ -6,7 +6,7 @@ import { isFenced } from '../cluster/fence.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
 import { isFinal } from './phases.js';
-import { installMoves, listMoves, markOldCopyDropped } from './record.js';
+import { installMoves, listMoves, markOldCopyDropped, streamId } from './record.js';
 import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
 import { settleMove } from './settle.js';
 import { dropSchema } from './tables.js';
@@ -109,11 +109,22 @@ export async function cleanupCluster(
       }
     }
 
-    const ended = new Map(moves.filter((m) => isFinal(m.phase)).map((m) => [m.id, m]));
+    // A set's replication objects are named after the set (its first move's id): they are leftovers once every
+    // move of the set has ended.
+    const streams = new Map<bigint, { ended: boolean; from: string; subscriptionOid: bigint | null }>();
+    for (const m of moves) {
+      const id = streamId(m);
+      const known = streams.get(id);
+      streams.set(id, {
+        ended: (known?.ended ?? true) && isFinal(m.phase),
+        from: m.from,
+        subscriptionOid: known?.subscriptionOid ?? m.subscriptionOid,
+      });
+    }
     const endedId = (name: string): bigint | null => {
       if (!name.startsWith(REPLICATION_PREFIX)) return null;
       const id = BigInt(name.slice(REPLICATION_PREFIX.length));
-      return ended.has(id) ? id : null;
+      return streams.get(id)?.ended ? id : null;
     };
     for (const [server, client] of clients) {
       const subs = await client.query(
@@ -135,10 +146,10 @@ export async function cleanupCluster(
         if (!options.dryRun) await dropPublication(client, name);
         result.droppedReplication.push({ server, kind: 'publication', name });
       }
-      for (const m of ended.values()) {
-        if (m.from !== server) continue;
-        const slot = `${REPLICATION_PREFIX}${m.id}`;
-        const dropped = options.dryRun ? [] : await dropSlots(client, slot, m.subscriptionOid);
+      for (const [id, stream] of streams) {
+        if (!stream.ended || stream.from !== server) continue;
+        const slot = `${REPLICATION_PREFIX}${id}`;
+        const dropped = options.dryRun ? [] : await dropSlots(client, slot, stream.subscriptionOid);
         for (const name of dropped) result.droppedReplication.push({ server, kind: 'slot', name });
       }
     }

@@ -46,6 +46,15 @@ $install$`;
 
 /** Lists `schema` as moving on the source and makes sure the guard is installed. Returns false without privilege. */
 export async function guardSchema(source: pg.Client, schema: string, moveId: bigint): Promise<boolean> {
+  return guardSchemas(source, [schema], moveId);
+}
+
+/** Lists every schema of a set as moving, in one transaction. */
+export async function guardSchemas(
+  source: pg.Client,
+  schemas: readonly string[],
+  moveId: bigint,
+): Promise<boolean> {
   const { rows } = await source.query('SELECT rolsuper FROM pg_roles WHERE rolname = current_user');
   if (!(rows[0] as { rolsuper: boolean } | undefined)?.rolsuper) return false;
   await source.query('BEGIN');
@@ -53,8 +62,9 @@ export async function guardSchema(source: pg.Client, schema: string, moveId: big
     await source.query(INSTALL_SQL);
     await source.query('LOCK TABLE shardflake_move.moving IN EXCLUSIVE MODE');
     await source.query(
-      'INSERT INTO shardflake_move.moving (schema_name, move_id) VALUES ($1, $2) ON CONFLICT (schema_name) DO UPDATE SET move_id = EXCLUDED.move_id',
-      [schema, moveId],
+      `INSERT INTO shardflake_move.moving (schema_name, move_id) SELECT unnest($1::text[]), $2
+       ON CONFLICT (schema_name) DO UPDATE SET move_id = EXCLUDED.move_id`,
+      [schemas, moveId],
     );
     await source.query('COMMIT');
     return true;
@@ -66,12 +76,16 @@ export async function guardSchema(source: pg.Client, schema: string, moveId: big
 
 /** Removes `schema` from the guard; drops the guard when no move from this server is left. */
 export async function unguardSchema(source: pg.Client, schema: string): Promise<void> {
+  await unguardSchemas(source, [schema]);
+}
+
+export async function unguardSchemas(source: pg.Client, schemas: readonly string[]): Promise<void> {
   const { rows } = await source.query("SELECT to_regclass('shardflake_move.moving') IS NOT NULL AS ok");
   if (!(rows[0] as { ok: boolean }).ok) return;
   await source.query('BEGIN');
   try {
     await source.query('LOCK TABLE shardflake_move.moving IN EXCLUSIVE MODE');
-    await source.query('DELETE FROM shardflake_move.moving WHERE schema_name = $1', [schema]);
+    await source.query('DELETE FROM shardflake_move.moving WHERE schema_name = ANY($1::text[])', [schemas]);
     const left = await source.query('SELECT count(*)::int AS n FROM shardflake_move.moving');
     if ((left.rows[0] as { n: number }).n === 0) {
       await source.query('DROP EVENT TRIGGER IF EXISTS shardflake_move_ddl_guard');

@@ -3,9 +3,9 @@ import type { ClusterConfig } from '../cluster/config.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
-import { DEFAULTS, type MoveOptions, type MoveResult, type Options } from './options.js';
+import { DEFAULTS, type MoveOptions, type MoveResult, type Options, type SetMoveOptions } from './options.js';
 import { reached } from './phases.js';
-import { createMove, installMoves, unfinishedMove } from './record.js';
+import { createMove, installMoves, streamId, unfinishedMove } from './record.js';
 import { replicationNames } from './replication.js';
 import {
   checkpoint,
@@ -18,6 +18,7 @@ import {
   type Session,
   setShardState,
 } from './session.js';
+import { moveShardSet } from './set.js';
 import { rollBackMove, settleMove } from './settle.js';
 import { cutover, finish, preflight, prepare, subscribe, switchCatalog, waitSynced } from './steps.js';
 import { listTables, type SourceTable } from './tables.js';
@@ -68,6 +69,19 @@ export async function moveShard(
   to: string,
   options: MoveOptions = {},
 ): Promise<MoveResult> {
+  const moved = await moveOne(config, shard, to, options);
+  if (moved !== 'in-a-set') return moved;
+  // The shard's unfinished move belongs to a set: resume (or settle) the whole set, which shares its stream.
+  const [result] = await moveShardSet(config, [shard], to, options);
+  return result as MoveResult;
+}
+
+async function moveOne(
+  config: ClusterConfig,
+  shard: number,
+  to: string,
+  options: MoveOptions,
+): Promise<MoveResult | 'in-a-set'> {
   const opts: Options = { ...DEFAULTS, ...options };
   if (!Number.isInteger(shard) || shard < 0 || shard >= config.logicalShards) {
     throw new ShardflakeError(
@@ -91,6 +105,7 @@ export async function moveShard(
     await lockShard(catalog, shard);
     locked = true;
     let record = await unfinishedMove(catalog, shard);
+    if (record?.batchId != null) return 'in-a-set';
     if (record && record.to !== to) {
       await settleMove(config, catalog, record, `superseded by a move to server ${to}`);
       record = null;
@@ -142,7 +157,7 @@ export async function moveShard(
       source,
       target,
       record,
-      names: replicationNames(record.id),
+      names: replicationNames(streamId(record)),
       tables,
     });
     if (!resumedFrom) await checkpoint(session, 'planned');
@@ -200,14 +215,15 @@ export async function moveShard(
   }
 }
 
-/** Moves several shards to `to`, one after another. */
+/**
+ * Moves several shards to `to` together, as one set per source server (set.ts: one replication stream, one copy,
+ * cutover in groups), with either verification mode.
+ */
 export async function moveShards(
   config: ClusterConfig,
   shards: readonly number[],
   to: string,
-  options: MoveOptions = {},
+  options: SetMoveOptions = {},
 ): Promise<MoveResult[]> {
-  const results: MoveResult[] = [];
-  for (const shard of shards) results.push(await moveShard(config, shard, to, options));
-  return results;
+  return moveShardSet(config, shards, to, options);
 }

@@ -1,3 +1,4 @@
+import type { Throttle } from './copy-stream.js';
 import type { MovePhase } from './phases.js';
 
 /** What a caller can ask of a move, what it reports while it runs, and what it returns; defaults in one place. */
@@ -71,6 +72,10 @@ export interface MoveResult {
   snapshotPauseMs: number | null;
   snapshotCompareMs: number | null;
   mapVersion: bigint;
+  /** The set this shard moved with (one replication stream for all), or null for a move of its own. */
+  batchId?: bigint | null;
+  /** For a set: where the set's time went in this run (ms per step: prepare, copy, catchUp, cutover, finish). */
+  setSteps?: Record<string, number>;
 }
 
 export const DEFAULTS = {
@@ -83,3 +88,34 @@ export const DEFAULTS = {
 };
 
 export type Options = MoveOptions & typeof DEFAULTS;
+
+/** A set of shards moving together from one server to another (one replication stream), see set.ts. */
+export interface SetMoveOptions extends MoveOptions {
+  /** Parallel table copies of the initial copy (default 4: small tables are bound by round trips, not CPU). */
+  copyWorkers?: number;
+  /** Sets running at once on any one server, as source or target (default 1): each is a replication stream. */
+  streamsPerServer?: number;
+  /** Limit on the initial copy's speed, over all its tables (per set). */
+  throttle?: Throttle;
+  /** Shards cut over together in one write pause, at most this many (default 8) … */
+  cutoverGroupShards?: number;
+  /** … and together holding at most this many rows (default 20,000; a bigger shard goes alone). */
+  cutoverGroupRows?: number;
+  /** Called while the set copies (rows) and after each cutover group (shards). */
+  onSetProgress?: (progress: SetProgress) => void;
+}
+
+export interface SetProgress {
+  from: string;
+  to: string;
+  phase: 'copying' | 'switching';
+  done: number;
+  total: number;
+}
+
+export const SET_DEFAULTS = {
+  copyWorkers: 4,
+  streamsPerServer: 1,
+  cutoverGroupShards: 8,
+  cutoverGroupRows: 20_000,
+};

@@ -1,9 +1,12 @@
+import type pg from 'pg';
 import { readShardMap, type ShardPlacement } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
-import { ShardflakeError } from '../errors.js';
+import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
-import { type MoveOptions, type MoveResult, moveShard } from './move.js';
+import { quoteIdent } from '../postgres/identifier.js';
+import type { MoveResult, SetMoveOptions } from './options.js';
+import { checkSetOptions, moveSets } from './set.js';
 
 /**
  * `cluster rebalance`: spreads the logical shards evenly over the servers the config names, e.g. after a third
@@ -24,34 +27,68 @@ export interface RebalancePlan {
   moves: PlannedMove[];
 }
 
+export interface PlanOptions {
+  /** Servers to empty: every shard they hold moves to the others, and they receive none. */
+  decommission?: readonly string[];
+}
+
+/** The servers that keep or receive shards; refuses a decommission that would leave none. */
+function remainingServers(servers: readonly string[], decommission: readonly string[] = []): string[] {
+  for (const d of decommission) {
+    if (!servers.includes(d)) {
+      throw new ShardflakeError(
+        'UNKNOWN_SERVER',
+        `cannot decommission server ${JSON.stringify(d)}: the config does not define it (servers: ${servers.join(', ')})`,
+      );
+    }
+  }
+  const remaining = servers.filter((s) => !decommission.includes(s));
+  if (remaining.length === 0) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      servers.length === 0
+        ? 'rebalance needs at least one server'
+        : `decommissioning ${decommission.join(', ')} would leave no server for the shards; add a server to the config first`,
+    );
+  }
+  return remaining;
+}
+
+function unknownHome(shard: number, server: string): ShardflakeError {
+  return new ShardflakeError(
+    'UNKNOWN_SERVER',
+    `shard ${shard} lives on server ${server}, which the config does not define; add it back to the config to move its shards away`,
+  );
+}
+
 export function planRebalance(
   shards: readonly Pick<ShardPlacement, 'shard' | 'server'>[],
   servers: readonly string[],
+  options: PlanOptions = {},
 ): RebalancePlan {
   if (servers.length === 0)
     throw new ShardflakeError('INVALID_CONFIG', 'rebalance needs at least one server');
+  const remaining = remainingServers(servers, options.decommission);
   const held = new Map<string, number[]>(servers.map((s) => [s, []]));
   for (const p of shards) {
     const list = held.get(p.server);
-    if (!list) {
-      throw new ShardflakeError(
-        'UNKNOWN_SERVER',
-        `shard ${p.shard} lives on server ${p.server}, which the config does not define; add it back to the config to move its shards away`,
-      );
-    }
+    if (!list) throw unknownHome(p.shard, p.server);
     list.push(p.shard);
   }
   for (const list of held.values()) list.sort((a, b) => a - b);
   const before = Object.fromEntries([...held].map(([s, l]) => [s, l.length]));
   // Servers in config order; the first (N mod K) servers keep one extra shard, so the plan is deterministic.
-  const base = Math.floor(shards.length / servers.length);
-  const extra = shards.length % servers.length;
+  const base = Math.floor(shards.length / remaining.length);
+  const extra = shards.length % remaining.length;
   // Crowded servers keep their extra shard first, so fewer shards move.
-  const order = [...servers].sort(
+  const order = [...remaining].sort(
     (a, b) =>
       (held.get(b)?.length ?? 0) - (held.get(a)?.length ?? 0) || servers.indexOf(a) - servers.indexOf(b),
   );
-  const quota = new Map(order.map((s, i) => [s, base + (i < extra ? 1 : 0)]));
+  const quota = new Map<string, number>(servers.map((s) => [s, 0]));
+  order.forEach((s, i) => {
+    quota.set(s, base + (i < extra ? 1 : 0));
+  });
   const surplus: PlannedMove[] = [];
   for (const s of servers) {
     const list = held.get(s) as number[];
@@ -59,7 +96,7 @@ export function planRebalance(
     for (const shard of list.slice(list.length - Math.max(0, over))) surplus.push({ shard, from: s, to: '' });
   }
   const moves: PlannedMove[] = [];
-  for (const s of servers) {
+  for (const s of remaining) {
     let missing = (quota.get(s) as number) - (held.get(s) as number[]).length;
     while (missing-- > 0) {
       const m = surplus.shift();
@@ -77,51 +114,87 @@ export function planRebalance(
 }
 
 /**
- * Balancing by rows instead: greedy, each step moves one shard from the most loaded server to the least loaded
- * one, choosing the shard whose size is closest to half the gap (which narrows the gap most), and stops when no
- * shard would narrow it. Each shard moves at most once. For clusters whose shards grew unevenly (big tenants).
+ * Balancing by a weight per shard (rows, bytes on disk, or the user's own SQL): first every shard of a
+ * decommissioned server goes, heaviest first, to the least loaded remaining server; then, greedily, each step
+ * moves one shard from the most loaded server to the least loaded one, choosing the shard whose weight is closest
+ * to half the gap (which narrows the gap most), and stops when no shard would narrow it. Each shard moves at most
+ * once. For clusters whose shards grew unevenly (big tenants).
  */
-export function planRebalanceByRows(
-  shards: readonly (Pick<ShardPlacement, 'shard' | 'server'> & { rows: number })[],
+export function planRebalanceByWeight(
+  shards: readonly (Pick<ShardPlacement, 'shard' | 'server'> & { weight: number })[],
   servers: readonly string[],
-): RebalancePlan & { rowsBefore: Record<string, number>; rowsAfter: Record<string, number> } {
+  options: PlanOptions = {},
+): RebalancePlan & { weightBefore: Record<string, number>; weightAfter: Record<string, number> } {
+  const remaining = remainingServers(servers, options.decommission);
   const home = new Map<number, string>();
   const load = new Map<string, number>(servers.map((s) => [s, 0]));
   for (const p of shards) {
-    if (!load.has(p.server)) {
-      throw new ShardflakeError(
-        'UNKNOWN_SERVER',
-        `shard ${p.shard} lives on server ${p.server}, which the config does not define; add it back to the config to move its shards away`,
-      );
-    }
+    if (!load.has(p.server)) throw unknownHome(p.shard, p.server);
     home.set(p.shard, p.server);
-    load.set(p.server, (load.get(p.server) as number) + p.rows);
+    load.set(p.server, (load.get(p.server) as number) + p.weight);
   }
   const count = (where: Map<number, string>) =>
     Object.fromEntries(servers.map((s) => [s, [...where.values()].filter((h) => h === s).length]));
   const before = count(home);
-  const rowsBefore = Object.fromEntries(load);
+  const weightBefore = Object.fromEntries(load);
   const moved = new Set<number>();
   const moves: PlannedMove[] = [];
+  const lightest = () =>
+    [...remaining].sort(
+      (a, b) => (load.get(a) as number) - (load.get(b) as number) || servers.indexOf(a) - servers.indexOf(b),
+    )[0] as string;
+  const leaving = shards
+    .filter((p) => !remaining.includes(p.server))
+    .sort((a, b) => b.weight - a.weight || a.shard - b.shard);
+  for (const p of leaving) {
+    const to = lightest();
+    moved.add(p.shard);
+    home.set(p.shard, to);
+    load.set(p.server, (load.get(p.server) as number) - p.weight);
+    load.set(to, (load.get(to) as number) + p.weight);
+    moves.push({ shard: p.shard, from: p.server, to });
+  }
   for (let step = 0; step < shards.length; step++) {
-    const ordered = [...load].sort((a, b) => b[1] - a[1] || servers.indexOf(a[0]) - servers.indexOf(b[0]));
-    const [heavy, heavyLoad] = ordered[0] as [string, number];
-    const [light, lightLoad] = ordered[ordered.length - 1] as [string, number];
+    const ordered = remaining
+      .map((s) => [s, load.get(s) as number] as const)
+      .sort((a, b) => b[1] - a[1] || servers.indexOf(a[0]) - servers.indexOf(b[0]));
+    const [heavy, heavyLoad] = ordered[0] as readonly [string, number];
+    const [light, lightLoad] = ordered[ordered.length - 1] as readonly [string, number];
     const gap = heavyLoad - lightLoad;
-    let best: { shard: number; rows: number } | undefined;
+    let best: { shard: number; weight: number } | undefined;
     for (const p of shards) {
-      if (home.get(p.shard) !== heavy || moved.has(p.shard) || p.rows <= 0 || p.rows >= gap) continue;
-      if (!best || Math.abs(p.rows - gap / 2) < Math.abs(best.rows - gap / 2)) best = p;
+      if (home.get(p.shard) !== heavy || moved.has(p.shard) || p.weight <= 0 || p.weight >= gap) continue;
+      if (!best || Math.abs(p.weight - gap / 2) < Math.abs(best.weight - gap / 2)) best = p;
     }
     if (!best) break;
     moved.add(best.shard);
     home.set(best.shard, light);
-    load.set(heavy, heavyLoad - best.rows);
-    load.set(light, lightLoad + best.rows);
+    load.set(heavy, heavyLoad - best.weight);
+    load.set(light, lightLoad + best.weight);
     moves.push({ shard: best.shard, from: heavy, to: light });
   }
   moves.sort((a, b) => a.shard - b.shard);
-  return { before, after: count(home), moves, rowsBefore, rowsAfter: Object.fromEntries(load) };
+  return { before, after: count(home), moves, weightBefore, weightAfter: Object.fromEntries(load) };
+}
+
+/** Balancing by rows: `planRebalanceByWeight` with each shard's row count as its weight. */
+export function planRebalanceByRows(
+  shards: readonly (Pick<ShardPlacement, 'shard' | 'server'> & { rows: number })[],
+  servers: readonly string[],
+  options: PlanOptions = {},
+): RebalancePlan & { rowsBefore: Record<string, number>; rowsAfter: Record<string, number> } {
+  const plan = planRebalanceByWeight(
+    shards.map((p) => ({ ...p, weight: p.rows })),
+    servers,
+    options,
+  );
+  return {
+    before: plan.before,
+    after: plan.after,
+    moves: plan.moves,
+    rowsBefore: plan.weightBefore,
+    rowsAfter: plan.weightAfter,
+  };
 }
 
 /** Live row estimates per shard schema (pg_stat_user_tables.n_live_tup, summed over the schema's tables). */
@@ -149,16 +222,107 @@ export async function shardRowEstimates(
   return rows;
 }
 
-export const BALANCE_BY = ['shards', 'rows'] as const;
+/** Bytes on disk per shard schema: tables with their indexes and TOAST (pg_total_relation_size). */
+export async function shardByteSizes(
+  config: ClusterConfig,
+  placements: readonly ShardPlacement[],
+): Promise<Map<number, number>> {
+  return perServer(config, placements, async (client, list) => {
+    const { rows } = await client.query(
+      `SELECT n.nspname AS schema, sum(pg_total_relation_size(c.oid))::float8 AS n
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = ANY($1::text[]) AND c.relkind IN ('r', 'p') GROUP BY 1`,
+      [list.map((p) => p.schema)],
+    );
+    return new Map((rows as { schema: string; n: number }[]).map((r) => [r.schema, r.n]));
+  });
+}
+
+/**
+ * The user's weight of each shard: `sql` runs once per shard schema, in a READ ONLY transaction whose search_path
+ * is that schema alone (quoted, never spliced), as a single statement (the extended protocol refuses several) that
+ * must return one row with one number, e.g. `SELECT count(*) FROM photos WHERE created_at > now() - interval '30
+ * days'`.
+ */
+export async function shardUserWeights(
+  config: ClusterConfig,
+  placements: readonly ShardPlacement[],
+  sql: string,
+): Promise<Map<number, number>> {
+  if (sql.trim() === '') throw new ShardflakeError('INVALID_ARGUMENT', '--weight-sql is empty');
+  return perServer(config, placements, async (client, list) => {
+    const weights = new Map<string, number>();
+    for (const p of list) {
+      await client.query('BEGIN READ ONLY');
+      try {
+        await client.query(`SET LOCAL search_path TO ${quoteIdent(p.schema, 'schema')}`);
+        const { rows, fields } = await client.query({ text: sql, queryMode: 'extended' } as pg.QueryConfig);
+        const value =
+          rows.length === 1 && fields.length === 1 ? Number(Object.values(rows[0])[0]) : Number.NaN;
+        if (!Number.isFinite(value) || value < 0) {
+          throw new ShardflakeError(
+            'INVALID_ARGUMENT',
+            `--weight-sql must return one row with one number of at least 0 per shard; in ${p.schema} it returned ${rows.length} row(s) of ${fields.length} column(s)${rows.length === 1 ? ` (${JSON.stringify(String(Object.values(rows[0])[0]))})` : ''}`,
+          );
+        }
+        weights.set(p.schema, value);
+      } catch (error) {
+        if (isShardflakeError(error)) throw error;
+        const e = wrapPgError(error);
+        throw new ShardflakeError(
+          'INVALID_ARGUMENT',
+          `--weight-sql failed in shard schema ${p.schema}: ${e.message}`,
+          {
+            sqlState: e.sqlState,
+            cause: error,
+          },
+        );
+      } finally {
+        await client.query('ROLLBACK').catch(() => {});
+      }
+    }
+    return weights;
+  });
+}
+
+/** Runs `measure` once per server on that server's shards; returns a value per shard (0 where none came back). */
+async function perServer(
+  config: ClusterConfig,
+  placements: readonly ShardPlacement[],
+  measure: (client: pg.Client, list: ShardPlacement[]) => Promise<Map<string, number>>,
+): Promise<Map<number, number>> {
+  const values = new Map<number, number>();
+  for (const server of new Set(placements.map((p) => p.server))) {
+    if (!(server in config.servers)) continue;
+    const list = placements.filter((p) => p.server === server);
+    const client = await connectServer(config, server, { applicationName: 'shardflake rebalance' });
+    try {
+      const bySchema = await measure(client, list);
+      for (const p of list) values.set(p.shard, bySchema.get(p.schema) ?? 0);
+    } catch (error) {
+      throw isShardflakeError(error) ? error : wrapPgError(error);
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+  return values;
+}
+
+export const BALANCE_BY = ['shards', 'rows', 'bytes', 'weight'] as const;
 export type BalanceBy = (typeof BALANCE_BY)[number];
 
 export interface RebalanceOptions {
-  /** Even out shard counts (default) or row counts. */
+  /** Even out shard counts (default), live rows, bytes on disk, or `weightSql`'s value per shard. */
   by?: BalanceBy;
+  /** With `by: 'weight'` (implied when given): SQL run in each shard schema returning its weight. */
+  weightSql?: string;
+  /** Servers to empty (every shard moves off them). */
+  decommission?: readonly string[];
   dryRun?: boolean;
-  /** Called before each move and after the last one. */
-  onProgress?: (done: number, total: number, next?: PlannedMove) => void;
-  move?: MoveOptions;
+  /** Called as shards switch: how many of the plan's moves are done. */
+  onProgress?: (done: number, total: number) => void;
+  /** How the moves run (sets per server pair, streams per server, throttle, …). */
+  move?: SetMoveOptions;
 }
 
 export interface RebalanceResult extends RebalancePlan {
@@ -166,43 +330,152 @@ export interface RebalanceResult extends RebalancePlan {
   /** With `by: 'rows'`: estimated rows per server before and after. */
   rowsBefore?: Record<string, number>;
   rowsAfter?: Record<string, number>;
+  /** With `by` other than shards: the balanced quantity per server before and after. */
+  weightBefore?: Record<string, number>;
+  weightAfter?: Record<string, number>;
+  decommission: string[];
+  /** Rows the plan copies (live-row estimates). */
+  rowsToCopy: number;
+  /** Estimated time of the plan, from the durations of earlier moves in this cluster (null: none measured yet). */
+  estimate: MoveEstimate | null;
   dryRun: boolean;
   results: MoveResult[];
+}
+
+export interface MoveEstimate {
+  seconds: number;
+  /** The measured rates it came from: seconds per shard and rows per second, fitted over earlier sets. */
+  secondsPerShard: number;
+  rowsPerSecond: number;
+  fromSets: number;
+}
+
+/**
+ * Fits time = shards × a + rows × b (least squares, no intercept) over the finished sets (and single moves) in
+ * the catalog's move records, and applies it to the plan. A set's time is from its first start to its last
+ * update; the sets of a plan that ran side by side each count their own time.
+ */
+export async function estimateFromHistory(
+  catalog: pg.Client,
+  shards: number,
+  rows: number,
+): Promise<MoveEstimate | null> {
+  const { rows: history } = await catalog
+    .query(
+      `SELECT count(*)::float8 AS shards, coalesce(sum(rows_copied), 0)::float8 AS rows,
+            extract(epoch FROM max(updated_at) - min(started_at))::float8 AS seconds
+       FROM shardflake.moves WHERE phase = 'done'
+      GROUP BY coalesce(batch_id, id)`,
+    )
+    .catch(() => ({ rows: [] as unknown[] }));
+  const sets = history as { shards: number; rows: number; seconds: number }[];
+  if (sets.length === 0) return null;
+  let ss = 0;
+  let sr = 0;
+  let rr = 0;
+  let st = 0;
+  let rt = 0;
+  for (const h of sets) {
+    ss += h.shards * h.shards;
+    sr += h.shards * h.rows;
+    rr += h.rows * h.rows;
+    st += h.shards * h.seconds;
+    rt += h.rows * h.seconds;
+  }
+  const det = ss * rr - sr * sr;
+  let a: number;
+  let b: number;
+  if (Math.abs(det) > 1e-9 * Math.max(1, ss * rr)) {
+    a = (st * rr - rt * sr) / det;
+    b = (ss * rt - sr * st) / det;
+  } else {
+    // One kind of history (e.g. only empty shards): all time per shard.
+    a = st / ss;
+    b = 0;
+  }
+  a = Math.max(a, 0);
+  b = Math.max(b, 0);
+  return {
+    seconds: Math.round((a * shards + b * rows) * 10) / 10,
+    secondsPerShard: Math.round(a * 1000) / 1000,
+    rowsPerSecond: b > 0 ? Math.round(1 / b) : 0,
+    fromSets: sets.length,
+  };
 }
 
 export async function rebalanceCluster(
   config: ClusterConfig,
   options: RebalanceOptions = {},
 ): Promise<RebalanceResult> {
+  const by: BalanceBy = options.weightSql !== undefined ? 'weight' : (options.by ?? 'shards');
+  if (by === 'weight' && options.weightSql === undefined) {
+    throw new ShardflakeError('INVALID_ARGUMENT', 'balancing by weight needs --weight-sql');
+  }
+  const servers = Object.keys(config.servers);
+  const decommission = [...new Set(options.decommission ?? [])];
+  const planOptions = { decommission };
+  remainingServers(servers, decommission);
+  if (options.move) checkSetOptions(options.move);
   const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake rebalance' });
   let shards: ShardPlacement[];
   try {
     shards = (await readShardMap(catalog)).shards;
   } catch (error) {
+    await catalog.end().catch(() => {});
     throw wrapPgError(error);
+  }
+  try {
+    if (shards.length === 0)
+      throw new ShardflakeError('INVALID_CONFIG', 'the shard map is empty; run cluster init first');
+    const rows = await shardRowEstimates(config, shards);
+    let plan: RebalancePlan &
+      Partial<Pick<RebalanceResult, 'rowsBefore' | 'rowsAfter' | 'weightBefore' | 'weightAfter'>>;
+    if (by === 'shards') plan = planRebalance(shards, servers, planOptions);
+    else if (by === 'rows') {
+      const byRows = planRebalanceByRows(
+        shards.map((p) => ({ ...p, rows: rows.get(p.shard) ?? 0 })),
+        servers,
+        planOptions,
+      );
+      plan = { ...byRows, weightBefore: byRows.rowsBefore, weightAfter: byRows.rowsAfter };
+    } else {
+      const weights =
+        by === 'bytes'
+          ? await shardByteSizes(config, shards)
+          : await shardUserWeights(config, shards, options.weightSql as string);
+      plan = planRebalanceByWeight(
+        shards.map((p) => ({ ...p, weight: weights.get(p.shard) ?? 0 })),
+        servers,
+        planOptions,
+      );
+    }
+    const rowsToCopy = plan.moves.reduce((n, m) => n + (rows.get(m.shard) ?? 0), 0);
+    const estimate = await estimateFromHistory(catalog, plan.moves.length, rowsToCopy);
+    let results: MoveResult[] = [];
+    if (!options.dryRun && plan.moves.length > 0) {
+      // One set per (source, target) pair, pairs side by side; progress counts switched shards over all sets.
+      const switched = new Map<string, number>();
+      options.onProgress?.(0, plan.moves.length);
+      results = await moveSets(
+        config,
+        plan.moves.map((m) => ({ shard: m.shard, to: m.to })),
+        {
+          ...options.move,
+          onSetProgress: (p) => {
+            options.move?.onSetProgress?.(p);
+            if (p.phase !== 'switching') return;
+            switched.set(`${p.from}>${p.to}`, p.done);
+            options.onProgress?.(
+              [...switched.values()].reduce((n, d) => n + d, 0),
+              plan.moves.length,
+            );
+          },
+        },
+      );
+      options.onProgress?.(plan.moves.length, plan.moves.length);
+    }
+    return { ...plan, by, decommission, rowsToCopy, estimate, dryRun: options.dryRun === true, results };
   } finally {
     await catalog.end().catch(() => {});
   }
-  if (shards.length === 0)
-    throw new ShardflakeError('INVALID_CONFIG', 'the shard map is empty; run cluster init first');
-  const servers = Object.keys(config.servers);
-  let plan: RebalancePlan & { rowsBefore?: Record<string, number>; rowsAfter?: Record<string, number> };
-  if (options.by === 'rows') {
-    const estimates = await shardRowEstimates(config, shards);
-    plan = planRebalanceByRows(
-      shards.map((p) => ({ ...p, rows: estimates.get(p.shard) ?? 0 })),
-      servers,
-    );
-  } else {
-    plan = planRebalance(shards, servers);
-  }
-  const results: MoveResult[] = [];
-  if (!options.dryRun) {
-    for (const [i, m] of plan.moves.entries()) {
-      options.onProgress?.(i, plan.moves.length, m);
-      results.push(await moveShard(config, m.shard, m.to, options.move));
-    }
-    options.onProgress?.(plan.moves.length, plan.moves.length);
-  }
-  return { ...plan, by: options.by ?? 'shards', dryRun: options.dryRun === true, results };
 }

@@ -8,7 +8,8 @@ import { MOVE_PHASES, type MovePhase, parseMovePhase } from './phases.js';
  * move per shard, and the shard lock (src/cluster/shard-lock.ts, held by the catalog connection of the running
  * move) tells a live move from a crashed one: the lock disappears with the crashed process's connection.
  */
-export const MOVES_SQL_VERSION = 1;
+/** 2: `batch_id`, the set of shards a move shares one replication stream with. */
+export const MOVES_SQL_VERSION = 2;
 
 export function movesSql(): string {
   const phases = MOVE_PHASES.map((p) => `'${p}'`).join(', ');
@@ -29,6 +30,10 @@ CREATE TABLE IF NOT EXISTS shardflake.moves (
   old_copy_dropped_at timestamptz,
   subscription_oid bigint
 );
+-- A set of shards moving together shares one publication, slot and subscription, named after the batch id (the
+-- id of its first move). NULL: a move of its own (named after its own id).
+ALTER TABLE shardflake.moves ADD COLUMN IF NOT EXISTS batch_id bigint;
+CREATE INDEX IF NOT EXISTS moves_batch ON shardflake.moves (batch_id) WHERE batch_id IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS moves_one_unfinished_per_shard
   ON shardflake.moves (shard) WHERE phase NOT IN ('done', 'rolled_back');`;
 }
@@ -44,10 +49,17 @@ export interface MoveRecord {
   oldCopyDropped: boolean;
   /** The target's subscription oid, once created: names the source's table-sync slots (pg_OID_sync_…). */
   subscriptionOid: bigint | null;
+  /** The set this move belongs to (the id of the set's first move), or null for a move of its own. */
+  batchId: bigint | null;
+}
+
+/** The id that names a move's replication objects: its set's, or its own. */
+export function streamId(record: Pick<MoveRecord, 'id' | 'batchId'>): bigint {
+  return record.batchId ?? record.id;
 }
 
 const COLUMNS =
-  'id, shard, schema_name, from_server, to_server, phase, error, old_copy_dropped_at, subscription_oid';
+  'id, shard, schema_name, from_server, to_server, phase, error, old_copy_dropped_at, subscription_oid, batch_id';
 
 function toRecord(row: Record<string, unknown>): MoveRecord {
   return {
@@ -63,6 +75,7 @@ function toRecord(row: Record<string, unknown>): MoveRecord {
       row.subscription_oid === null || row.subscription_oid === undefined
         ? null
         : BigInt(row.subscription_oid as bigint),
+    batchId: row.batch_id === null || row.batch_id === undefined ? null : BigInt(row.batch_id as bigint),
   };
 }
 
@@ -132,4 +145,67 @@ export async function recordSubscriptionOid(catalog: Queryable, id: bigint, oid:
 
 export async function markOldCopyDropped(catalog: Queryable, id: bigint): Promise<void> {
   await catalog.query('UPDATE shardflake.moves SET old_copy_dropped_at = now() WHERE id = $1', [id]);
+}
+
+/** The unfinished moves of these shards (at most one each). */
+export async function unfinishedMoves(catalog: Queryable, shards: readonly number[]): Promise<MoveRecord[]> {
+  const { rows } = await catalog.query(
+    `SELECT ${COLUMNS} FROM shardflake.moves WHERE shard = ANY($1::int[]) AND phase NOT IN ('done', 'rolled_back') ORDER BY id`,
+    [shards],
+  );
+  return rows.map(toRecord);
+}
+
+/** Every unfinished move of a set. */
+export async function unfinishedBatch(catalog: Queryable, batchId: bigint): Promise<MoveRecord[]> {
+  const { rows } = await catalog.query(
+    `SELECT ${COLUMNS} FROM shardflake.moves WHERE batch_id = $1 AND phase NOT IN ('done', 'rolled_back') ORDER BY id`,
+    [batchId],
+  );
+  return rows.map(toRecord);
+}
+
+/**
+ * Records a set of moves in one statement, all `planned`, in one batch named after the first one's id. Call inside
+ * the transaction that marks the shards `moving`.
+ */
+export async function createBatch(
+  catalog: Queryable,
+  moves: readonly { shard: number; schema: string; from: string; to: string }[],
+  owner: string,
+): Promise<MoveRecord[]> {
+  const { rows: made } = await catalog.query(
+    `INSERT INTO shardflake.moves (shard, schema_name, from_server, to_server, phase, owner)
+     SELECT shard, schema_name, from_server, to_server, 'planned', $5
+       FROM unnest($1::int[], $2::text[], $3::text[], $4::text[]) AS m(shard, schema_name, from_server, to_server)
+     RETURNING id`,
+    [
+      moves.map((m) => m.shard),
+      moves.map((m) => m.schema),
+      moves.map((m) => m.from),
+      moves.map((m) => m.to),
+      owner,
+    ],
+  );
+  const ids = (made as { id: bigint }[]).map((r) => String(r.id));
+  const { rows } = await catalog.query(
+    `UPDATE shardflake.moves SET batch_id = (SELECT min(x) FROM unnest($1::bigint[]) x) WHERE id = ANY($1::bigint[])
+     RETURNING ${COLUMNS}`,
+    [ids],
+  );
+  return rows.map(toRecord).sort((a, b) => (a.id < b.id ? -1 : 1));
+}
+
+/** Records the same phase for several moves at once. */
+export async function recordPhases(
+  catalog: Queryable,
+  ids: readonly bigint[],
+  phase: MovePhase,
+  extra: { subscriptionOid?: bigint } = {},
+): Promise<void> {
+  await catalog.query(
+    `UPDATE shardflake.moves SET phase = $2, updated_at = now(), subscription_oid = coalesce($3, subscription_oid)
+      WHERE id = ANY($1::bigint[])`,
+    [ids.map(String), phase, extra.subscriptionOid ?? null],
+  );
 }

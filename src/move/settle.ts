@@ -5,7 +5,7 @@ import { ShardflakeError } from '../errors.js';
 import { ddlPastGuard, unguardSchema } from './ddl-guard.js';
 import { DEFAULTS } from './options.js';
 import { reached } from './phases.js';
-import { type MoveRecord, recordPhase } from './record.js';
+import { type MoveRecord, recordPhase, streamId } from './record.js';
 import { dropPublication, dropSlots, dropSubscription, replicationNames } from './replication.js';
 import { inTransaction, newSession, openServer, readPlacement, setShardState } from './session.js';
 import { finish } from './steps.js';
@@ -33,7 +33,7 @@ export async function rollBackMove(
       `move #${record.id} already switched shard ${record.shard} to server ${placement.server}; it can only be finished`,
     );
   }
-  const names = replicationNames(record.id);
+  const names = replicationNames(streamId(record));
   // Fresh connections: the move's own may be dead or inside an aborted transaction.
   const source = await openServer(config, record.from);
   const target = await openServer(config, record.to).catch(() => undefined);
@@ -87,7 +87,7 @@ export async function settleMove(
       source,
       target,
       record,
-      names: replicationNames(record.id),
+      names: replicationNames(streamId(record)),
       tables: await listTables(source, record.schema),
     });
     await finish(s);

@@ -33,6 +33,41 @@ export async function listTables(client: Queryable, schema: string): Promise<Sou
   }));
 }
 
+/** `listTables` for many schemas in one query (a set): every listed schema gets an entry, empty when missing. */
+export async function listTablesOfSchemas(
+  client: Queryable,
+  schemas: readonly string[],
+): Promise<Map<string, SourceTable[]>> {
+  const { rows } = await client.query(
+    `SELECT n.nspname AS schema, c.relname AS name,
+            coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord)
+                        FROM pg_index i
+                        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+                       WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk,
+            (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+               FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS shape
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = ANY($1::text[]) AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+      ORDER BY n.nspname, c.relname`,
+    [schemas],
+  );
+  const bySchema = new Map<string, SourceTable[]>(schemas.map((s) => [s, []]));
+  for (const r of rows as { schema: string; name: string; pk: string[]; shape: string }[]) {
+    bySchema.get(r.schema)?.push({ name: r.name, primaryKey: r.pk, shape: r.shape ?? '' });
+  }
+  return bySchema;
+}
+
+/** Which of `schemas` exist on this server. */
+export async function existingSchemas(client: Queryable, schemas: readonly string[]): Promise<Set<string>> {
+  const { rows } = await client.query(
+    'SELECT nspname::text AS s FROM pg_namespace WHERE nspname = ANY($1::text[])',
+    [schemas],
+  );
+  return new Set((rows as { s: string }[]).map((r) => r.s));
+}
+
 export async function schemaExists(client: Queryable, schema: string): Promise<boolean> {
   const { rows } = await client.query('SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS ok', [
     schema,

@@ -108,3 +108,40 @@ export function compareDigests(source: readonly TableDigest[], target: readonly 
 export function verificationError(differences: readonly string[]): ShardflakeError {
   return new ShardflakeError('MOVE_FAILED', `the copies differ after catch-up: ${differences.join('; ')}`);
 }
+
+/**
+ * Digests of several shard schemas in one round trip (a cutover group): one `UNION ALL` over every table of every
+ * schema, split back per schema. Call inside a transaction, as `digestTables`.
+ */
+export async function digestSchemas(
+  client: Queryable,
+  schemas: readonly { schema: string; tables: readonly string[] }[],
+  countsOnly = false,
+): Promise<TableDigest[][]> {
+  const entries = schemas.flatMap((s, k) => s.tables.map((table) => ({ k, schema: s.schema, table })));
+  if (entries.length === 0) return schemas.map(() => []);
+  const sql = (method: DigestMethod) =>
+    entries
+      .map((e, i) => {
+        const hash = method === 'hash_record' ? 'hash_record(r)' : 'hashtext(r::text)';
+        const checksum = countsOnly ? '0::bigint' : `coalesce(sum(${hash}), 0)::bigint`;
+        return `SELECT ${i} AS i, count(*)::bigint AS rows, ${checksum} AS checksum FROM ${qualified(e.schema, e.table)} AS r`;
+      })
+      .join(' UNION ALL ');
+  await client.query(
+    `${[...STABLE_TEXT_SETTINGS, ...PARALLEL_SCAN_SETTINGS].join(';\n')};\nSAVEPOINT sf_digest`,
+  );
+  let rows: unknown[];
+  try {
+    rows = (await client.query(sql('hash_record'))).rows;
+  } catch {
+    await client.query('ROLLBACK TO SAVEPOINT sf_digest');
+    rows = (await client.query(sql('text'))).rows;
+  }
+  const out: TableDigest[][] = schemas.map(() => []);
+  for (const r of (rows as { i: number; rows: bigint; checksum: bigint }[]).sort((a, b) => a.i - b.i)) {
+    const e = entries[r.i] as (typeof entries)[number];
+    out[e.k]?.push({ table: e.table, rows: BigInt(r.rows), checksum: BigInt(r.checksum) });
+  }
+  return out;
+}

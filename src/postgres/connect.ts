@@ -1,4 +1,6 @@
-import pg from 'pg';
+import { createRequire } from 'node:module';
+import type pg from 'pg';
+import { expectString } from '../arguments.js';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 
 /**
@@ -8,8 +10,20 @@ import { redactSecrets, ShardflakeError } from '../errors.js';
 const INT8_OID = 20;
 const INT8_ARRAY_OID = 1016;
 
+/**
+ * pg, loaded on first connect: it takes ≈ 35 ms to import, which an application that only makes ids, or a CLI
+ * command that never connects, should not pay. pg is CommonJS, so a synchronous require keeps createPool
+ * synchronous (and gives the same instance as `import pg from 'pg'`).
+ */
+let pgModule: typeof pg | undefined;
+export function loadPg(): typeof pg {
+  pgModule ??= createRequire(import.meta.url)('pg') as typeof pg;
+  return pgModule;
+}
+
 // pg's typings only accept its builtin OID enum; shardflake passes whatever OID the server sends.
-const defaultParser = pg.types.getTypeParser as (oid: number, format: string) => (value: string) => unknown;
+const defaultParser = (oid: number, format: string) =>
+  (loadPg().types.getTypeParser as (oid: number, format: string) => (value: string) => unknown)(oid, format);
 
 const bigintTypes = {
   getTypeParser(oid: number, format?: 'text' | 'binary') {
@@ -26,7 +40,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
 export function describeUrl(url: string): string {
-  return redactSecrets(url);
+  return redactSecrets(expectString(url, 'a server URL'));
 }
 
 /** Turns a connection failure into SERVER_UNREACHABLE and a server error into DATABASE_ERROR (keeping SQLSTATE). */
@@ -63,7 +77,7 @@ export interface ConnectOptions {
 
 /** One connected client with int8 → bigint. Connection failures throw SERVER_UNREACHABLE. */
 export async function connect(url: string, options: ConnectOptions = {}): Promise<pg.Client> {
-  const client = new pg.Client({
+  const client = new (loadPg().Client)({
     connectionString: url,
     types: bigintTypes,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
@@ -82,7 +96,7 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
 
 /** A pool with int8 → bigint. */
 export function createPool(url: string, options: ConnectOptions = {}): pg.Pool {
-  const pool = new pg.Pool({
+  const pool = new (loadPg().Pool)({
     connectionString: url,
     types: bigintTypes,
     max: options.max ?? 10,

@@ -1,3 +1,4 @@
+import { expectObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout, withEpoch } from '../ids/layout.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './identifier.js';
@@ -14,7 +15,7 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * stops being this shard. A value is KEEPABLE at tick `now` when F = shard (the sequence still fits) and
  * era ≥ now; a kept value is the id itself, nothing to assemble.
  *
- * FAST PATH (`next_id()`, inlined SQL, no lock, one relation, like bigserial): v := nextval; keep v if it is
+ * FAST PATH (`next_id()`, one expression, no lock, one relation, like bigserial): v := nextval; keep v if it is
  * keepable, else the slow path runs (v is a gap in the ids, never a duplicate).
  *
  * SLOW PATH (`next_id_new_era()`, PL/pgSQL, about once per tick, or once per 2^seqBits ids when demand outruns
@@ -44,16 +45,27 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * ticks, and fall back to the clock when demand drops (measured in `bench sql`, tested in
  * test/postgres/generator.clock-step-back.test.ts).
  *
- * COST. `next_id()` is a SQL-language function whose body is one expression (`RETURN …`, parsed at creation so
- * the caller's search_path cannot change it), so the planner inlines it into the INSERT: per id one nextval (the
- * only relation it touches, as with bigserial), a clock read, one currval (session-local) and the keep check,
- * which is one expression of v: ((v − (now << T)) & M) = shard << S, with M the shard field's bits and the sign
- * bit (negative exactly when era < now). PostgreSQL sets up every function and operator of an expression again
- * for each execution, prepared or not, so the count of them is the cost: 13, against 20 in version 2.
- * The planner also inlines the expression again for every statement it plans, which for an unprepared
- * single-row INSERT costs more than the insert itself. `language: 'plpgsql'` wraps the same expression in
- * PL/pgSQL (nothing to inline per statement) for workloads of unprepared single-row inserts; `bench sql`
- * measures both ways.
+ * COST. The fast path is one expression: per id one nextval (the only relation it touches, as with bigserial), a
+ * clock read, one currval (session-local) and the keep check, which is one expression of v:
+ * ((v − (now << T)) & M) = shard << S, with M the shard field's bits and the sign bit (negative exactly when
+ * era < now) — 13 functions and operators, against 20 in version 2. PostgreSQL sets every function and operator
+ * of an expression up again for each execution (a lookup and a privilege check each), so the count is the cost.
+ * Where the expression lives decides who pays what (instructions per insert counted with callgrind on a
+ * single-user PostgreSQL 18.4; README "Cost"):
+ * - `plpgsql` (the default): `next_id()` is one call node to the planner, nothing to plan per statement; the
+ *   call costs about 3,000 instructions (SPI connect, the function's state, a snapshot pushed for its volatile
+ *   expression), and PL/pgSQL sets the expression up once per transaction. Simple protocol 1.18× bigserial's
+ *   instructions, prepared 1.35×, bulk 1.32×.
+ * - `sql`: a `RETURN` body the planner inlines into the statement, so no call at all (bulk 1.14×, prepared
+ *   1.26×) — but the planner reads the stored body (4.4 kB of serialised expression), parses and simplifies it
+ *   for every statement it plans: an unprepared single-row INSERT costs 3.5× bigserial's instructions, and
+ *   every client that does not name its statements (psql, pgbench's default, node-postgres without `name`,
+ *   Knex, Kysely, Drizzle, TypeORM) pays that. Hence `plpgsql` is the default and `sql` the choice for bulk
+ *   loads and named prepared statements. No body does both: what makes the sql body free to call (the planner
+ *   sees the expression) is what makes it costly to plan, and a body the planner cannot see must be called.
+ *   (Measured and rejected: a variable instead of currval in PL/pgSQL — the second volatile expression pushes
+ *   a second snapshot, cost the same; a non-inlined SQL function — 2.8× bulk even with PostgreSQL 18's plan
+ *   cache; the expression written into the column default — 2× bigserial's instructions to plan.)
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
@@ -94,10 +106,12 @@ export interface GeneratorSqlOptions {
   /** Custom epoch in ms since 1970 (default: the layout's). */
   epoch?: number;
   /**
-   * How `next_id()` is written (default `sql`; re-installing with the other one switches in place):
-   * - `sql`: one inlined expression — the cheapest per id (bulk statements, prepared statements), but the planner
-   *   inlines it again for every statement it plans, which costs tens of µs per unprepared INSERT;
-   * - `plpgsql`: the same expression inside PL/pgSQL — about 0.3 µs more per id, nothing extra to plan.
+   * How `next_id()` is written (default `plpgsql`; re-installing with the other one switches in place, tables
+   * untouched — both share the counter and the slow path):
+   * - `plpgsql`: the expression inside PL/pgSQL — nothing to plan per statement, so unprepared statements (the
+   *   simple protocol, unnamed statements: most clients and ORMs) cost about what a bigserial insert costs;
+   * - `sql`: one expression the planner inlines — cheaper per id in bulk statements and named prepared
+   *   statements, but every unprepared INSERT pays tens of µs to inline it.
    */
   language?: GeneratorLanguage;
   /**
@@ -111,8 +125,11 @@ export interface GeneratorSqlOptions {
   testClock?: boolean;
 }
 
-export const GENERATOR_LANGUAGES = ['sql', 'plpgsql'] as const;
+/** The ways of writing `next_id()`, the default first. */
+export const GENERATOR_LANGUAGES = ['plpgsql', 'sql'] as const;
 export type GeneratorLanguage = (typeof GENERATOR_LANGUAGES)[number];
+/** The default: the cost of an unprepared single-row insert decides it (see COST at the top of this file). */
+export const DEFAULT_GENERATOR_LANGUAGE: GeneratorLanguage = 'plpgsql';
 
 /** Everything the SQL needs, derived from the layout (no shift is written anywhere else). */
 export interface GeneratorSqlPlan {
@@ -136,14 +153,14 @@ function layoutOf(options: GeneratorSqlOptions): Layout {
   if (!Number.isSafeInteger(options.epoch) || options.epoch < 0) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `epoch must be whole milliseconds since 1970, not ${String(options.epoch)}`,
+      `epoch must be whole milliseconds since 1970, not ${shown(options.epoch)}`,
     );
   }
   return withEpoch(base, options.epoch);
 }
 
 function languageOf(language: GeneratorLanguage | undefined): GeneratorLanguage {
-  if (language === undefined) return 'sql';
+  if (language === undefined) return DEFAULT_GENERATOR_LANGUAGE;
   if (!GENERATOR_LANGUAGES.includes(language)) {
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
@@ -155,6 +172,7 @@ function languageOf(language: GeneratorLanguage | undefined): GeneratorLanguage 
 
 /** Validates the options and derives the constants of the generator. */
 export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
+  expectObject(options, 'generator options');
   const schema = validateIdentifier(options.schema, 'schema');
   const layout = layoutOf(options);
   const [time, shardField, sequence, ...others] = layout.fields;
@@ -182,7 +200,7 @@ export function generatorPlan(options: GeneratorSqlOptions): GeneratorSqlPlan {
   if (!Number.isSafeInteger(shard) || shard < 0 || BigInt(shard) > shardField.max) {
     throw new ShardflakeError(
       'OUT_OF_RANGE',
-      `shard ${String(shard)} does not fit layout ${layout.name}'s ${shardField.bits}-bit shard field (0…${shardField.max})`,
+      `shard ${shown(shard)} does not fit layout ${layout.name}'s ${shardField.bits}-bit shard field (0…${shardField.max})`,
     );
   }
   return Object.freeze({

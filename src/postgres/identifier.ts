@@ -1,3 +1,4 @@
+import { shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 
 /**
@@ -11,7 +12,7 @@ export function validateIdentifier(name: string, what = 'identifier'): string {
   if (typeof name !== 'string' || !PLAIN_IDENTIFIER.test(name)) {
     throw new ShardflakeError(
       'INVALID_IDENTIFIER',
-      `${what} ${JSON.stringify(String(name)).slice(0, 80)} is not a plain SQL identifier (letters, digits and _, starting with a letter or _, at most 63 characters)`,
+      `${what} ${shown(name, 80)} is not a plain SQL identifier (letters, digits and _, starting with a letter or _, at most 63 characters)`,
     );
   }
   return name;

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
+import { bumpMapVersion } from '../../src/cluster/catalog.js';
 import { shardSchema } from '../../src/cluster/config.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';
@@ -152,5 +153,38 @@ describe('insertMany', () => {
     const after = await everyRow();
     const added = [...after.values()].filter((r) => !before.has(r.id)).map((r) => r.caption);
     assert.deepEqual(added.sort(), ['a0', 'a1']);
+  });
+
+  it("a shard fenced mid-batch (as a move's cutover does) is retried once the map moves on; every row lands once", async () => {
+    const shard = 5;
+    const { server, schema } = router.placement(shard);
+    const owner = await connect(servers.find((s) => s.name === server)?.url as string);
+    const catalog = await connect(servers[0]?.url as string);
+    // The fence counts its hits in a sequence (not rolled back with the write), so the test knows when to lift it.
+    await owner.query(`CREATE SEQUENCE "${schema}".hits;
+      CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM nextval('"${schema}".hits'); RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$;
+      CREATE TRIGGER fence BEFORE INSERT ON "${schema}".photos FOR EACH STATEMENT EXECUTE FUNCTION "${schema}".fenced()`);
+    const before = await everyRow();
+    const rows = Array.from({ length: 200 }, (_, i) => ({
+      user_id: BigInt(i),
+      caption: `fenced batch ${i}`,
+    }));
+    const pending = router.insertMany('photos', rows, { key: (r) => r.user_id });
+    while (!(await owner.query(`SELECT is_called FROM "${schema}".hits`)).rows[0]?.is_called)
+      await new Promise((r) => setTimeout(r, 10));
+    // The "cutover": the fence comes off (as if the shard now lived elsewhere) and the map is bumped.
+    await owner.query(`DROP TRIGGER fence ON "${schema}".photos`);
+    await catalog.query('BEGIN');
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    const ids = await pending;
+    const after = await everyRow();
+    assert.equal(after.size, before.size + rows.length, 'every row once, none twice');
+    ids.forEach((id, i) => {
+      assert.equal(after.get(id)?.caption, `fenced batch ${i}`);
+      assert.equal(router.shardOfId(id), router.shardFor(BigInt(i)));
+    });
+    await Promise.all([owner.end(), catalog.end()]);
   });
 });

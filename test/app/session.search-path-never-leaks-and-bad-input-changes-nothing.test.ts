@@ -7,6 +7,7 @@ import {
   type RouterEvent,
   type ShardSession,
 } from 'shardflake';
+import { bumpMapVersion } from '../../src/cluster/catalog.js';
 import { shardSchema } from '../../src/cluster/config.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';
@@ -210,6 +211,34 @@ describe('shard sessions', () => {
       assert.equal((await s.query(`SELECT current_setting('search_path') AS p`)).rows[0]?.p, 'shard_0007');
     });
     assert.deepEqual(await captions(7), ['marker 7', 'inner, kept']);
+  });
+
+  it("a genuine error on a moving shard is reported at once, not retried as the move's", async () => {
+    const catalog = await connect(servers[0]?.url as string);
+    const setState = async (state: string) => {
+      await catalog.query('BEGIN');
+      await catalog.query('UPDATE shardflake.shards SET state = $1 WHERE shard = 5', [state]);
+      await bumpMapVersion(catalog);
+      await catalog.query('COMMIT');
+    };
+    await setState('moving');
+    await router.refresh();
+    assert.equal(router.placement(5).state, 'moving');
+    const started = performance.now();
+    let runs = 0;
+    await assert.rejects(
+      router.withShard({ shard: 5 }, async (s) => {
+        runs++;
+        const { rows } = await s.query<{ id: bigint }>('SELECT id FROM photos LIMIT 1');
+        await s.query('INSERT INTO photos (id, user_id) VALUES ($1, 5)', [rows[0]?.id]);
+      }),
+      (e: unknown) => isShardflakeError(e, 'DATABASE_ERROR') && e.sqlState === '23505',
+    );
+    assert.equal(runs, 1);
+    assert.ok(performance.now() - started < 5000, 'not held for the write retry time');
+    await setState('active');
+    await router.refresh();
+    await catalog.end();
   });
 
   it('reports each session to the hook as an operation event', async () => {

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { connect } from '../../src/postgres/connect.js';
 import { freePort } from '../../src/postgres/embedded.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 
 const [server] = await useServers(1);
@@ -26,7 +27,7 @@ describe('shardflake cluster CLI, bad input', () => {
   it('an unreachable server: one line, exit 3, nothing created on the reachable server', async () => {
     const deadPort = await freePort();
     const path = writeConfig('unreachable.json', {
-      servers: { a: server!.url, b: `postgres://postgres:hunter2@127.0.0.1:${deadPort}/postgres` },
+      servers: { a: defined(server).url, b: `postgres://postgres:hunter2@127.0.0.1:${deadPort}/postgres` },
       catalog: 'a',
       logicalShards: 16,
       tables: { photos: 'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id())' },
@@ -36,7 +37,7 @@ describe('shardflake cluster CLI, bad input', () => {
     assert.equal(stderr.trim().split('\n').length, 1, stderr);
     assert.match(stderr, /SERVER_UNREACHABLE.*server b/);
     assert.doesNotMatch(stderr, /hunter2|shardflake@/);
-    const client = await connect(server!.url);
+    const client = await connect(defined(server).url);
     const { rows } = await client.query(
       "SELECT nspname FROM pg_namespace WHERE nspname IN ('shardflake', 'shard_0000')",
     );

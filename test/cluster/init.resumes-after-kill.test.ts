@@ -5,6 +5,7 @@ import { readShardMap } from '../../src/cluster/catalog.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { clusterStatus } from '../../src/cluster/status.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -34,14 +35,14 @@ describe('cluster init', () => {
         },
       }),
     );
-    const catalog = await connect(servers[0]!.url);
+    const catalog = await connect(defined(servers[0]).url);
     const partial = await readShardMap(catalog);
     assert.ok(
       partial.shards.length >= 8 && partial.shards.length < 32,
       `${partial.shards.length} shards recorded`,
     );
     // A kill between a batch's commit on its server and its record in the catalog: forget one recorded shard.
-    const forgotten = partial.shards[0]!;
+    const forgotten = defined(partial.shards[0]);
     await catalog.query('DELETE FROM shardflake.shards WHERE shard = $1', [forgotten.shard]);
 
     const result = await initCluster(config, { batchSize: 4 });
@@ -56,8 +57,8 @@ describe('cluster init', () => {
     assert.equal(map.shards.find((s) => s.shard === forgotten.shard)?.server, forgotten.server);
     assert.deepEqual(result.perServer, { a: 16, b: 16 });
     // Each schema exists exactly once, on the server the map names.
-    const onA = await schemasOn(servers[0]!.url);
-    const onB = await schemasOn(servers[1]!.url);
+    const onA = await schemasOn(defined(servers[0]).url);
+    const onB = await schemasOn(defined(servers[1]).url);
     assert.equal(onA.length + onB.length, 32);
     for (const s of map.shards) assert.ok((s.server === 'a' ? onA : onB).includes(s.schema));
   });
@@ -69,17 +70,17 @@ describe('cluster init', () => {
   });
 
   it('gives each shard a generator whose ids carry the shard number', async () => {
-    const catalog = await connect(servers[0]!.url);
+    const catalog = await connect(defined(servers[0]).url);
     const map = await readShardMap(catalog);
     await catalog.end();
-    const last = map.shards[31]!;
-    const client = await connect(last.server === 'a' ? servers[0]!.url : servers[1]!.url);
+    const last = defined(map.shards[31]);
+    const client = await connect(last.server === 'a' ? defined(servers[0]).url : defined(servers[1]).url);
     const { rows } = await client.query(
       `INSERT INTO "${last.schema}".photos (user_id) VALUES (1) RETURNING id`,
     );
     await client.end();
     const id = (rows[0] as { id: bigint }).id;
-    const shard = config.layout.field('shard')!;
+    const shard = defined(config.layout.field('shard'));
     assert.equal(Number((id >> BigInt(shard.shift)) & shard.max), 31);
   });
 

@@ -3,10 +3,11 @@ import { after, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
 import { acquireLease, leasedGenerator } from '../../src/cluster/leases.js';
 import { createPool } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 
 const [server] = await useServers(1);
-const catalog = createPool(server!.url);
+const catalog = createPool(defined(server).url);
 after(() => catalog.end());
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -20,10 +21,10 @@ describe('worker-id leases', () => {
     );
     const ids = leases.map((l) => l.workerId).sort((a, b) => a - b);
     assert.deepEqual(ids, [0, 1, 2, 3, 4, 5]);
-    await leases[2]!.release();
+    await defined(leases[2]).release();
     const again = await acquireLease(catalog, { namespace: 'distinct', autoHeartbeat: false });
-    assert.equal(again.workerId, leases[2]!.workerId);
-    assert.ok(again.token > leases[5]!.token, 'fencing tokens only grow');
+    assert.equal(again.workerId, defined(leases[2]).workerId);
+    assert.ok(again.token > defined(leases[5]).token, 'fencing tokens only grow');
     await Promise.all([...leases, again].map((l) => l.release()));
   });
 
@@ -46,7 +47,7 @@ describe('worker-id leases', () => {
     });
     const generator = leasedGenerator(lease);
     const id = generator.next();
-    const worker = lease.layout.field('worker')!;
+    const worker = defined(lease.layout.field('worker'));
     assert.equal(Number((id >> BigInt(worker.shift)) & worker.max), lease.workerId);
     now = 47_999; // ttl 60 s − safety 12 s
     generator.next();

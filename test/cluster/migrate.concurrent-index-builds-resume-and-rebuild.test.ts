@@ -83,32 +83,50 @@ describe('cluster migrate with CREATE/DROP INDEX CONCURRENTLY', () => {
     const writer = await connect(urlOf('a'));
     await writer.query(`BEGIN; INSERT INTO ${schemaOf(0)}.photos (user_id) VALUES (0)`);
     const events: IndexBuildEvent[] = [];
-    let heldOnA: number[] | null = null;
-    const release = () => void writer.query('COMMIT').then(() => writer.end());
-    // Only so that a broken build cannot hang the test; the assertions below fail if this fires.
-    const safety = setTimeout(release, 30_000);
-    const result = await migrateCluster(config(likes, likesIndex, tags), {
-      connectionsPerServer: 2,
-      onIndexBuild: (event) => {
-        events.push(event);
-        const bDone = events.filter((e) => e.server === 'b' && e.phase === 'finished').length;
-        if (bDone === 4 && heldOnA === null) {
-          // Server a's builds that have started and not finished: only the held one.
-          const onA = events.filter((e) => e.server === 'a');
-          heldOnA = onA
-            .filter((e) => e.phase === 'started')
-            .map((e) => e.shard)
-            .filter((shard) => !onA.some((e) => e.shard === shard && e.phase === 'finished'));
-          clearTimeout(safety);
-          release();
-        }
-      },
-    });
-    assert.deepEqual(
-      heldOnA,
-      [0],
-      'server b finished its builds while only shard 0 built (held) on server a',
-    );
+    let released = false;
+    let aStartedWhileHeld: number[] = [];
+    // The writer is let go in every case (also when the test fails), else the held build would wait forever.
+    const release = () => {
+      if (released) return;
+      released = true;
+      void writer.query('COMMIT').then(() => writer.end());
+    };
+    const safety = setTimeout(release, 60_000);
+    let result: Awaited<ReturnType<typeof migrateCluster>>;
+    let bFinishedWhileHeld = false;
+    try {
+      result = await migrateCluster(config(likes, likesIndex, tags), {
+        connectionsPerServer: 2,
+        onIndexBuild: (event) => {
+          events.push(event);
+          const bDone = events.filter((e) => e.server === 'b' && e.phase === 'finished').length;
+          if (bDone === 4 && !released) {
+            bFinishedWhileHeld = true;
+            // Which of a's builds had started by then: exactly one (one build per server), still waiting.
+            aStartedWhileHeld = events
+              .filter((e) => e.server === 'a' && e.phase === 'started')
+              .map((e) => e.shard)
+              .filter(
+                (shard) =>
+                  !events.some(
+                    (e) =>
+                      e.server === 'a' &&
+                      e.shard === shard &&
+                      (e.phase === 'finished' || e.phase === 'failed'),
+                  ),
+              );
+            release();
+          }
+        },
+      });
+    } finally {
+      clearTimeout(safety);
+      release();
+    }
+    assert.ok(bFinishedWhileHeld, 'server b finished its builds while server a was held');
+    // Only the held build (shard 0's table is locked by the writer) is running on a: builds of a's other shards
+    // may have run before it, but never beside it.
+    assert.deepEqual(aStartedWhileHeld, [0], 'server a ran no other build while shard 0 waited');
     assert.deepEqual(result.failed, []);
     assert.equal(result.migrated, 8);
     // Never two builds on one server at once.

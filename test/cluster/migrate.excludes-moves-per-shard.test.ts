@@ -6,6 +6,7 @@ import { migrateCluster } from '../../src/cluster/migrate.js';
 import { SHARD_LOCK_CLASS } from '../../src/cluster/shard-lock.js';
 import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -35,7 +36,7 @@ describe('cluster migrate and shard moves exclude each other per shard', () => {
       result.failed.map((f) => f.shard),
       [1],
     );
-    assert.match(result.failed[0]!.error, /locked/);
+    assert.match(defined(result.failed[0]).error, /locked/);
     assert.equal(await versionOf(a.url, 'shard_0001'), 0);
   });
 

@@ -5,11 +5,12 @@ import { initCluster } from '../../src/cluster/init.js';
 import { migrateCluster } from '../../src/cluster/migrate.js';
 import { clusterStatus } from '../../src/cluster/status.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
 const servers = await useServers(2);
-const urlOf = (name: string) => servers.find((s) => s.name === name)!.url;
+const urlOf = (name: string) => defined(servers.find((s) => s.name === name)).url;
 
 const migrations = [
   { version: 1, name: 'likes count', sql: 'ALTER TABLE photos ADD COLUMN likes integer NOT NULL DEFAULT 0' },
@@ -48,7 +49,7 @@ describe('cluster migrate', () => {
     const map = await readShardMap(catalog);
     await catalog.end();
     // Shard 9 holds a row that migration 2's constraint refuses.
-    const bad = map.shards[9]!;
+    const bad = defined(map.shards[9]);
     const client = await connect(urlOf(bad.server));
     await client.query(
       `INSERT INTO "${bad.schema}".photos (user_id, caption) VALUES (9, 'a caption far too long')`,
@@ -64,7 +65,7 @@ describe('cluster migrate', () => {
       result.failed.map((f) => [f.shard, f.version, f.sqlState]),
       [[9, 0, '23514']],
     );
-    assert.match(result.failed[0]!.error, /caption_short/);
+    assert.match(defined(result.failed[0]).error, /caption_short/);
     assert.equal(progress.at(-1), 16);
 
     // Shard 9 was rolled back whole: not even migration 1's column, which succeeded before 2 failed.
@@ -75,7 +76,7 @@ describe('cluster migrate', () => {
       'photos_pkey',
       'photos_user',
     ]);
-    const good = map.shards[3]!;
+    const good = defined(map.shards[3]);
     assert.deepEqual(await columnsOf(good.server, good.schema), [
       'id',
       'user_id',
@@ -88,7 +89,7 @@ describe('cluster migrate', () => {
 
     const status = await clusterStatus(config);
     assert.deepEqual(status.schemaVersions, { 0: 1, 2: 15 });
-    assert.match(status.shards[9]!.lastError ?? '', /caption_short/);
+    assert.match(defined(status.shards[9]).lastError ?? '', /caption_short/);
     assert.ok(status.warnings.some((w) => /1 shards are behind/.test(w)));
 
     // Fix the data, run again: only shard 9 has work left.
@@ -110,7 +111,7 @@ describe('cluster migrate', () => {
     assert.equal(result.created, 4);
     const status = await clusterStatus(other);
     assert.deepEqual(status.schemaVersions, { 2: 4 });
-    const s = status.shards[0]!;
+    const s = defined(status.shards[0]);
     assert.ok((await columnsOf(s.server, s.schema)).includes('likes'));
   });
 
@@ -132,6 +133,6 @@ describe('cluster migrate', () => {
       result.failed.map((f) => [f.shard, f.version]),
       [[5, 2]],
     );
-    assert.match(result.failed[0]!.error, /being moved/);
+    assert.match(defined(result.failed[0]).error, /being moved/);
   });
 });

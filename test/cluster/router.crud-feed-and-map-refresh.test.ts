@@ -5,6 +5,7 @@ import { bumpMapVersion } from '../../src/cluster/catalog.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { createRouter, type Router, type WriteRetry } from '../../src/cluster/router.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -15,12 +16,12 @@ const servers = await useServers(2);
  * catalog and to the copy's server, for the test to lift the fence or bump the map.
  */
 async function fenceShard(shard: number) {
-  const catalog = await connect(servers[0]!.url);
+  const catalog = await connect(defined(servers[0]).url);
   const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = $1', [
     shard,
   ]);
   const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
-  const owner = await connect(servers.find((s) => s.name === server)!.url);
+  const owner = await connect(defined(servers.find((s) => s.name === server)).url);
   await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
     $$ BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = 'SF001'; END $$`);
   await owner.query(
@@ -102,7 +103,7 @@ describe('router', () => {
   });
 
   it('refuses ids of shards outside the cluster and bad names', async () => {
-    const foreign = 99n << BigInt(config.layout.field('shard')!.shift);
+    const foreign = 99n << BigInt(defined(config.layout.field('shard')).shift);
     await assert.rejects(router.get('photos', foreign), (e: unknown) =>
       isShardflakeError(e, 'UNKNOWN_SHARD'),
     );
@@ -113,13 +114,13 @@ describe('router', () => {
 
   it('hears of map changes by LISTEN/NOTIFY and routes by the new map before acting', async () => {
     const before = router.mapVersion;
-    const catalog = await connect(servers[0]!.url);
+    const catalog = await connect(defined(servers[0]).url);
     // Point shard 2 at a copy on the other server (what a move's cutover does), then announce it.
     const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 2');
     const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
     const other = server === 'a' ? 'b' : 'a';
-    const target = await connect(servers.find((s) => s.name === other)!.url);
-    const source = await connect(servers.find((s) => s.name === server)!.url);
+    const target = await connect(defined(servers.find((s) => s.name === other)).url);
+    const source = await connect(defined(servers.find((s) => s.name === server)).url);
     await target.query(
       `CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".photos (id bigint PRIMARY KEY, user_id bigint, caption text)`,
     );
@@ -130,7 +131,7 @@ describe('router', () => {
     await catalog.query('COMMIT');
     await until(() => router.mapVersion > before);
     assert.equal(router.placement(2).server, other);
-    const id = 42n | (2n << BigInt(config.layout.field('shard')!.shift));
+    const id = 42n | (2n << BigInt(defined(config.layout.field('shard')).shift));
     await target.query(`UPDATE "${schema}".photos SET id = $1`, [id]);
     assert.equal((await router.get('photos', id))?.caption, 'copy');
     // Put it back so the other tests' data stays reachable.
@@ -168,12 +169,12 @@ describe('router', () => {
       writeRetryMs: 240_000,
       onRetry: (r) => retries.push(r),
     });
-    const catalog = await connect(servers[0]!.url);
+    const catalog = await connect(defined(servers[0]).url);
     const { rows } = await catalog.query(
       'SELECT server, schema_name FROM shardflake.shards WHERE shard = 11',
     );
     const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
-    const owner = await connect(servers.find((s) => s.name === server)!.url);
+    const owner = await connect(defined(servers.find((s) => s.name === server)).url);
     // The fence counts its hits in a sequence (not rolled back with the write), so the test knows when to cut over.
     await owner.query(`CREATE SEQUENCE "${schema}".hits`);
     await owner.query(`CREATE FUNCTION "${schema}".fenced() RETURNS trigger LANGUAGE plpgsql AS
@@ -203,5 +204,55 @@ describe('router', () => {
     );
     await owner.query(`DROP TRIGGER fence ON "${schema}".photos`);
     await Promise.all([catalog.end(), owner.end(), short.close()]);
+  });
+
+  it('a read or session that finds the schema moved away under an old map re-reads the map and runs on the new home', async () => {
+    // A router that cannot hear NOTIFY keeps the old map until an operation finds the schema gone.
+    const deaf = await createRouter(config, { listen: false });
+    const catalog = await connect(servers[0]?.url as string);
+    const { rows } = await catalog.query('SELECT server, schema_name FROM shardflake.shards WHERE shard = 4');
+    const { server, schema_name: schema } = rows[0] as { server: string; schema_name: string };
+    const other = server === 'a' ? 'b' : 'a';
+    const source = await connect(servers.find((s) => s.name === server)?.url as string);
+    const target = await connect(servers.find((s) => s.name === other)?.url as string);
+    const id = 77n | (4n << BigInt(config.layout.field('shard')?.shift ?? 0));
+    await target.query(
+      `CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".photos (id bigint PRIMARY KEY, user_id bigint, caption text)`,
+    );
+    await target.query(`INSERT INTO "${schema}".photos VALUES ($1, 4, 'on the new home')`, [id]);
+    await catalog.query('BEGIN');
+    await catalog.query('UPDATE shardflake.shards SET server = $1 WHERE shard = 4', [other]);
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    await source.query(`ALTER SCHEMA "${schema}" RENAME TO "${schema}_gone"`);
+    assert.equal(deaf.placement(4).server, server, 'the deaf router still has the old map');
+    assert.equal((await deaf.get('photos', id))?.caption, 'on the new home');
+    assert.equal(deaf.placement(4).server, other);
+    // Put it back for the other tests.
+    await catalog.query('BEGIN');
+    await catalog.query('UPDATE shardflake.shards SET server = $1 WHERE shard = 4', [server]);
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    await source.query(`ALTER SCHEMA "${schema}_gone" RENAME TO "${schema}"`);
+    await deaf.refresh();
+    // The same for a session, this time moving the other way round.
+    await catalog.query('BEGIN');
+    await catalog.query('UPDATE shardflake.shards SET server = $1 WHERE shard = 4', [other]);
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    await source.query(`ALTER SCHEMA "${schema}" RENAME TO "${schema}_gone"`);
+    const seen = await deaf.withShard({ shard: 4 }, async (s) => {
+      const { rows: found } = await s.query('SELECT caption FROM photos WHERE id = $1', [id]);
+      return { server: s.server, caption: found[0]?.caption };
+    });
+    assert.deepEqual(seen, { server: other, caption: 'on the new home' });
+    await catalog.query('BEGIN');
+    await catalog.query('UPDATE shardflake.shards SET server = $1 WHERE shard = 4', [server]);
+    await bumpMapVersion(catalog);
+    await catalog.query('COMMIT');
+    await source.query(`ALTER SCHEMA "${schema}_gone" RENAME TO "${schema}"`);
+    await target.query(`DROP SCHEMA "${schema}" CASCADE`);
+    await Promise.all([catalog.end(), source.end(), target.end(), deaf.close()]);
+    await until(() => router.placement(4).server === server);
   });
 });

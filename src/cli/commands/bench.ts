@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
@@ -14,4 +15,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchInsertsCommand(bench);
   registerBenchClusterCommand(bench);
   registerBenchMoveCommand(bench);
+  registerBenchAppCommand(bench);
 }

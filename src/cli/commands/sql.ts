@@ -1,6 +1,11 @@
 import type { Command } from 'commander';
 import { ShardflakeError } from '../../errors.js';
-import { GENERATOR_LANGUAGES, type GeneratorLanguage, generatorSql } from '../../postgres/generator-sql.js';
+import {
+  DEFAULT_GENERATOR_LANGUAGE,
+  GENERATOR_LANGUAGES,
+  type GeneratorLanguage,
+  generatorSql,
+} from '../../postgres/generator-sql.js';
 import { epochOption } from '../options.js';
 
 /** `--shard`: a whole number (the layout decides the range, and says OUT_OF_RANGE). */
@@ -37,9 +42,9 @@ export function registerSqlCommands(program: Command): void {
     .option('--layout <name>', 'id layout shaped time | shard | sequence', 'instagram')
     .option(
       '--language <name>',
-      `how next_id() is written: sql (inlined; fastest per id, bulk and prepared statements) or plpgsql (nothing to plan per statement; for unprepared single-row inserts)`,
+      'how next_id() is written: plpgsql (nothing to plan per statement: unprepared single-row inserts, most clients) or sql (inlined: bulk INSERT … SELECT and named prepared statements)',
       language,
-      'sql',
+      DEFAULT_GENERATOR_LANGUAGE,
     )
     .option(
       '--replace',

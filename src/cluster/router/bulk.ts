@@ -220,8 +220,14 @@ async function writeServer(
     committing = true;
     await client.query('COMMIT');
   } catch (error) {
-    const lost = isConnectionLost(error, client);
-    if (!committing && !lost) await client.query('ROLLBACK').catch(() => {});
+    let lost = isConnectionLost(error, client);
+    if (!committing && !lost) {
+      // A connection that cannot even roll back must not go back to the pool.
+      lost = await client.query('ROLLBACK').then(
+        () => false,
+        () => true,
+      );
+    }
     const gone = ctx.nodes(server).noteError(lease.node, error);
     lease.release(lost ? error : undefined);
     if (committing && lost)

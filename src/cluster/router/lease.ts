@@ -1,6 +1,6 @@
-import pg from 'pg';
+import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
-import { wrapPgError } from '../../postgres/connect.js';
+import { loadPg, wrapPgError } from '../../postgres/connect.js';
 import type { RouterContext } from './context.js';
 import type { AcquireOptions, NodeLease } from './server-nodes.js';
 
@@ -32,7 +32,8 @@ export function isConnectionLost(error: unknown, client?: pg.ClientBase): boolea
   // pg marks a client whose connection failed or ended as no longer queryable (not in its typings).
   const state = client as unknown as { _queryable?: boolean; _ending?: boolean } | undefined;
   if (state && (state._queryable === false || state._ending === true)) return true;
-  if (error instanceof pg.DatabaseError)
+  // pg is loaded on first connect (connect.ts); an error from a client means it is loaded already.
+  if (error instanceof loadPg().DatabaseError)
     return error.severity === 'FATAL' || error.severity === 'PANIC' || error.code?.startsWith('08') === true;
   const e = error as { code?: unknown; message?: unknown } | null;
   if (typeof e?.code === 'string' && NETWORK_CODES.includes(e.code)) return true;

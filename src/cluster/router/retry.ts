@@ -13,7 +13,10 @@ import type { OperationTrace } from './trace.js';
  * - `fenced`: a write hit the fence of a moved-away copy (SQLSTATE SF001). The fence is a BEFORE trigger, so the
  *   statement failed before writing and its transaction is aborted. The retry waits for the map that moves the
  *   shard (the cutover's NOTIFY), or re-reads the map after a backoff.
- * - `moving`: a write failed with a database error on a shard the map says is moving (the cutover's lock).
+ * - `moving`: a write on a shard the map says is moving failed the way a cutover makes writes fail: waiting for
+ *   its table lock (lock or statement timeout 55P03/57014, a deadlock 40P01, a serialization failure 40001). Any
+ *   other error (a constraint, an unknown column, the DDL guard's 55006) is the caller's, reported at once: a move's
+ *   copy phase can last minutes, and retrying a genuine error for `writeRetryMs` would only hide it.
  * - `unknown-table`: a table or schema that is not there (42P01, 3F000) on a shard whose placement turns out to
  *   have changed when the map is re-read: the schema was moved away under an old map. A table that is simply
  *   missing (the map did not change) is the caller's error, reported at once.
@@ -74,6 +77,8 @@ export function sqlStateOf(error: unknown): string | undefined {
 }
 
 const MISSING_RELATION = ['42P01', '3F000'];
+/** How a write fails while a cutover holds its shard's tables (see `moving` above). */
+const CUTOVER_STATES = ['55P03', '57014', '40P01', '40001'];
 
 /**
  * Runs `attempt` on the shard's current home, again on a retriable failure (see above), for up to
@@ -135,7 +140,7 @@ export async function retryReason(
   const state = sqlStateOf(error);
   if (state === FENCED_SQLSTATE) return 'fenced';
   if (info.nodeGone) return 'failover';
-  if (write && placement.state === 'moving' && state !== undefined && !MISSING_RELATION.includes(state))
+  if (write && placement.state === 'moving' && state !== undefined && CUTOVER_STATES.includes(state))
     return 'moving';
   if (state !== undefined && MISSING_RELATION.includes(state)) {
     ctx.map.markStale();

@@ -20,9 +20,10 @@ import {
   queryMerged,
   type ShardQuery,
 } from './scatter.js';
-import { createServerNodes, type ServerNodes } from './server-nodes.js';
+import { createServerNodes, type ServerNodes, type ServerNodesOptions } from './server-nodes.js';
 import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
 import { Statements } from './statements.js';
+import { telemetryHook } from './telemetry.js';
 import { emitSafely } from './trace.js';
 
 /**
@@ -63,6 +64,16 @@ export interface RouterOptions {
   onRetry?: (retry: WriteRetry) => void;
   /** Every operation's end, retries, map changes, catalog outages (see events.ts). A throwing hook is ignored. */
   onEvent?: RouterEventHook;
+  /**
+   * Report operations to OpenTelemetry through `@opentelemetry/api` (default true; a no-op unless the application
+   * installs an SDK). See telemetry.ts for the spans and metrics.
+   */
+  telemetry?: boolean;
+  /** Servers with replicas: lag bound, failover wait, … (see ServerNodesOptions in server-nodes.ts). */
+  replicas?: Pick<
+    ServerNodesOptions,
+    'maxReplicaLagMs' | 'replicaCheckMs' | 'failoverWaitMs' | 'rediscoverMs' | 'suspectMs'
+  >;
 }
 
 export interface Router {
@@ -127,8 +138,13 @@ export async function createRouter(
   const opts = { ...DEFAULTS, ...options };
   if (config.servers[config.catalog] === undefined)
     throw new ShardflakeError('UNKNOWN_SERVER', `catalog server ${config.catalog} is not in the config`);
-  const hook = opts.onEvent
-    ? (event: Parameters<RouterEventHook>[0]) => emitSafely(opts.onEvent as RouterEventHook, event)
+  const hooks = [opts.telemetry === false ? undefined : telemetryHook(), opts.onEvent].filter(
+    (h): h is RouterEventHook => h !== undefined,
+  );
+  const hook = hooks.length
+    ? (event: Parameters<RouterEventHook>[0]) => {
+        for (const h of hooks) emitSafely(h, event);
+      }
     : undefined;
   const map = createShardMap(await primaryUrl(config, config.catalog), {
     listen: opts.listen,
@@ -158,6 +174,8 @@ export async function createRouter(
           maxUses: opts.maxUses,
           maxLifetimeSeconds: opts.maxLifetimeSeconds,
           applicationName: 'shardflake router',
+          ...opts.replicas,
+          onEvent: hook,
         });
         servers.set(server, nodes);
       }

@@ -154,7 +154,7 @@ function allShards(map: MapState, shards: readonly number[] | undefined): number
   return shards ? [...new Set(shards)] : Array.from({ length: map.logicalShards }, (_, i) => i);
 }
 
-export function feed(ctx: RouterContext, table: string, options: FeedOptions): Promise<FeedPage> {
+export async function feed(ctx: RouterContext, table: string, options: FeedOptions): Promise<FeedPage> {
   const limit = options.limit ?? 20;
   checkLimit(limit, 'feed');
   quoteIdent(table, 'table');
@@ -199,7 +199,7 @@ function tableIn(schema: string): (name: string) => string {
 }
 
 /** A read run in many shards, merged newest first by `id`, with keyset pagination. */
-export function queryMerged(ctx: RouterContext, query: MergedQuery): Promise<FeedPage> {
+export async function queryMerged(ctx: RouterContext, query: MergedQuery): Promise<FeedPage> {
   const limit = query.limit ?? 20;
   checkLimit(limit, 'query');
   if (typeof query.sql !== 'function')
@@ -229,7 +229,7 @@ export function queryMerged(ctx: RouterContext, query: MergedQuery): Promise<Fee
 const SHARD_COLUMN = 'shardflake_shard';
 
 /** A read run in many shards, its rows returned per shard. */
-export function queryByShard(ctx: RouterContext, query: ShardQuery): Promise<Map<number, Row[]>> {
+export async function queryByShard(ctx: RouterContext, query: ShardQuery): Promise<Map<number, Row[]>> {
   if (typeof query.sql !== 'function')
     throw new ShardflakeError('INVALID_ARGUMENT', 'query needs sql: (table) => statement text');
   const pick = (map: MapState): Part[] =>

@@ -1,6 +1,8 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { createPool, describeUrl } from '../../postgres/connect.js';
+import { createReplicatedServerNodes } from '../topology/replicated-server.js';
+import type { FailoverEvent } from './events.js';
 
 /**
  * The nodes of one configured server, as the router sees them: where a write goes (the primary), where a read
@@ -42,6 +44,19 @@ export interface ServerNodesOptions {
   maxLifetimeSeconds?: number;
   connectTimeoutMs?: number;
   applicationName?: string;
+  // The rest applies to servers with replicas (src/cluster/topology/replicated-server.ts).
+  /** A replica further behind than this is not used for reads until it catches up (default 10 000 ms). */
+  maxReplicaLagMs?: number;
+  /** How long a replica's replay position and lag are trusted before being read again (default 1000 ms). */
+  replicaCheckMs?: number;
+  /** How long an acquire for a write waits for a primary to appear during a failover (default 15 000 ms). */
+  failoverWaitMs?: number;
+  /** How often the roles are asked again while no primary is found (default 250 ms). */
+  rediscoverMs?: number;
+  /** How long a node that failed is skipped for reads before it is tried again (default 1000 ms). */
+  suspectMs?: number;
+  /** Told when a node is marked suspect and when the roles have been found again. */
+  onEvent?: (event: FailoverEvent) => void;
 }
 
 export interface ServerNodes {
@@ -63,15 +78,18 @@ export interface ServerNodes {
   end(): Promise<void>;
 }
 
-/** A server of one node: every lease is on it, and it is always the primary. */
+/**
+ * The nodes of a server. A server of one node: every lease is on it and it is always the primary (no role check,
+ * no position round trips). Several nodes: a primary and its streaming replicas, roles found at run time.
+ */
 export function createServerNodes(
   name: string,
   urls: readonly string[],
   options: ServerNodesOptions = {},
 ): ServerNodes {
+  if (urls.length > 1) return createReplicatedServerNodes(name, urls, options);
   const url = urls[0];
-  if (!url || urls.length !== 1)
-    throw new ShardflakeError('NOT_SUPPORTED', `server ${name}: only a single node URL is supported yet`);
+  if (!url) throw new ShardflakeError('INVALID_CONFIG', `server ${name} has no node URL`);
   const pool = createPool(url, {
     max: options.poolSize ?? 10,
     connectTimeoutMs: options.connectTimeoutMs,

@@ -40,7 +40,7 @@ export interface ShardSession {
   /** The configured server the shard lives on now. */
   readonly server: string;
   /**
-   * The connection, for pg-based libraries (Drizzle, Kysely through `kyselyFor`). It is only valid inside fn.
+   * The connection, for pg-based libraries (Drizzle; Kysely through `sessionPool(session)`). Valid only inside fn.
    * BEGIN, COMMIT and ROLLBACK sent through it become a savepoint, its release and a rollback to it, so a
    * library's own `transaction()` nests inside the session instead of ending it.
    */
@@ -225,8 +225,14 @@ async function runSession<T>(
     return result;
   } catch (error) {
     open = false;
-    const lost = broken !== undefined || isConnectionLost(error, client);
-    if (phase !== 'commit' && !lost) await client.query('ROLLBACK').catch(() => {});
+    let lost = broken !== undefined || isConnectionLost(error, client);
+    if (phase !== 'commit' && !lost) {
+      // A connection that cannot even roll back must not go back to the pool.
+      lost = await client.query('ROLLBACK').then(
+        () => false,
+        () => true,
+      );
+    }
     const gone = ctx.nodes(placement.server).noteError(lease.node, broken ?? error);
     client.removeListener('error', onError);
     lease.release(lost ? (broken ?? error) : undefined);

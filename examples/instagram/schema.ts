@@ -1,0 +1,38 @@
+import type { ColumnType, Generated } from 'kysely';
+
+/**
+ * The example's tables, created in every logical shard by `cluster init` (each shard's `next_id()` fills `id`).
+ * Placement follows Instagram's: a user's row, the people they follow and their photos live on the user's shard
+ * (the shard in the user id's bits); a photo's likes live with the photo.
+ */
+export const TABLES: Record<string, string[]> = {
+  users: [
+    `CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL UNIQUE,
+       photo_count integer NOT NULL DEFAULT 0)`,
+  ],
+  follows: [
+    `CREATE TABLE follows (follower_id bigint NOT NULL, followee_id bigint NOT NULL,
+       PRIMARY KEY (follower_id, followee_id))`,
+  ],
+  photos: [
+    `CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text NOT NULL,
+       like_count integer NOT NULL DEFAULT 0)`,
+    'CREATE INDEX photos_user ON photos (user_id, id)',
+  ],
+  likes: [
+    `CREATE TABLE likes (photo_id bigint NOT NULL, user_id bigint NOT NULL, PRIMARY KEY (photo_id, user_id))`,
+  ],
+};
+
+/** Kysely's view of one shard's tables (int8 arrives as bigint: shardflake's connections parse it so). */
+export interface ShardDB {
+  users: { id: Generated<bigint>; name: string; photo_count: ColumnType<number, never, number> };
+  follows: { follower_id: bigint; followee_id: bigint };
+  photos: {
+    id: Generated<bigint>;
+    user_id: bigint;
+    caption: string;
+    like_count: ColumnType<number, never, number>;
+  };
+  likes: { photo_id: bigint; user_id: bigint };
+}

@@ -1,0 +1,57 @@
+import { type ErrorCode, ShardflakeError } from './errors.js';
+
+/**
+ * Checks of the kind of value a public function was given. TypeScript's types bind TypeScript callers only: a
+ * JavaScript caller, a parsed JSON document or a test double can hand any function any value, and the raw
+ * TypeError or RangeError that then comes from deep inside names neither the argument nor what it should be.
+ * These turn that into a ShardflakeError whose message does, and describe values for messages without ever
+ * throwing themselves (String() throws for symbols inside templates and for objects without a prototype).
+ */
+
+/** The kind of a value, for a message: `a number`, `a bigint`, `an array`, `null`, `an object`, … */
+export function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  if (Array.isArray(value)) return 'an array';
+  if (value instanceof Date) return 'a Date';
+  if (value instanceof Uint8Array) return 'bytes';
+  const type = typeof value;
+  return type === 'object' ? 'an object' : `${/^[aeiou]/.test(type) ? 'an' : 'a'} ${type}`;
+}
+
+/** A short printable form of any value: text quoted, numbers and bigints as written, otherwise its kind. */
+export function shown(value: unknown, max = 60): string {
+  if (typeof value === 'string') return JSON.stringify(value).slice(0, max);
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean')
+    return String(value);
+  return kindOf(value);
+}
+
+/** `value` when it is a string; otherwise a ShardflakeError that names `argument`. */
+export function expectString(value: unknown, argument: string, code: ErrorCode = 'INVALID_ARGUMENT'): string {
+  if (typeof value !== 'string')
+    throw new ShardflakeError(code, `${argument} must be a string, not ${kindOf(value)}`);
+  return value;
+}
+
+/** `value` when it is a plain object (not null, not an array); otherwise a ShardflakeError naming `argument`. */
+export function expectObject(
+  value: unknown,
+  argument: string,
+  code: ErrorCode = 'INVALID_ARGUMENT',
+): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new ShardflakeError(code, `${argument} must be an object, not ${kindOf(value)}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+/** Options objects: `undefined` means none; anything else must be an object. */
+export function optionsObject(value: unknown, argument: string): Record<string, unknown> {
+  return value === undefined ? {} : expectObject(value, argument);
+}
+
+/** An instant for a message: ISO 8601 when `Date` can hold it, else the number of milliseconds. */
+export function instantText(ms: number): string {
+  return Number.isFinite(ms) && Math.abs(ms) <= 8.64e15 ? new Date(ms).toISOString() : `${ms} ms since 1970`;
+}

@@ -1,0 +1,151 @@
+import {
+  type Attributes,
+  type Counter,
+  type Histogram,
+  type Meter,
+  metrics,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  trace,
+} from '@opentelemetry/api';
+import { VERSION } from '../../version.js';
+import type { OperationEvent, RouterEvent, RouterEventHook } from './events.js';
+
+/**
+ * The router's events as OpenTelemetry spans and metrics, through `@opentelemetry/api` only. Without an SDK
+ * installed by the application the API hands out no-op tracers and meters, so this costs a few object look-ups
+ * per operation; with one, every routed operation is a span and the counters and histograms below fill.
+ *
+ * A span is made when the operation has ended (the router reports it then, with its total time), so its start
+ * is back-dated by `totalMs`; it is a child of whatever span is active where the application called the router.
+ *
+ * Metrics (names follow the OpenTelemetry naming guidelines; durations in milliseconds):
+ * - `shardflake.router.operations` (counter): operation, outcome (`ok` / the error code), role
+ * - `shardflake.router.operation.duration` (histogram, ms): operation, outcome
+ * - `shardflake.router.connection.wait` (histogram, ms): operation
+ * - `shardflake.router.retries` (counter): operation, reason
+ * - `shardflake.router.failover.events` (counter): server, event (`node-suspect`, `roles-found`)
+ * - `shardflake.router.catalog.outages` (counter): server — one per `catalog-down`
+ * - `shardflake.router.map.changes` (counter)
+ */
+export interface TelemetryOptions {
+  /** Default: `trace.getTracer('shardflake', VERSION)` from the globally installed provider (if any). */
+  tracer?: Tracer;
+  /** Default: `metrics.getMeter('shardflake', VERSION)`. */
+  meter?: Meter;
+}
+
+interface Instruments {
+  operations: Counter;
+  duration: Histogram;
+  wait: Histogram;
+  retries: Counter;
+  failovers: Counter;
+  outages: Counter;
+  mapChanges: Counter;
+}
+
+function instruments(meter: Meter): Instruments {
+  return {
+    operations: meter.createCounter('shardflake.router.operations', {
+      description: 'Routed operations, by outcome',
+    }),
+    duration: meter.createHistogram('shardflake.router.operation.duration', {
+      description: 'Time from the call to the end of a routed operation, retries included',
+      unit: 'ms',
+    }),
+    wait: meter.createHistogram('shardflake.router.connection.wait', {
+      description: 'Time a routed operation waited for connections',
+      unit: 'ms',
+    }),
+    retries: meter.createCounter('shardflake.router.retries', { description: 'Retries, by reason' }),
+    failovers: meter.createCounter('shardflake.router.failover.events', {
+      description: 'Nodes marked suspect and roles found again',
+    }),
+    outages: meter.createCounter('shardflake.router.catalog.outages', {
+      description: 'Times the catalog stopped answering',
+    }),
+    mapChanges: meter.createCounter('shardflake.router.map.changes', { description: 'Shard map refreshes' }),
+  };
+}
+
+function spanAttributes(event: OperationEvent): Attributes {
+  const one = <T>(values: T[]): T | T[] | undefined =>
+    values.length === 1 ? values[0] : values.length ? values : undefined;
+  const attributes: Attributes = {
+    'db.system.name': 'postgresql',
+    'shardflake.operation': event.operation,
+    'shardflake.shard': one(event.shards),
+    'shardflake.server': one(event.servers),
+    'shardflake.node': one(event.nodes.map((n) => n.node)),
+    'shardflake.role': one([...new Set(event.nodes.map((n) => n.role))]),
+    'shardflake.wait_ms': event.waitMs,
+    'shardflake.retries': event.retries,
+  };
+  if (event.retryReasons.length) attributes['shardflake.retry_reasons'] = event.retryReasons;
+  if (event.error) attributes['error.type'] = event.error.code;
+  return attributes;
+}
+
+/**
+ * A hook for `RouterOptions.onEvent` (the router installs one itself) that reports every event to OpenTelemetry.
+ * Tracer and meter are looked up on the first event, so an SDK installed after the router was made still counts.
+ */
+export function telemetryHook(options: TelemetryOptions = {}): RouterEventHook {
+  let tracer = options.tracer;
+  let meter: Instruments | undefined;
+  const meters = () => {
+    meter ??= instruments(options.meter ?? metrics.getMeter('shardflake', VERSION));
+    return meter;
+  };
+  return (event: RouterEvent) => {
+    const m = meters();
+    switch (event.type) {
+      case 'operation': {
+        tracer ??= trace.getTracer('shardflake', VERSION);
+        const end = Date.now();
+        const span = tracer.startSpan(`shardflake ${event.operation}`, {
+          kind: SpanKind.CLIENT,
+          startTime: end - event.totalMs,
+          attributes: spanAttributes(event),
+        });
+        if (event.error) span.setStatus({ code: SpanStatusCode.ERROR, message: event.error.message });
+        span.end(end);
+        const outcome = event.error ? event.error.code : 'ok';
+        const role = event.nodes.some((n) => n.role === 'primary')
+          ? 'primary'
+          : (event.nodes[0]?.role ?? 'none');
+        m.operations.add(1, {
+          'shardflake.operation': event.operation,
+          'shardflake.outcome': outcome,
+          'shardflake.role': role,
+        });
+        m.duration.record(event.totalMs, {
+          'shardflake.operation': event.operation,
+          'shardflake.outcome': outcome,
+        });
+        m.wait.record(event.waitMs, { 'shardflake.operation': event.operation });
+        return;
+      }
+      case 'retry':
+        m.retries.add(1, {
+          'shardflake.operation': event.operation,
+          'shardflake.retry_reason': event.reason,
+        });
+        return;
+      case 'node-suspect':
+      case 'roles-found':
+        m.failovers.add(1, { 'shardflake.server': event.server, 'shardflake.event': event.type });
+        return;
+      case 'catalog-down':
+        m.outages.add(1, { 'shardflake.server': event.server });
+        return;
+      case 'catalog-up':
+        return;
+      case 'map':
+        m.mapChanges.add(1);
+        return;
+    }
+  };
+}

@@ -1,0 +1,72 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createRouter, type RouterEvent } from 'shardflake';
+import { InstagramApp } from '../../examples/instagram/app.js';
+import { TABLES } from '../../examples/instagram/schema.js';
+import { runWorkload } from '../../examples/instagram/workload.js';
+import { initCluster } from '../../src/cluster/init.js';
+import { moveShard } from '../../src/move/move.js';
+import { testConfig } from '../cluster/cluster-config.js';
+import { useServers } from '../support/postgres.js';
+
+const servers = await useServers(2);
+
+test('the example app (Kysely on shard sessions) runs its workload through a shard move: no error reaches it, no write is lost or doubled', async () => {
+  const config = testConfig(servers, { logicalShards: 8, tables: TABLES });
+  await initCluster(config);
+  const events: RouterEvent[] = [];
+  const router = await createRouter(config, { onEvent: (e) => events.push(e) });
+  const app = new InstagramApp(router);
+  // The shard of the first user, who posts and is liked the most: moved when half of the requests are done.
+  const shard = router.shardFor('user0');
+  const from = router.placement(shard).server;
+  const to = from === 'a' ? 'b' : 'a';
+  let movedAt = 0;
+  const result = await runWorkload(app, {
+    users: 24,
+    requests: 800,
+    workers: 8,
+    halfway: async () => {
+      await moveShard(config, shard, to);
+      movedAt = performance.now();
+    },
+  });
+  assert.ok(movedAt > 0 && movedAt < result.endedAt, 'requests kept running after the move finished');
+  assert.deepEqual(result.errors, [], 'no error reached the application');
+  assert.ok(result.requests >= 800);
+  assert.equal(router.placement(shard).server, to);
+
+  // Every acknowledged photo is there once, and every user's counter matches their photos.
+  const photos = await router.queryByShard({
+    sql: (t) => `SELECT id, user_id, like_count FROM ${t('photos')}`,
+  });
+  const users = await router.queryByShard({ sql: (t) => `SELECT id, photo_count FROM ${t('users')}` });
+  const likes = await router.queryByShard({
+    sql: (t) => `SELECT photo_id, count(*)::int AS n FROM ${t('likes')} GROUP BY photo_id`,
+  });
+  const stored = [...photos.values()].flat();
+  const acknowledged = [...result.photosOf.values()].flat();
+  assert.deepEqual(
+    stored.map((p) => p.id as bigint).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)),
+    [...acknowledged].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)),
+  );
+  const userRows = [...users.values()].flat();
+  assert.equal(userRows.length, 24);
+  for (const u of userRows)
+    assert.equal(u.photo_count, result.photosOf.get(u.id as bigint)?.length, `photo_count of user ${u.id}`);
+  // Every acknowledged like is there once; each photo's counter equals its likes.
+  const likeRows = new Map([...likes.values()].flat().map((l) => [l.photo_id as bigint, l.n as number]));
+  for (const p of stored) {
+    assert.equal(p.like_count, likeRows.get(p.id as bigint) ?? 0, `like_count of photo ${p.id}`);
+    assert.equal(
+      p.like_count,
+      result.likesOf.get(p.id as bigint) ?? 0,
+      `acknowledged likes of photo ${p.id}`,
+    );
+  }
+  // Photos stayed on their user's shard, the moved one included.
+  for (const p of stored)
+    assert.equal(router.shardOfId(p.id as bigint), router.shardOfId(p.user_id as bigint));
+  assert.ok(stored.some((p) => router.shardOfId(p.id as bigint) === shard));
+  await router.close();
+});

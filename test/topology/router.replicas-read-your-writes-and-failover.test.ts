@@ -1,0 +1,154 @@
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import pg from 'pg';
+import { validateConfig } from '../../src/cluster/config.js';
+import { initCluster } from '../../src/cluster/init.js';
+import type { OperationEvent, RouterEvent } from '../../src/cluster/router/events.js';
+import { createRouter } from '../../src/cluster/router/router.js';
+import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import { useServers } from '../support/postgres.js';
+import { caughtUp, startReplica } from '../support/replicas.js';
+
+/**
+ * A cluster of one server listed as a primary and its streaming replica. `cluster init` must write only to the
+ * primary (the replica refuses writes, so any write sent there would fail the init). Through one router: a write,
+ * then a `readOnly` read of it while the replica's replay is paused, must see it (served by the primary), and
+ * reads with nothing to wait for are served by the replica; then the primary is stopped and the replica promoted
+ * while the router writes, and writes carry on there without a new router or config.
+ */
+async function sql<T>(url: string, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query(text)).rows as T[];
+  } finally {
+    await client.end();
+  }
+}
+
+const [primary] = (await useServers(1)) as [EmbeddedServer];
+const replica = await startReplica(primary);
+const config = validateConfig(
+  {
+    servers: { a: [replica.url, primary.url] },
+    catalog: 'a',
+    logicalShards: 4,
+    tables: { notes: 'CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT next_id(), body text NOT NULL)' },
+  },
+  'test-config',
+);
+const result = await initCluster(config);
+await caughtUp(primary, replica);
+const events: RouterEvent[] = [];
+const router = await createRouter(config, {
+  onEvent: (e) => events.push(e),
+  replicas: { rediscoverMs: 50, failoverWaitMs: 20_000, replicaCheckMs: 50 },
+});
+after(() => router.close());
+
+const lastOperation = () => events.filter((e): e is OperationEvent => e.type === 'operation').at(-1);
+
+describe('router over a primary and its replica', () => {
+  it('cluster init wrote to the primary and the replica has every shard', async () => {
+    assert.equal(result.created, 4);
+    const onReplica = await sql<{ n: number }>(
+      replica.url,
+      "SELECT count(*)::int AS n FROM pg_namespace WHERE nspname ~ '^shard_[0-9]{4}$'",
+    );
+    assert.equal(onReplica[0]?.n, 4);
+  });
+
+  it('a readOnly read after a write sees it while the replica is paused; other reads go to the replica', async () => {
+    await sql(replica.url, 'SELECT pg_wal_replay_pause()');
+    const id = await router.withShard({ shard: 1 }, async (s) => {
+      const { rows } = await s.query("INSERT INTO notes (body) VALUES ('hello') RETURNING id");
+      return rows[0]?.id as bigint;
+    });
+    const seen = await router.withShard(
+      { shard: 1 },
+      async (s) => (await s.query('SELECT body FROM notes WHERE id = $1', [id])).rows,
+      { readOnly: true },
+    );
+    assert.deepEqual(seen, [{ body: 'hello' }]);
+    assert.deepEqual(
+      lastOperation()?.nodes.map((n) => n.role),
+      ['primary'],
+    );
+
+    // shard 2 of the same server: nothing written there by this router … but the position is per server, so a
+    // fresh router (no writes of its own) shows the replica serving, with the paused replica's (empty) view
+    const reader = await createRouter(config, { onEvent: (e) => events.push(e), listen: false });
+    try {
+      const rows = await reader.withShard(
+        { shard: 1 },
+        async (s) => (await s.query('SELECT body FROM notes WHERE id = $1', [id])).rows,
+        { readOnly: true },
+      );
+      assert.deepEqual(rows, [], 'the paused replica does not have the row yet');
+      assert.deepEqual(
+        lastOperation()?.nodes.map((n) => n.role),
+        ['replica'],
+      );
+      // … and with the writer's read token it goes to the primary and sees the row
+      const withToken = await reader.withShard(
+        { shard: 1 },
+        async (s) => (await s.query('SELECT body FROM notes WHERE id = $1', [id])).rows,
+        { readOnly: true, after: router.readToken() },
+      );
+      assert.deepEqual(withToken, [{ body: 'hello' }]);
+    } finally {
+      await reader.close();
+    }
+    await sql(replica.url, 'SELECT pg_wal_replay_resume()');
+  });
+
+  it('writes reach the promoted replica without a restart, and every acknowledged write is there', async () => {
+    const acknowledged: bigint[] = [];
+    const failures: unknown[] = [];
+    let stop = false;
+    let promotedAt = 0;
+    let firstAfter = 0;
+    const writer = (async () => {
+      for (let i = 0; !stop; i++) {
+        try {
+          acknowledged.push(await router.insert('notes', { body: `n${i}` }, { shard: i % 4 }));
+          if (promotedAt && !firstAfter) firstAfter = performance.now();
+        } catch (error) {
+          failures.push(error);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      }
+    })();
+    while (acknowledged.length < 30) await new Promise((r) => setTimeout(r, 10));
+    await primary.stop();
+    await new Promise((r) => setTimeout(r, 300));
+    await replica.promote();
+    promotedAt = performance.now();
+    while (!firstAfter && performance.now() - promotedAt < 10_000)
+      await new Promise((r) => setTimeout(r, 20));
+    const at = acknowledged.length;
+    while (acknowledged.length < at + 10 && performance.now() - promotedAt < 10_000)
+      await new Promise((r) => setTimeout(r, 10));
+    stop = true;
+    await writer;
+    assert.ok(
+      firstAfter > 0 && firstAfter - promotedAt < 10_000,
+      'no write succeeded within 10 s of the promotion',
+    );
+    const ids = new Set(
+      (
+        await sql<{ id: string }>(
+          replica.url,
+          `SELECT id::text FROM (${[0, 1, 2, 3].map((s) => `SELECT id FROM shard_000${s}.notes`).join(' UNION ALL ')}) x`,
+        )
+      ).map((r) => r.id),
+    );
+    assert.deepEqual(
+      acknowledged.filter((id) => !ids.has(String(id))),
+      [],
+    );
+    // a failed insert is a typed error, never a silent loss
+    for (const f of failures) assert.equal((f as Error).name, 'ShardflakeError', String(f));
+    assert.ok(events.some((e) => e.type === 'roles-found' && e.primary?.includes(`:${replica.port}/`)));
+  });
+});
