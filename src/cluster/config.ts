@@ -3,7 +3,11 @@ import { expectObject, expectString, kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { type Layout, resolveLayout, withEpoch } from '../ids/layout.js';
 import { describeUrl } from '../postgres/connect.js';
-import { GENERATOR_LANGUAGES, type GeneratorLanguage } from '../postgres/generator-sql.js';
+import {
+  DEFAULT_GENERATOR_LANGUAGE,
+  GENERATOR_LANGUAGES,
+  type GeneratorLanguage,
+} from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
 import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
 
@@ -18,7 +22,7 @@ import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStateme
  *   "epoch": "2024-01-01T00:00:00Z",          // ISO date or ms since 1970; default: the layout's own epoch
  *   "layout": "instagram",                     // a preset with a shard field (default instagram)
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
- *   "nextIdLanguage": "sql",                   // how each shard's next_id() is written: sql (default) or plpgsql
+ *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
  *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
  * }
@@ -244,7 +248,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     );
   }
 
-  const nextIdLanguage = raw.nextIdLanguage ?? 'sql';
+  const nextIdLanguage = raw.nextIdLanguage ?? DEFAULT_GENERATOR_LANGUAGE;
   if (!(GENERATOR_LANGUAGES as readonly unknown[]).includes(nextIdLanguage)) {
     throw bad(source, `"nextIdLanguage" must be one of ${GENERATOR_LANGUAGES.join(', ')}`);
   }

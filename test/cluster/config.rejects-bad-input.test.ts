@@ -44,18 +44,18 @@ describe('cluster config', () => {
     );
   });
 
-  it("takes nextIdLanguage (default sql) into every new shard's generator, and refuses other values", () => {
-    assert.equal(validateConfig(base, 'cluster.json').nextIdLanguage, 'sql');
-    const pl = validateConfig({ ...base, nextIdLanguage: 'plpgsql' }, 'cluster.json');
-    assert.match(shardCreationSql(pl, 7, 'shard_0007'), /"next_id"\(\) RETURNS bigint\s+LANGUAGE plpgsql/);
+  it("takes nextIdLanguage (default plpgsql, as for a single install) into every new shard's generator, and refuses other values", () => {
+    assert.equal(validateConfig(base, 'cluster.json').nextIdLanguage, 'plpgsql');
+    const sql = validateConfig({ ...base, nextIdLanguage: 'sql' }, 'cluster.json');
+    assert.match(shardCreationSql(sql, 7, 'shard_0007'), /"next_id"\(\) RETURNS bigint\s+LANGUAGE sql/);
     assert.match(
       shardCreationSql(validateConfig(base, 'cluster.json'), 7, 'shard_0007'),
-      /"next_id"\(\) RETURNS bigint\s+LANGUAGE sql/,
+      /"next_id"\(\) RETURNS bigint\s+LANGUAGE plpgsql/,
     );
     rejects(
       { ...base, nextIdLanguage: 'c' },
       'INVALID_CONFIG',
-      /"nextIdLanguage" must be one of sql, plpgsql/,
+      /"nextIdLanguage" must be one of plpgsql, sql/,
     );
   });
 
