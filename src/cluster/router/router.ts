@@ -146,12 +146,16 @@ export async function createRouter(
         for (const h of hooks) emitSafely(h, event);
       }
     : undefined;
-  const map = createShardMap(await primaryUrl(config, config.catalog), {
+  const map = createShardMap(await primaryUrl(config, config.catalog, { requireAll: false }), {
     listen: opts.listen,
     reconnectMs: opts.catalogRetryMs,
     catalogServer: config.catalog,
     emit: hook,
     onMapChange: opts.onMapChange,
+    locateCatalog:
+      serverNodeUrls(config, config.catalog).length > 1
+        ? () => primaryUrl(config, config.catalog, { requireAll: false })
+        : undefined,
   });
   const servers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
