@@ -1,13 +1,13 @@
 import { cpus } from 'node:os';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import { from as copyFrom } from 'pg-copy-streams';
 import { readShardMap } from '../cluster/catalog.js';
 import { validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
 import { createRouter } from '../cluster/router.js';
 import { shardForKey } from '../cluster/shard-key.js';
 import { connect, createPool } from '../postgres/connect.js';
+import { copyFrom } from '../postgres/copy-streams.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
 import { quoteIdent } from '../postgres/identifier.js';
 

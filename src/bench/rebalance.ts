@@ -1,7 +1,6 @@
 import { cpus } from 'node:os';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { type ClusterConfig, shardSchema, validateConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { initCluster } from '../cluster/init.js';
@@ -11,6 +10,7 @@ import { moveShard } from '../move/move.js';
 import type { MoveResult, VerifyMode } from '../move/options.js';
 import { rebalanceCluster } from '../move/rebalance.js';
 import { moveSets } from '../move/set.js';
+import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
 import { qualified } from '../postgres/identifier.js';
 

@@ -1,8 +1,8 @@
 import { pipeline } from 'node:stream/promises';
-import pg from 'pg';
-import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
+import type pg from 'pg';
 import { ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
+import { connect, loadPg, wrapPgError } from '../postgres/connect.js';
+import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { CopyMeter, meteredCopy, type Throttle } from './copy-stream.js';
 
@@ -53,7 +53,7 @@ async function createSlotWithSnapshot(
   sourceUrl: string,
   slot: string,
 ): Promise<{ connection: pg.Client; snapshot: string }> {
-  const connection = new pg.Client({
+  const connection = new (loadPg().Client)({
     connectionString: sourceUrl,
     replication: 'database',
     application_name: 'shardflake move slot',

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { cp, lstat, mkdir, readFile, realpath, rename, rm, stat, symlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { ShardflakeError } from '../errors.js';
@@ -31,6 +31,9 @@ async function rootOwnedFolder(path: string): Promise<void> {
   }
 }
 
+/** Copies in progress in this process, by target: servers started together share one copy. */
+const copying = new Map<string, Promise<ServerBinaries>>();
+
 /** The binaries, or a copy of them the user `postgres` can reach. */
 export async function reachableBinaries(binaries: ServerBinaries): Promise<ServerBinaries> {
   if (!(await unreachableBy('postgres', join(binaries.bin, 'postgres')))) return binaries;
@@ -39,12 +42,23 @@ export async function reachableBinaries(binaries: ServerBinaries): Promise<Serve
     version: string;
   };
   const target = join(BINARY_CACHE, `postgres-${manifest.version}-${process.platform}-${process.arch}`);
+  let copy = copying.get(target);
+  if (!copy) {
+    copy = copyOnce(native, target);
+    copying.set(target, copy);
+    // A failed copy is tried again by the next server, not remembered.
+    copy.catch(() => copying.delete(target));
+  }
+  return copy;
+}
+
+async function copyOnce(native: string, target: string): Promise<ServerBinaries> {
   const copied = { bin: join(target, 'bin') };
   if (await stat(join(copied.bin, 'postgres')).catch(() => null)) return copied;
   await rootOwnedFolder(BINARY_CACHE);
   // Copied beside, then renamed into place: a run killed half-way, or two runs at once, never leave a partial
   // copy under the final name.
-  const partial = `${target}.${process.pid}.partial`;
+  const partial = `${target}.${randomBytes(6).toString('hex')}.partial`;
   await rm(partial, { recursive: true, force: true });
   await cp(native, partial, { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });
   try {

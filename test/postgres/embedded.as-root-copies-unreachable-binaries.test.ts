@@ -1,5 +1,16 @@
 import assert from 'node:assert/strict';
-import { chmod, mkdir, mkdtemp, readFile, readlink, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  readlink,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, it } from 'node:test';
@@ -34,8 +45,15 @@ it('binaries under a 0700 folder are copied once to a root-owned cache the serve
   const original = { bin: join(pkg, 'native', 'bin') };
   assert.ok(await unreachableBy('postgres', join(original.bin, 'postgres')), 'the original is out of reach');
 
-  const copy = await reachableBinaries(original);
+  // Two servers started together (the demo's a and b) share one copy.
+  const [copy, other] = await Promise.all([reachableBinaries(original), reachableBinaries(original)]);
   assert.equal(copy.bin, join(cached, 'bin'));
+  assert.equal(other.bin, copy.bin);
+  assert.deepEqual(
+    (await readdir(BINARY_CACHE)).filter((name) => name.includes(version)),
+    [`postgres-${version}-${process.platform}-${process.arch}`],
+    'no partial copy left',
+  );
   assert.equal(await unreachableBy('postgres', join(copy.bin, 'postgres')), null);
   const info = await stat(join(copy.bin, 'postgres'));
   assert.equal(info.uid, 0);

