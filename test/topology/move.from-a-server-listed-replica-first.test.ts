@@ -15,15 +15,15 @@ import { caughtUp, startReplica } from '../support/replicas.js';
  */
 const [a, b] = (await useServers(2)) as [EmbeddedServer, EmbeddedServer];
 const replicaOfA = await startReplica(a);
+const rawConfig = {
+  catalog: 'a',
+  logicalShards: 4,
+  tables: { items: 'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), note text NOT NULL)' },
+};
 
-test('a shard moves from a server whose config lists its replica first', async () => {
+test('a shard moves from a server whose config lists its replica first, and another from the promoted node after a failover', async () => {
   const config = validateConfig(
-    {
-      servers: { a: [replicaOfA.url, a.url], b: b.url },
-      catalog: 'a',
-      logicalShards: 4,
-      tables: { items: 'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), note text NOT NULL)' },
-    },
+    { ...rawConfig, servers: { a: [replicaOfA.url, a.url], b: b.url } },
     'test-config',
   );
   await initCluster(config);
@@ -43,4 +43,18 @@ test('a shard moves from a server whose config lists its replica first', async (
   } finally {
     await router.close();
   }
+  // After a failover of server a (the catalog's server) commands refuse to run while a listed node is down (they
+  // need every node to answer), and run on the promoted node once the dead one is taken off the list: a rerun of
+  // init finds every shard there and changes nothing, and shard 1 moves from the new primary.
+  await a.stop();
+  await replicaOfA.promote();
+  await assert.rejects(initCluster(config), /SERVER_UNREACHABLE|unreachable/);
+  const after = validateConfig(
+    { ...rawConfig, servers: { a: [replicaOfA.url], b: b.url } },
+    'test-config after the failover',
+  );
+  const rerun = await initCluster(after);
+  assert.deepEqual([rerun.created, rerun.alreadyRecorded], [0, 4]);
+  const second = await moveShard(after, 1, 'b');
+  assert.equal(second.shard, 1);
 });
