@@ -63,7 +63,14 @@ test('writes reach the promoted replica within 10 s, and every acknowledged writ
     }
   })();
 
-  while (acknowledged.length < 50) await new Promise((r) => setTimeout(r, 10));
+  // bounded: a writer that failed early must fail the test, not leave it waiting
+  const warmUntil = performance.now() + 20_000;
+  while (acknowledged.length < 50 && performance.now() < warmUntil)
+    await new Promise((r) => setTimeout(r, 10));
+  assert.ok(
+    acknowledged.length >= 50,
+    `the writer stalled before the failover: ${failed.length} errors, last ${String(failed.at(-1))}`,
+  );
   await primary.stop();
   const beforeStop = [...acknowledged];
   await new Promise((r) => setTimeout(r, 300)); // the HA tool takes a moment to decide
