@@ -85,6 +85,7 @@ export function createReplicatedServerNodes(
   let discovering: Promise<NodeState> | undefined;
   let nextReplica = 0;
   let ended = false;
+  const guarded = new WeakSet<pg.PoolClient>();
 
   function markSuspect(state: NodeState, error: unknown): void {
     const first = state.suspectAt === undefined;
@@ -139,6 +140,20 @@ export function createReplicatedServerNodes(
     return discovering;
   }
 
+  /**
+   * A pooled client may emit 'error' while it is checked out and no query runs (a fast shutdown's 57P01 arrives on
+   * its own) or just after it was released with an error and is being closed. pg-pool listens only while a client
+   * is idle, so every client we ever check out keeps a listener of its own for the rest of its life: an error with
+   * no listener would crash the host process.
+   */
+  function guard(client: pg.PoolClient): pg.PoolClient {
+    if (!guarded.has(client)) {
+      guarded.add(client);
+      client.on('error', () => {});
+    }
+    return client;
+  }
+
   function lease(state: NodeState, client: pg.PoolClient, role: NodeRole, started: number): NodeLease {
     // The pool listens for errors only on idle clients. A leased client whose node goes away between two queries
     // (a fast shutdown's 57P01 arrives while no query is running) emits 'error' with nobody listening, which
@@ -163,7 +178,7 @@ export function createReplicatedServerNodes(
     for (let attempt = 1; ; attempt++) {
       const state = await findPrimary();
       try {
-        return lease(state, await state.pool.connect(), 'primary', started);
+        return lease(state, guard(await state.pool.connect()), 'primary', started);
       } catch (error) {
         if (!isNodeFailure(error) || attempt >= 3) throw wrapPgError(error, state.url);
         markSuspect(state, error);
@@ -187,7 +202,7 @@ export function createReplicatedServerNodes(
       const state = candidates[(nextReplica + i) % candidates.length] as NodeState;
       let client: pg.PoolClient;
       try {
-        client = await state.pool.connect();
+        client = guard(await state.pool.connect());
       } catch (error) {
         markSuspect(state, error);
         continue;
