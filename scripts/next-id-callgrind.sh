@@ -7,7 +7,7 @@
 # previous version (3, from the upgrade test's fixture) written the default way, for before/after in one run.
 # `slow` counts prepared inserts that each start a new era (valgrind runs PostgreSQL about 50 times slower, so
 # that every insert finds a new millisecond); the line after it says how many of them did.
-#   scripts/next-id-callgrind.sh            # N = 1000 single-row inserts, 20000 bulk rows, 300 slow (5–12 minutes)
+#   scripts/next-id-callgrind.sh            # N = 1000 single-row inserts, 20000 bulk rows, 300 slow (about 5 minutes)
 #   PROTOCOLS=slow scripts/next-id-callgrind.sh
 set -euo pipefail
 N=${N:-1000}
