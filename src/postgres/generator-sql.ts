@@ -23,8 +23,8 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * exception handler — never held until commit):
  *    v := nextval; if v is keepable, return it (another slow path already started a new era);
  *    else store the pair (e', shard, 0) with e' := max(now, era(v) + 1), and return that id.
- * Version 4 writes the same steps in 5 PL/pgSQL expressions (about 18 functions and operators) instead of 9 (about
- * 30): PL/pgSQL sets each expression up again in every transaction, about 5,000 instructions each, and nearly
+ * Version 4 writes the same steps in 4 PL/pgSQL expressions (about 20 functions and operators) instead of 9 (about
+ * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression up again in every transaction, about 5,000 instructions each, and nearly
  * every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
  * README "Cost"): a new era ≈ 54,000 instructions on top of the fast path, against ≈ 68,000 in version 3.
  *
@@ -322,11 +322,12 @@ DECLARE
   tick bigint;
   id bigint;
 BEGIN
-  IF pg_catalog.pg_advisory_lock(${key}) IS NULL THEN
-    -- (pg_advisory_lock returns void: the test only gives the call a statement without a cast.)
-  END IF;
+  -- The lock is taken and released inside the block: PL/pgSQL checks for a cancel before every statement, and one
+  -- that came between a lock taken outside the block and the block's start (or between the unlock and the RETURN)
+  -- would keep this session's lock until it disconnects, stalling every other session's slow path on this shard.
   BEGIN
-    c := pg_catalog.nextval(${lit});
+    -- nextval under the lock: a CASE evaluates its condition first.
+    c := CASE WHEN pg_catalog.pg_advisory_lock(${key}) IS NOT NULL THEN pg_catalog.nextval(${lit}) END;
     tick := ${tickExpr(plan, clockMs(plan))};
 ${testPause(plan)}    -- Keep c if it is keepable (another slow path already started a new era), as the fast path would; else
     -- store a new era: after the clock, and after the era read under the key (so every store is above every fetch).
@@ -335,12 +336,15 @@ ${testPause(plan)}    -- Keep c if it is keepable (another slow path already sta
       ELSE pg_catalog.setval(${lit},
         GREATEST(tick, (c >> ${plan.time.shift}) + 1${aboveEra}) * ${int8(1n << BigInt(plan.time.shift))} + ${int8(plan.fixedBits)}, true)
     END;
-    IF pg_catalog.pg_advisory_unlock(${key}) THEN
-      RETURN id;
-    END IF;
-    -- (Not reached: the unlock returns true while the lock is held.)
+    -- Unlock and return in one statement, so that no cancel check falls between them.
+    RETURN CASE WHEN pg_catalog.pg_advisory_unlock(${key}) THEN id END;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(${key});
+    -- Release the lock only if this call got it: the error may have come while waiting for it.
+    IF EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted
+               AND pid = pg_catalog.pg_backend_pid() AND objsubid = 1 AND classid = ${0x5346}
+               AND objid = ${lit}::pg_catalog.oid) THEN
+      PERFORM pg_catalog.pg_advisory_unlock(${key});
+    END IF;
     IF SQLSTATE = '22003' THEN
       RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
         ${quoteLiteral(plan.schema)}, GREATEST(tick, (c >> ${plan.time.shift}) + 1), ${quoteLiteral(plan.layout.name)}
@@ -348,7 +352,6 @@ ${testPause(plan)}    -- Keep c if it is keepable (another slow path already sta
     END IF;
     RAISE;
   END;
-  RETURN id;
 END
 $shardflake$`;
 }
