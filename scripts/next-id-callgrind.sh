@@ -5,8 +5,9 @@
 # the server as the `postgres` user. Prints, per protocol, the instructions per insert of each side:
 # (count for 3N statements − count for N statements) / 2N, so that start-up and shutdown cancel out. `g3` is the
 # previous version (3, from the upgrade test's fixture) written the default way, for before/after in one run.
-# `slow` counts prepared inserts that each start a new era (valgrind runs PostgreSQL about 50 times slower, so
-# that every insert finds a new millisecond); the line after it says how many of them did.
+# `slow` counts prepared inserts at the clock, most of which start a new era (valgrind runs PostgreSQL about 50 times
+# slower, so that most inserts find a new millisecond); the next line says how many did, and the last one what a
+# single call of the slow path costs (which does not depend on how many calls there were).
 #   scripts/next-id-callgrind.sh            # N = 1000 single-row inserts, 20000 bulk rows, 300 slow (about 5 minutes)
 #   PROTOCOLS=slow scripts/next-id-callgrind.sh
 set -euo pipefail
@@ -55,6 +56,7 @@ count() { # table protocol statements -> instructions of the whole single-user r
   as_server valgrind --tool=callgrind --callgrind-out-file="$dir/out" "$bin/postgres" --single -D "$dir/data" \
     -c autovacuum=off postgres <"$f" >/dev/null 2>&1
   grep -o 'summary: [0-9]*' "$dir/out" | awk '{ print $2 }'
+  cp "$dir/out" "$dir/$1.$2.$3.out"
 }
 
 for protocol in $PROTOCOLS; do
@@ -74,6 +76,16 @@ if [[ " $PROTOCOLS " == *" slow "* ]]; then
   for schema in s3 s_plpgsql s_sql; do
     echo "SELECT count(DISTINCT id >> 23) || ' of ' || count(*) AS eras FROM $schema.t;" >"$dir/eras.sql"
     line="$line  $schema=$(as_server "$bin/postgres" --single -D "$dir/data" postgres <"$dir/eras.sql" 2>/dev/null | grep -o '"[0-9]* of [0-9]*"' | tr -d '"')"
+  done
+  echo "$line"
+  # The slow path itself: instructions inside the SECURITY DEFINER call of next_id_new_era() (the only such call),
+  # divided by the number of calls, in the longer run of each plpgsql table.
+  line="slow, instructions per next_id_new_era() call:"
+  for schema in s3 s_plpgsql; do
+    tree=$(callgrind_annotate --inclusive=yes --tree=calling "$dir/$schema.t.slow.$((3 * SLOW)).out" 2>/dev/null || true)
+    total=$(grep -m1 '\*  ???:fmgr_security_definer ' <<<"$tree" | awk '{ gsub(",", "", $1); print $1 }')
+    calls=$(grep -m1 '>   ???:plpgsql_call_handler' <<<"$(grep -A1 '\*  ???:fmgr_security_definer ' <<<"$tree")" | grep -o '([0-9,]*x)' | tr -d '(),x')
+    line="$line  $schema=$((total / calls)) ($calls calls)"
   done
   echo "$line"
 fi

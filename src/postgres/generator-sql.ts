@@ -24,9 +24,9 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  *    v := nextval; if v is keepable, return it (another slow path already started a new era);
  *    else store the pair (e', shard, 0) with e' := max(now, era(v) + 1), and return that id.
  * Version 4 writes the same steps in 4 PL/pgSQL expressions (about 20 functions and operators) instead of 9 (about
- * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression up again in every transaction, about 5,000 instructions each, and nearly
- * every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
- * README "Cost"): a new era ≈ 54,000 instructions on top of the fast path, against ≈ 68,000 in version 3.
+ * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression
+ * and its functions up again in every transaction, and nearly every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
+ * README "Cost"): one call ≈ 57,400 instructions, against ≈ 68,600 in version 3.
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
  * next store's value, so that every value the counter ever hands out is greater than every earlier one. The
