@@ -3,28 +3,37 @@ import { Command, CommanderError } from 'commander';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 import { stopEmbeddedServersOnSignals } from '../postgres/embedded.js';
 import { VERSION } from '../version.js';
-import { registerBenchCommands } from './commands/bench.js';
-import { registerClusterCommands } from './commands/cluster.js';
-import { registerDemoCommand } from './commands/demo.js';
-import { registerIdCommands } from './commands/id.js';
-import { registerSqlCommands } from './commands/sql.js';
+
+/**
+ * Each top-level command's module, loaded on demand: `shardflake id new` then loads the id code only, not the
+ * cluster, move, dashboard and benchmark code (and their dependencies) that every other command pulls in. In the
+ * order `--help` lists them.
+ */
+const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
+  id: async () => (await import('./commands/id.js')).registerIdCommands,
+  sql: async () => (await import('./commands/sql.js')).registerSqlCommands,
+  cluster: async () => (await import('./commands/cluster.js')).registerClusterCommands,
+  bench: async () => (await import('./commands/bench.js')).registerBenchCommands,
+  demo: async () => (await import('./commands/demo.js')).registerDemoCommand,
+};
 
 /**
  * The CLI is a thin layer: each command file parses its flags, calls the library and prints. Errors end here:
  * one line on stderr, a non-zero exit code, a stack only with --debug.
  */
-export function buildProgram(): Command {
+export async function buildProgram(argv: string[]): Promise<Command> {
   const program = new Command('shardflake')
     .description('Instagram-style sharding and 64-bit time-sortable ids for PostgreSQL')
     .version(VERSION)
     .option('--debug', 'print stack traces for errors')
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride();
-  registerIdCommands(program);
-  registerSqlCommands(program);
-  registerClusterCommands(program);
-  registerBenchCommands(program);
-  registerDemoCommand(program);
+  // The command is the first word after the program's own flags (none of which takes a value); without a known
+  // one (`--help`, `help`, a typo) every command is registered, so commander's help and errors stay as they were.
+  const named = argv.slice(2).find((arg) => !arg.startsWith('-'));
+  const wanted = named !== undefined && Object.hasOwn(COMMANDS, named) ? [named] : Object.keys(COMMANDS);
+  const registers = await Promise.all(wanted.map((name) => COMMANDS[name]?.()));
+  for (const register of registers) register?.(program);
   return program;
 }
 
@@ -40,9 +49,9 @@ function exitCodeFor(error: unknown): number {
 }
 
 export async function runCli(argv: string[]): Promise<number> {
-  const program = buildProgram();
   const debug = argv.includes('--debug');
   try {
+    const program = await buildProgram(argv);
     await program.parseAsync(argv);
     return process.exitCode === undefined ? 0 : Number(process.exitCode);
   } catch (error) {

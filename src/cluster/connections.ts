@@ -33,11 +33,11 @@ export function serverNodeUrls(config: ServerList, name: string): string[] {
 export async function primaryUrl(
   config: ServerList,
   name: string,
-  options: { connectTimeoutMs?: number } = {},
+  options: { connectTimeoutMs?: number; requireAll?: boolean } = {},
 ): Promise<string> {
   const urls = serverNodeUrls(config, name);
   if (urls.length === 1) return urls[0] as string;
-  return (await findRoles(name, urls, options.connectTimeoutMs)).primary.url;
+  return (await findRoles(name, urls, options.connectTimeoutMs, options.requireAll ?? true)).primary.url;
 }
 
 /** One client on a server's primary. Connection failures throw SERVER_UNREACHABLE. */

@@ -264,9 +264,11 @@ export async function migrateCluster(
               record(shard, target, null);
             } catch (error) {
               await client.query('ROLLBACK').catch(() => {});
-              const e = error as { message?: string; code?: string; sqlState?: string };
+              const e = error as { message?: string; code?: string };
               const message = redactSecrets(String(e.message ?? error));
-              failed.push({ shard, server, schema, version, error: message, sqlState: e.sqlState ?? e.code });
+              // A pg error's code is its SQLSTATE; a ShardflakeError's code is not, its sqlState is.
+              const sqlState = error instanceof ShardflakeError ? error.sqlState : e.code;
+              failed.push({ shard, server, schema, version, error: message, sqlState });
               record(shard, version, message);
               // A connection the server closed (a terminated build) is useless for the next shard: open a new one.
               const alive = await client.query('SELECT 1').then(

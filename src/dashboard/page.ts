@@ -127,7 +127,8 @@ function renderMoves(view) {
     const started = Date.parse(m.startedAt), updated = Date.parse(m.updatedAt);
     const pct = m.progress === null ? null : Math.round(m.progress * 100);
     return el("tr", { "data-move-id": m.id, "data-phase": m.phase, "data-shard": String(m.shard), class: m.finished ? "finished" : "running" },
-      el("td", {}, "#" + m.id),
+      // A set of shards moving together shares one stream; the catalog names the set by its first move's id.
+      el("td", {}, "#" + m.id + (m.row && m.row.batch_id != null ? " (set #" + m.row.batch_id + ")" : "")),
       el("td", { class: "num" }, m.shard),
       el("td", {}, m.from + " → " + m.to),
       el("td", {}, m.phase),

@@ -1,25 +1,15 @@
-import type pg from 'pg';
 import { bumpMapVersion } from '../cluster/catalog.js';
-import { type ClusterConfig, targetVersion } from '../cluster/config.js';
+import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fencedSchemas, fenceSql, unfenceSql } from '../cluster/fence.js';
-import { MIGRATIONS_TABLE, shardsCreationSql } from '../cluster/shard-ddl.js';
+import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
-import { checkThrottle } from './copy-stream.js';
-import { bypassGuardSql, ddlPastGuard, guardSchemas, unguardSchemas } from './ddl-guard.js';
-import { moveGeneratorStates } from './generator.js';
-import {
-  DEFAULTS,
-  type MoveResult,
-  type MoveStep,
-  type Options,
-  SET_DEFAULTS,
-  type SetMoveOptions,
-} from './options.js';
-import { type MovePhase, reached } from './phases.js';
+import { ddlPastGuard, guardSchemas, unguardSchemas } from './ddl-guard.js';
+import { DEFAULTS, type MoveResult, SET_DEFAULTS, type SetMoveOptions } from './options.js';
+import { reached } from './phases.js';
 import {
   createBatch,
   installMoves,
@@ -33,25 +23,22 @@ import {
   dropPublication,
   dropSlots,
   dropSubscription,
-  type ReplicationNames,
   replicationNames,
   subscriptionOid,
   subscriptionProgress,
 } from './replication.js';
 import { checkReplicationLimits } from './replication-limits.js';
-import { inTransaction, kill, MoveInterrupted, openServer, sleep } from './session.js';
+import { inTransaction, MoveInterrupted, openServer, sleep } from './session.js';
+import { checkMoveList, preflightSet, readPlacements } from './set-checks.js';
+import { cutoverGroup, cutoverGroups, round } from './set-cutover.js';
+import { advanceAll, checkpoint, describe, type Member, pending, type SetSession } from './set-session.js';
 import { rollBackMove, settleMove } from './settle.js';
-import { copyAtSnapshot, type SnapshotCopyResult } from './snapshot-copy.js';
-import { verifyOnSnapshots } from './snapshots.js';
-import {
-  existingSchemas,
-  listTables,
-  listTablesOfSchemas,
-  requirePrimaryKeys,
-  type SourceTable,
-} from './tables.js';
+import { copyAtSnapshot } from './snapshot-copy.js';
+import { listTables, listTablesOfSchemas, type SourceTable } from './tables.js';
 import { buildDeferredIndexesOf, deferrableIndexesOf } from './target-schema.js';
-import { compareDigests, digestSchemas, verificationError } from './verify.js';
+
+export { checkMoveList, checkSetOptions, checkShardList } from './set-checks.js';
+export { cutoverGroups } from './set-cutover.js';
 
 /**
  * Moving a set of shards from one server to another together: the same phases and guarantees as a single move
@@ -70,65 +57,6 @@ import { compareDigests, digestSchemas, verificationError } from './verify.js';
  * cleanup` settles each shard as it would a single move. A failure before a shard's switch rolls back every shard
  * of the set that has not switched (they share the stream that failed); the shards that did switch are finished.
  */
-interface Member {
-  record: MoveRecord;
-  tables: SourceTable[];
-  resumedFrom: MovePhase | null;
-  rows: bigint;
-  pauseMs: number | null;
-  pauseSteps: Record<string, number>;
-  mapVersion: bigint;
-  snapshot: { pauseMs: number; compareMs: number } | null;
-}
-
-interface SetSession {
-  config: ClusterConfig;
-  opts: Options & typeof SET_DEFAULTS & SetMoveOptions;
-  catalog: pg.Client;
-  source: pg.Client;
-  target: pg.Client;
-  from: string;
-  to: string;
-  batchId: bigint;
-  names: ReplicationNames;
-  members: Member[];
-  copy: SnapshotCopyResult | null;
-  catchUpMs: number | null;
-  /** Where the set's time went, ms per step of this run. */
-  steps: Record<string, number>;
-}
-
-function describe(s: SetSession): string {
-  return `set #${s.batchId} (${s.members.length} shards from server ${s.from} to server ${s.to})`;
-}
-
-/** The test hook and the abort signal, as in a single move: stop like a killed process, without a word. */
-async function checkpoint(s: SetSession, step: MoveStep | null): Promise<void> {
-  if (step !== null) await s.opts.afterStep?.(step);
-  if ((step !== null && s.opts.stopAfter === step) || s.opts.signal?.aborted) {
-    kill(s.source);
-    kill(s.target);
-    kill(s.catalog);
-    throw new MoveInterrupted(
-      `${describe(s)} stopped after ${step ?? 'a check'}; run the command again to resume or roll it back`,
-    );
-  }
-}
-
-async function advanceAll(s: SetSession, members: readonly Member[], phase: MovePhase): Promise<void> {
-  await recordPhases(
-    s.catalog,
-    members.map((m) => m.record.id),
-    phase,
-  );
-  for (const m of members) m.record = { ...m.record, phase };
-  await checkpoint(s, phase);
-}
-
-function pending(s: SetSession, phase: MovePhase): Member[] {
-  return s.members.filter((m) => m.record.phase === phase);
-}
-
 // ---------------------------------------------------------------------------------------------------- phases
 
 /** planned → prepared: empty, fenced target copies (many per transaction), the set's publication, the DDL guard. */
@@ -284,257 +212,6 @@ async function waitSynced(s: SetSession): Promise<void> {
   }
   s.catchUpMs = performance.now() - started;
   await advanceAll(s, todo, 'synced');
-}
-
-/**
- * `in-pause` verification of a locked group: the target has received the source's current LSN, then counts and
- * checksums of every table of every shard, one query per side, repeated until equal (the target may still be
- * applying the last commit) or the deadline.
- */
-async function verifyInPause(s: SetSession, toFence: readonly Member[], deadline: number): Promise<void> {
-  const lsn = await currentLsn(s.source);
-  while (!(await subscriptionProgress(s.target, s.names.subscription, lsn)).receivedUpTo) {
-    if (performance.now() > deadline) {
-      throw new ShardflakeError(
-        'MOVE_FAILED',
-        `the target did not catch up with the source's last change within ${s.opts.cutoverTimeoutMs} ms`,
-      );
-    }
-    await sleep(s.opts.pollMs / 4);
-  }
-  // Both copies of every shard of the group compared in one query per side; the source cannot change now,
-  // the target may still be applying the last commit.
-  const entries = toFence.map((m) => ({ schema: m.record.schema, tables: m.tables.map((t) => t.name) }));
-  const targetDigests = () => inTransaction(s.target, () => digestSchemas(s.target, entries));
-  const [sourceDigests, firstTarget] = await Promise.all([digestSchemas(s.source, entries), targetDigests()]);
-  for (let target = firstTarget; ; target = await targetDigests()) {
-    const differences = toFence.flatMap((m, k) =>
-      compareDigests(sourceDigests[k] ?? [], target[k] ?? []).map((d) => `shard ${m.record.shard}: ${d}`),
-    );
-    if (differences.length === 0) break;
-    if (performance.now() > deadline) throw verificationError(differences);
-    await sleep(s.opts.pollMs / 4);
-  }
-  toFence.forEach((m, k) => {
-    m.rows = (sourceDigests[k] ?? []).reduce((n, d) => n + d.rows, 0n);
-  });
-}
-
-interface Barrier {
-  /** A source session of its own, opened before the pause, that writes the barrier. */
-  marker: pg.Client;
-  schema: string;
-  version: number;
-  xmin: string | undefined;
-}
-
-/** The row a barrier will update (the group's first shard's lowest migration) and its version on the target now. */
-async function barrierBefore(s: SetSession, m: Member): Promise<Barrier> {
-  const table = qualified(m.record.schema, MIGRATIONS_TABLE);
-  const { rows } = await s.target.query(
-    `SELECT version, xmin::text AS x FROM ${table} ORDER BY version LIMIT 1`,
-  );
-  const row = rows[0] as { version: number; x: string } | undefined;
-  if (!row) {
-    throw new ShardflakeError(
-      'MOVE_FAILED',
-      `${m.record.schema}.${MIGRATIONS_TABLE} is empty on the target; cannot place a barrier`,
-    );
-  }
-  return {
-    marker: await openServer(s.config, s.from),
-    schema: m.record.schema,
-    version: row.version,
-    xmin: row.x,
-  };
-}
-
-/**
- * With `snapshots`, the locked group needs no scan: the checksums were compared on pinned snapshots, and every
- * later change reached the target through the same ordered stream. What must be known is that the target has
- * applied every commit made before the lock: a no-op update of the barrier row, committed by another session now
- * (after everything the lock waited for), becomes visible on the target only after all of those, because the one
- * apply worker applies in commit order.
- */
-async function passBarrier(s: SetSession, barrier: Barrier, deadline: number): Promise<void> {
-  const table = qualified(barrier.schema, MIGRATIONS_TABLE);
-  await barrier.marker.query(`UPDATE ${table} SET name = name WHERE version = $1`, [barrier.version]);
-  for (;;) {
-    const { rows } = await s.target.query(`SELECT xmin::text AS x FROM ${table} WHERE version = $1`, [
-      barrier.version,
-    ]);
-    if ((rows[0] as { x: string } | undefined)?.x !== barrier.xmin) return;
-    if (performance.now() > deadline) {
-      throw new ShardflakeError(
-        'MOVE_FAILED',
-        `the target did not apply the cutover barrier within ${s.opts.cutoverTimeoutMs} ms`,
-      );
-    }
-    await sleep(2);
-  }
-}
-
-/** Groups of shards that share one write pause: consecutive shards up to the group's shard and row limits. */
-export function cutoverGroups<T extends { rows: bigint }>(
-  members: readonly T[],
-  maxShards: number,
-  maxRows: number,
-): T[][] {
-  const groups: T[][] = [];
-  let group: T[] = [];
-  let rows = 0n;
-  for (const m of members) {
-    if (group.length > 0 && (group.length >= maxShards || rows + m.rows > BigInt(maxRows))) {
-      groups.push(group);
-      group = [];
-      rows = 0n;
-    }
-    group.push(m);
-    rows += m.rows;
-  }
-  if (group.length > 0) groups.push(group);
-  return groups;
-}
-
-const round = (ms: number) => Math.round(ms * 10) / 10;
-
-/**
- * synced → fenced → switched for one group, in one source transaction (LOCK to COMMIT), as a single move does:
- * a crash anywhere inside releases the lock and leaves the source the one writable copy, unfenced.
- */
-async function cutoverGroup(s: SetSession, group: Member[]): Promise<void> {
-  const already = await fencedSchemas(
-    s.source,
-    group.map((m) => m.record.schema),
-  );
-  const toFence = group.filter((m) => m.record.phase === 'synced' && !already.has(m.record.schema));
-  let lockAt = performance.now();
-  const bySnapshots = s.opts.verify === 'snapshots';
-  if (bySnapshots) {
-    // Checksums on snapshots pinned in a short pause of each shard (snapshots.ts: the one apply worker applies in
-    // commit order, so the barrier works for a set as for one shard); the group's pause then compares counts.
-    for (const m of toFence) {
-      const checked = await verifyOnSnapshots({
-        sourceUrl: await primaryUrl(s.config, s.from),
-        targetUrl: await primaryUrl(s.config, s.to),
-        schema: m.record.schema,
-        tables: m.tables.map((t) => t.name),
-        lockTimeoutMs: s.opts.lockTimeoutMs,
-        timeoutMs: s.opts.cutoverTimeoutMs,
-      });
-      m.snapshot = { pauseMs: checked.pauseMs, compareMs: checked.compareMs };
-      m.rows = checked.rows;
-    }
-  }
-  if (toFence.length > 0) {
-    // With snapshots, each shard's `_shardflake_migrations` stays unlocked (nothing writes it during a move:
-    // migrations refuse moving shards) so that a barrier can be written there inside the pause.
-    const tableList = toFence
-      .flatMap((m) =>
-        m.tables
-          .filter((t) => !(bySnapshots && t.name === MIGRATIONS_TABLE))
-          .map((t) => qualified(m.record.schema, t.name)),
-      )
-      .join(', ');
-    const barrier = bySnapshots ? await barrierBefore(s, toFence[0] as Member) : null;
-    try {
-      for (let attempt = 1; ; attempt++) {
-        lockAt = performance.now();
-        await s.source.query('BEGIN');
-        try {
-          await s.source.query(
-            `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; ${bypassGuardSql()}`,
-          );
-          await s.source.query(`LOCK TABLE ${tableList} IN EXCLUSIVE MODE`);
-          break;
-        } catch (error) {
-          await s.source.query('ROLLBACK').catch(() => {});
-          const lockTimeout = (error as { code?: string }).code === '55P03';
-          if (lockTimeout && attempt < s.opts.cutoverAttempts) continue;
-          throw lockTimeout
-            ? new ShardflakeError(
-                'MOVE_FAILED',
-                `could not lock the tables of shards ${toFence.map((m) => m.record.shard).join(', ')} for cutover: long transactions hold them`,
-              )
-            : wrapPgError(error);
-        }
-      }
-      const steps: Record<string, number> = { lock: round(performance.now() - lockAt) };
-      let mark = performance.now();
-      const step = (name: string) => {
-        const now = performance.now();
-        steps[name] = round(now - mark);
-        mark = now;
-      };
-      try {
-        await checkpoint(s, 'cutover-locked');
-        const deadline = performance.now() + s.opts.cutoverTimeoutMs;
-        if (barrier) {
-          await passBarrier(s, barrier, deadline);
-          step('barrier');
-        } else {
-          await verifyInPause(s, toFence, deadline);
-          step('verify');
-        }
-        await moveGeneratorStates(
-          s.source,
-          s.target,
-          toFence.map((m) => ({ schema: m.record.schema, tables: m.tables })),
-        );
-        await s.source.query(
-          toFence
-            .map((m) =>
-              fenceSql(
-                m.record.schema,
-                m.tables.map((t) => t.name),
-                `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
-              ),
-            )
-            .join(';\n'),
-        );
-        await s.source.query('COMMIT');
-        step('fence');
-      } catch (error) {
-        await s.source.query('ROLLBACK').catch(() => {});
-        throw error;
-      }
-      for (const m of toFence) m.pauseSteps = steps;
-    } finally {
-      await barrier?.marker.end().catch(() => {});
-    }
-  }
-  const fenced = group.filter((m) => m.record.phase === 'synced');
-  if (fenced.length > 0) await advanceAll(s, fenced, 'fenced');
-
-  // fenced → switched: open the target copies, then one catalog transaction names the target for the group.
-  const switching = group.filter((m) => m.record.phase === 'fenced');
-  if (switching.length === 0) return;
-  await s.target.query(switching.map((m) => unfenceSql(m.record.schema)).join(';\n'));
-  await inTransaction(s.catalog, async () => {
-    const version = await bumpMapVersion(s.catalog);
-    await s.catalog.query(
-      `UPDATE shardflake.shards SET state = 'active', server = $2, changed_in_version = $3 WHERE shard = ANY($1::int[])`,
-      [switching.map((m) => m.record.shard), s.to, version],
-    );
-    const pauseMs = toFence.length > 0 ? performance.now() - lockAt : null;
-    for (const m of switching) {
-      m.mapVersion = version;
-      if (pauseMs !== null && toFence.includes(m)) m.pauseMs = pauseMs;
-    }
-    await s.catalog.query(
-      `UPDATE shardflake.moves AS m SET phase = 'switched', updated_at = now(), rows_copied = x.rows,
-              pause_ms = coalesce(x.pause, m.pause_ms)
-         FROM unnest($1::bigint[], $2::bigint[], $3::float8[]) AS x(id, rows, pause)
-        WHERE m.id = x.id`,
-      [
-        switching.map((m) => String(m.record.id)),
-        switching.map((m) => String(m.rows)),
-        switching.map((m) => m.pauseMs),
-      ],
-    );
-  });
-  for (const m of switching) m.record = { ...m.record, phase: 'switched' };
-  await checkpoint(s, 'switched');
 }
 
 /** switched → done for every shard: the fences checked, then the set's subscription, publication and slot dropped. */
@@ -725,155 +402,6 @@ async function runSet(
 
 function owner(opts: SetMoveOptions): string {
   return opts.owner ?? `${process.env.HOSTNAME ?? 'localhost'}:${process.pid}`;
-}
-
-/** The catalog's placement of each shard, in one query. */
-async function readPlacements(
-  catalog: pg.Client,
-  shards: readonly number[],
-): Promise<Map<number, { server: string; schema: string }>> {
-  const { rows } = await catalog.query(
-    'SELECT shard, server, schema_name FROM shardflake.shards WHERE shard = ANY($1::int[])',
-    [shards],
-  );
-  const found = new Map(
-    (rows as { shard: number; server: string; schema_name: string }[]).map((r) => [
-      r.shard,
-      { server: r.server, schema: r.schema_name },
-    ]),
-  );
-  const missing = shards.filter((n) => !found.has(n));
-  if (missing.length > 0) {
-    throw new ShardflakeError(
-      'UNKNOWN_SHARD',
-      `shard ${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not in the shard map; run cluster init first`,
-    );
-  }
-  return found;
-}
-
-/**
- * The checks of a single move's preflight (steps.ts), for a whole set in a few queries: logical WAL on the source,
- * every schema there with primary keys on every table and at the config's schema version, none on the target yet.
- * (Replication slots and workers are checked for the whole plan by checkReplicationLimits.)
- */
-async function preflightSet(
-  config: ClusterConfig,
-  shards: readonly { shard: number; schema: string }[],
-  from: string,
-  to: string,
-  source: pg.Client,
-  target: pg.Client,
-): Promise<Map<number, SourceTable[]>> {
-  const wal = (await source.query('SHOW wal_level')).rows[0] as { wal_level: string };
-  if (wal.wal_level !== 'logical') {
-    throw new ShardflakeError(
-      'NOT_SUPPORTED',
-      `server ${from} runs with wal_level=${wal.wal_level}; shard moves need wal_level=logical`,
-    );
-  }
-  const schemas = shards.map((s) => s.schema);
-  const present = await existingSchemas(source, schemas);
-  const absent = shards.filter((s) => !present.has(s.schema));
-  if (absent.length > 0) {
-    throw new ShardflakeError(
-      'MOVE_FAILED',
-      `the catalog places shard ${absent.map((s) => s.shard).join(', ')} on server ${from}, but schema ${absent.map((s) => s.schema).join(', ')} is not there`,
-    );
-  }
-  const tables = await listTablesOfSchemas(source, schemas);
-  for (const { schema } of shards) requirePrimaryKeys(schema, tables.get(schema) ?? []);
-  const { rows } = await source.query(
-    shards
-      .map(
-        (s, i) =>
-          `SELECT ${i} AS i, (SELECT max(version)::int FROM ${qualified(s.schema, MIGRATIONS_TABLE)}) AS v`,
-      )
-      .join(' UNION ALL '),
-  );
-  const wanted = targetVersion(config);
-  for (const r of rows as { i: number; v: number | null }[]) {
-    if (r.v !== wanted) {
-      throw new ShardflakeError(
-        'NOT_SUPPORTED',
-        `shard ${shards[r.i]?.shard} is at schema version ${r.v ?? 'unknown'} but the config is at ${wanted}; run cluster migrate before moving it`,
-      );
-    }
-  }
-  const left = await existingSchemas(target, schemas);
-  if (left.size > 0) {
-    const on = shards.filter((s) => left.has(s.schema)).map((s) => s.shard);
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      `server ${to} still holds a copy of shard ${on.join(', ')} left by an earlier move; run shardflake cluster cleanup first`,
-    );
-  }
-  return new Map(shards.map((s) => [s.shard, tables.get(s.schema) ?? []]));
-}
-
-/** Refuses a list of moves with duplicates, unknown shards, unknown targets or a bad throttle, before anything starts. */
-export function checkMoveList(
-  config: ClusterConfig,
-  moves: readonly { shard: number; to: string }[],
-  options: SetMoveOptions = {},
-): void {
-  if (moves.length === 0)
-    throw new ShardflakeError('INVALID_ARGUMENT', 'no shard to move: the shard list is empty');
-  const seen = new Set<number>();
-  const twice: number[] = [];
-  for (const { shard } of moves) {
-    if (seen.has(shard)) twice.push(shard);
-    seen.add(shard);
-  }
-  if (twice.length > 0) {
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      `the shard list names shard ${[...new Set(twice)].join(', ')} more than once`,
-    );
-  }
-  const unknown = moves
-    .map((m) => m.shard)
-    .filter((n) => !Number.isInteger(n) || n < 0 || n >= config.logicalShards);
-  if (unknown.length > 0) {
-    throw new ShardflakeError(
-      'UNKNOWN_SHARD',
-      `${unknown.length === 1 ? 'shard' : 'shards'} ${unknown.join(', ')} ${unknown.length === 1 ? 'is' : 'are'} not among the cluster's ${config.logicalShards} logical shards (0–${config.logicalShards - 1})`,
-    );
-  }
-  for (const to of new Set(moves.map((m) => m.to))) {
-    if (!(to in config.servers)) {
-      throw new ShardflakeError(
-        'UNKNOWN_SERVER',
-        `server ${JSON.stringify(to)} is not in the config (servers: ${Object.keys(config.servers).join(', ')})`,
-      );
-    }
-  }
-  checkSetOptions(options);
-}
-
-/** Refuses a throttle of 0 or less and worker or group counts below 1, before anything starts. */
-export function checkSetOptions(options: SetMoveOptions): void {
-  checkThrottle(options.throttle);
-  for (const [name, value] of [
-    ['copyWorkers', options.copyWorkers],
-    ['streamsPerServer', options.streamsPerServer],
-    ['cutoverGroupShards', options.cutoverGroupShards],
-  ] as const) {
-    if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
-      throw new ShardflakeError(
-        'INVALID_ARGUMENT',
-        `${name} must be a whole number of at least 1, not ${value}`,
-      );
-    }
-  }
-}
-
-/** Refuses a list of shards for one target (see checkMoveList). */
-export function checkShardList(config: ClusterConfig, shards: readonly number[], to: string): void {
-  checkMoveList(
-    config,
-    shards.map((shard) => ({ shard, to })),
-  );
 }
 
 /**

@@ -13,6 +13,7 @@ import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
+import { assertNoPassword } from '../support/secrets.js';
 
 const servers = await useServers(1);
 const config = testConfig(servers, { logicalShards: 8 });
@@ -250,7 +251,7 @@ describe('shard sessions', () => {
     assert.deepEqual(op.shards, [6]);
     assert.deepEqual(op.servers, ['a']);
     assert.equal(op.nodes[0]?.role, 'primary');
-    assert.ok(!op.nodes[0]?.node.includes('shardflake@'), 'no password in the node');
+    assertNoPassword(String(op.nodes[0]?.node), [servers[0]?.url as string], 'the node');
     assert.equal(op.retries, 0);
     assert.equal(op.error, undefined);
   });

@@ -158,10 +158,27 @@ describe('cluster migrate with CREATE/DROP INDEX CONCURRENTLY', () => {
     });
     assert.equal((await indexOf(6, 'photos_tags'))?.valid, false);
 
+    // With parallelBuilds 1, server b's builds must wait while shard 0's build (server a) is held by a writer for
+    // 300 ms; were the limit ignored, they would run inside that window and overlap it.
+    const writer = await connect(urlOf('a'));
+    await writer.query(`BEGIN; INSERT INTO ${schemaOf(0)}.photos (user_id) VALUES (1000)`);
     const events: IndexBuildEvent[] = [];
     const result = await migrateCluster(config(likes, likesIndex, tags, tagsIndex), {
-      onIndexBuild: (e) => events.push(e),
+      parallelBuilds: 1,
+      onIndexBuild: (e) => {
+        events.push(e);
+        if (e.shard === 0 && e.phase === 'started') {
+          setTimeout(() => void writer.query('COMMIT').then(() => writer.end()), 300);
+        }
+      },
     });
+    // --parallel-builds 1: never two builds at once, on any server.
+    let running = 0;
+    for (const e of events) {
+      running += e.phase === 'started' ? 1 : e.phase === 'finished' || e.phase === 'failed' ? -1 : 0;
+      assert.ok(running <= 1, 'two builds at once with parallelBuilds 1');
+    }
+    assert.equal(events.filter((e) => e.phase === 'finished').length, 7);
     assert.deepEqual(result.failed, []);
     assert.deepEqual(result.rebuiltIndexes, [
       {

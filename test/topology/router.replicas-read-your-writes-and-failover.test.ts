@@ -1,13 +1,26 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { trace } from '@opentelemetry/api';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
 import { validateConfig } from '../../src/cluster/config.js';
 import { initCluster } from '../../src/cluster/init.js';
 import type { OperationEvent, RouterEvent } from '../../src/cluster/router/events.js';
 import { createRouter } from '../../src/cluster/router/router.js';
+import type { ClusterStatus } from '../../src/cluster/status.js';
 import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import { CLI_MAIN } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
+import { assertNoPassword } from '../support/secrets.js';
 
 /**
  * A cluster of one server listed as a primary and its streaming replica. `cluster init` must write only to the
@@ -58,6 +71,27 @@ describe('router over a primary and its replica', () => {
     assert.equal(onReplica[0]?.n, 4);
   });
 
+  it('with an OpenTelemetry SDK installed, each routed operation is a span naming its shard, node and role', async () => {
+    const exporter = new InMemorySpanExporter();
+    trace.setGlobalTracerProvider(
+      new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+    );
+    try {
+      await router.withShard({ shard: 2 }, async (s) => (await s.query('SELECT 1')).rows, { readOnly: true });
+    } finally {
+      trace.disable();
+    }
+    const [span] = exporter.getFinishedSpans();
+    assert.equal(span?.name, 'shardflake withShard');
+    assert.equal(span?.attributes['shardflake.shard'], 2);
+    assert.equal(span?.attributes['shardflake.server'], 'a');
+    assert.equal(span?.attributes['shardflake.role'], 'replica');
+    assert.match(
+      String(span?.attributes['shardflake.node']),
+      new RegExp(`:\\*\\*\\*\\*@127\\.0\\.0\\.1:${replica.port}/`),
+    );
+  });
+
   it('a readOnly read after a write sees it while the replica is paused; other reads go to the replica', async () => {
     await sql(replica.url, 'SELECT pg_wal_replay_pause()');
     const id = await router.withShard({ shard: 1 }, async (s) => {
@@ -102,6 +136,62 @@ describe('router over a primary and its replica', () => {
     await sql(replica.url, 'SELECT pg_wal_replay_resume()');
   });
 
+  it('cluster status: per-shard rows and activity, node roles, replica lag; --json from the CLI has it all', async () => {
+    // a connection of its own, closed after: a backend reports its statistics when it exits
+    await sql(primary.url, "INSERT INTO shard_0002.notes (body) VALUES ('a'), ('b'), ('c')");
+    await sql(primary.url, "UPDATE shard_0002.notes SET body = 'B' WHERE body = 'b'");
+    await sql(primary.url, "DELETE FROM shard_0002.notes WHERE body = 'c'");
+    await sql(replica.url, 'SELECT pg_wal_replay_pause()');
+    await sql(
+      primary.url,
+      "INSERT INTO shard_0003.notes (body) SELECT repeat('x', 100) FROM generate_series(1, 500)",
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'shardflake-status-'));
+    const path = join(dir, 'cluster.json');
+    writeFileSync(
+      path,
+      JSON.stringify({
+        servers: { a: [replica.url, primary.url] },
+        catalog: 'a',
+        logicalShards: 4,
+        tables: { notes: 'CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT next_id(), body text NOT NULL)' },
+      }),
+    );
+    const run = spawnSync(process.execPath, [CLI_MAIN, 'cluster', 'status', '--config', path, '--json'], {
+      encoding: 'utf8',
+    });
+    await sql(replica.url, 'SELECT pg_wal_replay_resume()');
+    assert.equal(run.status, 0, run.stderr);
+    const status = JSON.parse(run.stdout) as ClusterStatus;
+    assert.equal(status.version, 1);
+    const shard2 = status.shards.find((s) => s.shard === 2);
+    assert.deepEqual(
+      {
+        schema: shard2?.schema,
+        rows: shard2?.rows,
+        inserts: shard2?.inserts,
+        updates: shard2?.updates,
+        deletes: shard2?.deletes,
+      },
+      { schema: 'shard_0002', rows: 2, inserts: 3, updates: 1, deletes: 1 },
+    );
+    assert.ok((status.shards.find((s) => s.shard === 3)?.bytes ?? 0) > 50_000);
+    const [server] = status.servers;
+    assert.deepEqual(
+      server?.nodes.map((n) => n.role),
+      ['replica', 'primary'],
+    );
+    const [onReplica, onPrimary] = server?.nodes ?? [];
+    assert.ok((onReplica?.lagBytes ?? 0) > 50_000, `replica lag ${onReplica?.lagBytes} bytes while paused`);
+    assert.equal(onPrimary?.lagBytes, 0);
+    assert.ok((onPrimary?.connections ?? 0) >= 1);
+    assertNoPassword(run.stdout, [primary.url, replica.url], 'the status');
+    const text = spawnSync(process.execPath, [CLI_MAIN, 'cluster', 'status', '--config', path], {
+      encoding: 'utf8',
+    });
+    assert.match(text.stdout, /replica +postgres:\/\/postgres:\*\*\*\*@.*connections.*lag/);
+  });
+
   it('writes reach the promoted replica without a restart, and every acknowledged write is there', async () => {
     const acknowledged: bigint[] = [];
     const failures: unknown[] = [];
@@ -119,7 +209,14 @@ describe('router over a primary and its replica', () => {
         }
       }
     })();
-    while (acknowledged.length < 30) await new Promise((r) => setTimeout(r, 10));
+    // bounded: a writer that failed early must fail the test, not leave it waiting
+    const warmUntil = performance.now() + 20_000;
+    while (acknowledged.length < 30 && performance.now() < warmUntil)
+      await new Promise((r) => setTimeout(r, 10));
+    assert.ok(
+      acknowledged.length >= 30,
+      `the writer stalled before the failover: ${failures.length} errors, last ${String(failures.at(-1))}`,
+    );
     await primary.stop();
     await new Promise((r) => setTimeout(r, 300));
     await replica.promote();
@@ -150,5 +247,11 @@ describe('router over a primary and its replica', () => {
     // a failed insert is a typed error, never a silent loss
     for (const f of failures) assert.equal((f as Error).name, 'ShardflakeError', String(f));
     assert.ok(events.some((e) => e.type === 'roles-found' && e.primary?.includes(`:${replica.port}/`)));
+    // the catalog is on this server too: the router reads and listens to the map on the promoted node again
+    const deadline = performance.now() + 15_000;
+    while (router.catalogDown && performance.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(router.catalogDown, false);
+    await router.refresh();
+    assert.equal(router.mapVersion, 1n);
   });
 });

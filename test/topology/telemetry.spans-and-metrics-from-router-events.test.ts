@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { SpanStatusCode } from '@opentelemetry/api';
+import { metrics, SpanStatusCode, trace } from '@opentelemetry/api';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import {
   BasicTracerProvider,
@@ -8,7 +8,7 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import type { OperationEvent } from '../../src/cluster/router/events.js';
-import { telemetryHook } from '../../src/cluster/router/telemetry.js';
+import { telemetryHook, telemetryInstalled } from '../../src/cluster/router/telemetry.js';
 import { ShardflakeError } from '../../src/errors.js';
 
 /** A reader the test pulls from (the SDK's periodic reader would export on a timer). */
@@ -117,6 +117,27 @@ test('each operation event is a span back-dated by its total time, with the metr
     points('shardflake.router.map.changes').map((p) => p.value),
     [1],
   );
+});
+
+test('telemetryInstalled tells an installed SDK from the API’s no-op providers', () => {
+  assert.equal(telemetryInstalled(), false);
+  const provider = new BasicTracerProvider({
+    spanProcessors: [new SimpleSpanProcessor(new InMemorySpanExporter())],
+  });
+  assert.equal(trace.setGlobalTracerProvider(provider), true);
+  try {
+    assert.equal(telemetryInstalled(), true);
+  } finally {
+    trace.disable();
+  }
+  assert.equal(telemetryInstalled(), false);
+  metrics.setGlobalMeterProvider(new MeterProvider({ readers: [new PullReader()] }));
+  try {
+    assert.equal(telemetryInstalled(), true);
+  } finally {
+    metrics.disable();
+  }
+  assert.equal(telemetryInstalled(), false);
 });
 
 test('without an SDK the hook runs on the API’s no-op tracer and meter', () => {

@@ -4,6 +4,7 @@ import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchMoveCommand } from './bench-move.js';
+import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
 
 export function registerBenchCommands(program: Command): void {
@@ -15,5 +16,6 @@ export function registerBenchCommands(program: Command): void {
   registerBenchInsertsCommand(bench);
   registerBenchClusterCommand(bench);
   registerBenchMoveCommand(bench);
+  registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
 }

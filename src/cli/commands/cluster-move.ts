@@ -215,7 +215,7 @@ export function registerMoveCommands(cluster: Command): void {
           result.moves.length === 0
             ? ''
             : result.estimate
-              ? `estimated time ${result.estimate.seconds} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (${result.estimate.secondsPerShard} s per shard + ${result.estimate.rowsPerSecond} rows/s, measured over ${result.estimate.fromSets} earlier moves)`
+              ? `estimated time ${result.estimate.seconds} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (${result.estimate.secondsPerShard} s per shard${result.estimate.rowsPerSecond > 0 ? ` + rows at ${result.estimate.rowsPerSecond} rows/s` : ''}, fitted on ${result.estimate.fromSets} earlier sets or moves)`
               : `no earlier move measured in this cluster: no time estimate yet (~${result.rowsToCopy} rows to copy)`,
           result.moves.length === 0
             ? 'already balanced: nothing to move'

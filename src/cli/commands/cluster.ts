@@ -2,7 +2,6 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { initCluster } from '../../cluster/init.js';
 import { migrateCluster } from '../../cluster/migrate.js';
-import { clusterStatus } from '../../cluster/status.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
 import { positiveInteger } from '../options.js';
@@ -11,6 +10,7 @@ import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
+import { registerStatusCommand } from './cluster-status.js';
 
 export { progressBar, toJson };
 
@@ -61,48 +61,13 @@ export function registerClusterCommands(program: Command): void {
       );
     });
 
-  cluster
-    .command('status')
-    .description('the shard map, shards per server, schema versions, and when the ids stop fitting a bigint')
-    .requiredOption('--config <file>', 'cluster config (JSON)')
-    .option('--json', 'print the status as JSON')
-    .action(async (flags: Flags) => {
-      const config = await loadConfig(flags.config);
-      const status = await clusterStatus(config);
-      if (flags.json) {
-        process.stdout.write(`${toJson(status)}\n`);
-        return;
-      }
-      const versions = Object.entries(status.schemaVersions)
-        .map(([v, n]) => `v${v}: ${n}`)
-        .join(', ');
-      const states = status.shards.filter((s) => s.state !== 'active');
-      process.stdout.write(
-        [
-          `map version ${status.version}: ${status.mappedShards} of ${status.logicalShards} logical shards mapped`,
-          `layout ${status.layout}, epoch ${status.epoch}`,
-          `ids fit a signed bigint until ${status.signedOverflowAt ?? 'the time field runs out'}; time field runs out ${status.exhaustsAt}`,
-          `schema versions (target v${status.targetSchemaVersion}): ${versions || 'none'}`,
-          'servers:',
-          ...status.servers.map(
-            (s) =>
-              `  ${s.name.padEnd(8)} ${String(s.shards).padStart(5)} shards  ${s.reachable ? 'reachable  ' : 'UNREACHABLE'}  ${s.url}`,
-          ),
-          ...(states.length > 0
-            ? [`not active: ${states.map((s) => `${s.shard} (${s.state})`).join(', ')}`]
-            : []),
-          ...status.shards
-            .filter((s) => s.lastError)
-            .map((s) => `  shard ${s.shard}: last migration failed: ${s.lastError}`),
-          ...status.warnings.map((w) => `warning: ${w}`),
-          '',
-        ].join('\n'),
-      );
-    });
+  registerStatusCommand(cluster);
 
   cluster
     .command('migrate')
-    .description("apply the config's migrations to every logical shard, one transaction per shard; resumable")
+    .description(
+      "apply the config's migrations to every logical shard, one transaction per shard (index builds CONCURRENTLY outside one); resumable",
+    )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the result as JSON')
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))

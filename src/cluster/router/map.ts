@@ -39,6 +39,12 @@ export interface ShardMapOptions {
   catalogServer: string;
   emit: ((event: RouterEvent) => void) | undefined;
   onMapChange: ((version: bigint) => void) | undefined;
+  /**
+   * Finds the catalog server's primary again (a catalog server with replicas): asked when the LISTEN connection
+   * was lost and while the catalog is down, so after a failover the map is read from, and listened to on, the
+   * promoted node.
+   */
+  locateCatalog?: () => Promise<string>;
 }
 
 export interface ShardMapCache {
@@ -57,8 +63,9 @@ export interface ShardMapCache {
   close(): Promise<void>;
 }
 
-export function createShardMap(catalogUrl: string, options: ShardMapOptions): ShardMapCache {
-  const catalogPool: pg.Pool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
+export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions): ShardMapCache {
+  let catalogUrl = firstCatalogUrl;
+  let catalogPool: pg.Pool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
   let state: MapState | undefined;
   let stale = true;
   let refreshing: Promise<void> | undefined;
@@ -129,12 +136,24 @@ export function createShardMap(catalogUrl: string, options: ShardMapOptions): Sh
     listener = client;
   }
 
+  /** Moves to the catalog server's current primary when it is another node than the one in use. */
+  async function followCatalog(): Promise<void> {
+    if (!options.locateCatalog) return;
+    const found = await options.locateCatalog().catch(() => catalogUrl);
+    if (found === catalogUrl) return;
+    const old = catalogPool;
+    catalogUrl = found;
+    catalogPool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
+    await old.end().catch(() => {});
+  }
+
   /** One refresh at a time; concurrent callers share it. */
   function refreshOnce(): Promise<void> {
     if (!refreshing) {
       refreshing = (async () => {
         // Clear the flag first: a notification that arrives during the read sets it again.
         stale = false;
+        if (down || (options.listen && !listener)) await followCatalog();
         if (options.listen && !listener) await listen();
         await load();
       })().finally(() => {

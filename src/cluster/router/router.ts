@@ -23,7 +23,7 @@ import {
 import { createServerNodes, type ServerNodes, type ServerNodesOptions } from './server-nodes.js';
 import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
 import { Statements } from './statements.js';
-import { telemetryHook } from './telemetry.js';
+import { telemetryHook, telemetryInstalled } from './telemetry.js';
 import { emitSafely } from './trace.js';
 
 /**
@@ -138,20 +138,25 @@ export async function createRouter(
   const opts = { ...DEFAULTS, ...options };
   if (config.servers[config.catalog] === undefined)
     throw new ShardflakeError('UNKNOWN_SERVER', `catalog server ${config.catalog} is not in the config`);
-  const hooks = [opts.telemetry === false ? undefined : telemetryHook(), opts.onEvent].filter(
-    (h): h is RouterEventHook => h !== undefined,
-  );
-  const hook = hooks.length
-    ? (event: Parameters<RouterEventHook>[0]) => {
-        for (const h of hooks) emitSafely(h, event);
-      }
-    : undefined;
-  const map = createShardMap(await primaryUrl(config, config.catalog), {
+  const telemetry = opts.telemetry === false ? undefined : telemetryHook();
+  const appHook = opts.onEvent;
+  const hook =
+    telemetry || appHook
+      ? (event: Parameters<RouterEventHook>[0]) => {
+          if (telemetry) emitSafely(telemetry, event);
+          if (appHook) emitSafely(appHook, event);
+        }
+      : undefined;
+  const map = createShardMap(await primaryUrl(config, config.catalog, { requireAll: false }), {
     listen: opts.listen,
     reconnectMs: opts.catalogRetryMs,
     catalogServer: config.catalog,
     emit: hook,
     onMapChange: opts.onMapChange,
+    locateCatalog:
+      serverNodeUrls(config, config.catalog).length > 1
+        ? () => primaryUrl(config, config.catalog, { requireAll: false })
+        : undefined,
   });
   const servers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
@@ -165,7 +170,11 @@ export async function createRouter(
     statements: new Statements(),
     positions: new ReadPositions(),
     policy,
-    onEvent: hook,
+    // Operations trace themselves only for a reader: the application's hook, or an installed OpenTelemetry SDK
+    // (without one the API records nothing, and building each operation's event would be the whole cost).
+    get onEvent() {
+      return appHook || (telemetry && telemetryInstalled()) ? hook : undefined;
+    },
     nodes(server) {
       let nodes = servers.get(server);
       if (!nodes) {

@@ -78,6 +78,8 @@ export interface ServerNodes {
   end(): Promise<void>;
 }
 
+const ignore = () => {};
+
 /**
  * The nodes of a server. A server of one node: every lease is on it and it is always the primary (no role check,
  * no position round trips). Several nodes: a primary and its streaming replicas, roles found at run time.
@@ -105,12 +107,18 @@ export function createServerNodes(
       const started = performance.now();
       const client = await pool.connect();
       const waitMs = performance.now() - started;
+      // The pool listens for errors only on idle clients; a leased one whose server goes away between two
+      // queries would emit 'error' with nobody listening and crash the application.
+      client.on('error', ignore);
       return {
         client,
         node,
         role: 'primary',
         waitMs,
-        release: (error?: unknown) => client.release(error instanceof Error ? error : error !== undefined),
+        release: (error?: unknown) => {
+          client.removeListener('error', ignore);
+          client.release(error instanceof Error ? error : error !== undefined);
+        },
       };
     },
     positionAfterWrite: async () => undefined,

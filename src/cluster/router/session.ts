@@ -83,7 +83,10 @@ const TRANSACTION_CONTROL = /^\s*(begin|start\s+transaction|commit|end|rollback|
  * savepoints (a second BEGIN would only warn, and a COMMIT would end the session's transaction early — with it
  * the search_path and the guarantee that a retry re-runs everything).
  */
-function sessionClient(client: pg.PoolClient, isOpen: () => boolean): pg.PoolClient {
+function sessionClient(
+  client: pg.PoolClient,
+  isOpen: () => boolean,
+): { query: pg.PoolClient['query']; proxy: () => pg.PoolClient } {
   const savepoints: string[] = [];
   let next = 0;
   const control = (text: string): string | undefined => {
@@ -118,20 +121,30 @@ function sessionClient(client: pg.PoolClient, isOpen: () => boolean): pg.PoolCli
     }
     return (client.query as (...a: unknown[]) => unknown)(...args);
   };
-  return new Proxy(client, {
-    get(target, prop) {
-      if (prop === 'query') return query;
-      if (prop === 'release')
-        return () => {
-          throw new ShardflakeError(
-            'INVALID_ARGUMENT',
-            'session.client belongs to the session and is given back when the callback returns; do not release it',
-          );
-        };
-      const value = Reflect.get(target, prop, target);
-      return typeof value === 'function' ? value.bind(target) : value;
+  // Built on first use of `session.client`: most sessions only call `session.query`.
+  let proxy: pg.PoolClient | undefined;
+  const makeProxy = () =>
+    new Proxy(client, {
+      get(target, prop) {
+        if (prop === 'query') return query;
+        if (prop === 'release')
+          return () => {
+            throw new ShardflakeError(
+              'INVALID_ARGUMENT',
+              'session.client belongs to the session and is given back when the callback returns; do not release it',
+            );
+          };
+        const value = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+  return {
+    query: query as pg.PoolClient['query'],
+    proxy: () => {
+      proxy ??= makeProxy();
+      return proxy;
     },
-  });
+  };
 }
 
 export async function withShard<T>(
@@ -188,7 +201,9 @@ async function runSession<T>(
     shard: placement.shard,
     schema: placement.schema,
     server: placement.server,
-    client: guarded,
+    get client() {
+      return guarded.proxy();
+    },
     async query(text, values) {
       if (!open) throw sessionClosed();
       try {

@@ -38,6 +38,32 @@ function otel(): typeof OpenTelemetry {
   return api;
 }
 
+let seen: { tracers: unknown; meters: unknown; installed: boolean } | undefined;
+let noop: { tracers: unknown; meter: unknown } | undefined;
+
+/**
+ * True when the application has installed an OpenTelemetry SDK (a tracer or a meter provider). The router asks
+ * before each operation and builds no event for telemetry when nothing would record it: two global look-ups,
+ * the answer cached until a provider changes.
+ */
+export function telemetryInstalled(): boolean {
+  const api = otel();
+  // What the API hands out while no SDK is installed: a fresh proxy's delegate is the API's no-op tracer
+  // provider, and the no-op meter provider's meters are the one no-op meter.
+  noop ??= { tracers: new api.ProxyTracerProvider().getDelegate(), meter: api.createNoopMeter() };
+  const proxy = api.trace.getTracerProvider();
+  const tracers = proxy instanceof api.ProxyTracerProvider ? proxy.getDelegate() : proxy;
+  const meters = api.metrics.getMeterProvider();
+  if (seen?.tracers !== tracers || seen.meters !== meters) {
+    seen = {
+      tracers,
+      meters,
+      installed: tracers !== noop.tracers || meters.getMeter('shardflake', VERSION) !== noop.meter,
+    };
+  }
+  return seen.installed;
+}
+
 interface Instruments {
   operations: Counter;
   duration: Histogram;
@@ -91,6 +117,29 @@ function spanAttributes(event: OperationEvent): Attributes {
 }
 
 /**
+ * The metric attribute sets, made once per (operation, outcome, role) and reused: a few dozen combinations in all,
+ * and no allocation per operation.
+ */
+const labelSets = new Map<string, { operation: Attributes; duration: Attributes; wait: Attributes }>();
+function metricLabels(operation: string, outcome: string, role: string) {
+  const key = `${operation}|${outcome}|${role}`;
+  let labels = labelSets.get(key);
+  if (!labels) {
+    labels = {
+      operation: {
+        'shardflake.operation': operation,
+        'shardflake.outcome': outcome,
+        'shardflake.role': role,
+      },
+      duration: { 'shardflake.operation': operation, 'shardflake.outcome': outcome },
+      wait: { 'shardflake.operation': operation },
+    };
+    labelSets.set(key, labels);
+  }
+  return labels;
+}
+
+/**
  * A hook for `RouterOptions.onEvent` (the router installs one itself) that reports every event to OpenTelemetry.
  * Tracer and meter are looked up on the first event, so an SDK installed after the router was made still counts.
  */
@@ -110,24 +159,22 @@ export function telemetryHook(options: TelemetryOptions = {}): RouterEventHook {
         const span = tracer.startSpan(`shardflake ${event.operation}`, {
           kind: otel().SpanKind.CLIENT,
           startTime: end - event.totalMs,
-          attributes: spanAttributes(event),
         });
-        if (event.error) span.setStatus({ code: otel().SpanStatusCode.ERROR, message: event.error.message });
+        // Without an SDK the span records nothing: its attributes are not even built.
+        if (span.isRecording()) {
+          span.setAttributes(spanAttributes(event));
+          if (event.error)
+            span.setStatus({ code: otel().SpanStatusCode.ERROR, message: event.error.message });
+        }
         span.end(end);
         const outcome = event.error ? event.error.code : 'ok';
         const role = event.nodes.some((n) => n.role === 'primary')
           ? 'primary'
           : (event.nodes[0]?.role ?? 'none');
-        m.operations.add(1, {
-          'shardflake.operation': event.operation,
-          'shardflake.outcome': outcome,
-          'shardflake.role': role,
-        });
-        m.duration.record(event.totalMs, {
-          'shardflake.operation': event.operation,
-          'shardflake.outcome': outcome,
-        });
-        m.wait.record(event.waitMs, { 'shardflake.operation': event.operation });
+        const labels = metricLabels(event.operation, outcome, role);
+        m.operations.add(1, labels.operation);
+        m.duration.record(event.totalMs, labels.duration);
+        m.wait.record(event.waitMs, labels.wait);
         return;
       }
       case 'retry':

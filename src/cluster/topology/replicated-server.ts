@@ -140,12 +140,20 @@ export function createReplicatedServerNodes(
   }
 
   function lease(state: NodeState, client: pg.PoolClient, role: NodeRole, started: number): NodeLease {
+    // The pool listens for errors only on idle clients. A leased client whose node goes away between two queries
+    // (a fast shutdown's 57P01 arrives while no query is running) emits 'error' with nobody listening, which
+    // would crash the application: listen while leased, and take it as a sign the node is gone.
+    const onError = (error: Error) => markSuspect(state, error);
+    client.on('error', onError);
     return {
       client,
       node: state.node,
       role,
       waitMs: performance.now() - started,
-      release: (error?: unknown) => client.release(error instanceof Error ? error : error !== undefined),
+      release: (error?: unknown) => {
+        client.removeListener('error', onError);
+        client.release(error instanceof Error ? error : error !== undefined);
+      },
     };
   }
 

@@ -88,16 +88,24 @@ export function primaryOf(server: string, probes: readonly NodeProbe[]): NodePro
 }
 
 /**
- * Probes every node of a server (all must answer: a command that cannot see a node fails before changing
- * anything) and returns them with the primary checked.
+ * Probes every node of a server and returns them with the primary checked. By default all must answer (a
+ * command that cannot see a node fails before changing anything); `requireAll = false` settles for the nodes
+ * that answer, as long as one of them is the primary.
  */
 export async function findRoles(
   server: string,
   urls: readonly string[],
   connectTimeoutMs?: number,
+  requireAll = true,
 ): Promise<{ primary: NodeProbe; nodes: NodeProbe[] }> {
   const settled = await Promise.allSettled(urls.map((url) => probeNode(url, connectTimeoutMs)));
   const failed = settled.find((r) => r.status === 'rejected') as PromiseRejectedResult | undefined;
+  const answered = settled.filter((r) => r.status === 'fulfilled');
+  // A router may start while a replica is down (it serves from the primary); a command may not.
+  if (failed && !requireAll && answered.length > 0) {
+    const nodes = answered.map((r) => (r as PromiseFulfilledResult<NodeProbe>).value);
+    return { primary: primaryOf(server, nodes), nodes };
+  }
   if (failed) {
     const reason = failed.reason as ShardflakeError;
     throw new ShardflakeError(reason.code, `server ${server}: ${reason.message}`, {

@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { pathToFileURL } from 'node:url';
+import { CLI_MAIN } from '../support/cli.js';
+
+/**
+ * `shardflake id new` is the CLI's quickest command; it used to load every command's module (cluster, move,
+ * dashboard, benchmarks, cli-progress) before parsing its arguments, which cost a third of its wall time. A module
+ * resolve hook in the CLI process records what it loads; `cluster --help`, which needs the cluster code, shows that
+ * the recorder sees it.
+ */
+const temp = await mkdtemp(join(tmpdir(), 'shardflake-cli-loads-'));
+after(() => rm(temp, { recursive: true, force: true }));
+const hooks = join(temp, 'hooks.mjs');
+await writeFile(
+  hooks,
+  `import { appendFileSync } from 'node:fs';
+let log;
+export function initialize(data) { log = data.log; }
+export async function resolve(specifier, context, next) {
+  const result = await next(specifier, context);
+  appendFileSync(log, result.url + '\\n');
+  return result;
+}
+`,
+);
+
+async function modulesLoadedBy(...args: string[]): Promise<string[]> {
+  const log = join(temp, `${args.join('-')}.log`);
+  await writeFile(log, '');
+  const register = join(temp, `register-${args.join('-')}.mjs`);
+  await writeFile(
+    register,
+    `import { register } from 'node:module';
+register(${JSON.stringify(pathToFileURL(hooks).href)}, { data: { log: ${JSON.stringify(log)} } });
+`,
+  );
+  const child = spawnSync(process.execPath, ['--import', pathToFileURL(register).href, CLI_MAIN, ...args], {
+    encoding: 'utf8',
+  });
+  assert.equal(child.status, 0, child.stderr);
+  return (await readFile(log, 'utf8')).split('\n').filter(Boolean);
+}
+
+const OTHER_COMMANDS = [
+  /\/dist\/src\/(cluster|move|dashboard|bench)\//,
+  /\/dist\/src\/cli\/commands\/(cluster|bench|demo|sql)/,
+  /\/node_modules\/(cli-progress|pg|vega|vega-lite|playwright-core)\//,
+];
+
+test('`shardflake id new` loads the id command only, not the cluster, move, dashboard or benchmark code', async () => {
+  const loaded = await modulesLoadedBy('id', 'new');
+  assert.ok(
+    loaded.some((url) => url.endsWith('/dist/src/cli/commands/id.js')),
+    'the recorder saw the id command load',
+  );
+  assert.deepEqual(
+    loaded.filter((url) => OTHER_COMMANDS.some((p) => p.test(url))),
+    [],
+  );
+  const cluster = await modulesLoadedBy('cluster', '--help');
+  assert.ok(cluster.some((url) => url.includes('/dist/src/cluster/')));
+});
