@@ -23,6 +23,10 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * exception handler — never held until commit):
  *    v := nextval; if v is keepable, return it (another slow path already started a new era);
  *    else store the pair (e', shard, 0) with e' := max(now, era(v) + 1), and return that id.
+ * Version 4 writes the same steps in 4 PL/pgSQL expressions (about 20 functions and operators) instead of 9 (about
+ * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression
+ * and its functions up again in every transaction, and nearly every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
+ * README "Cost"): one call ≈ 57,400 instructions, against ≈ 68,600 in version 3.
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
  * next store's value, so that every value the counter ever hands out is greater than every earlier one. The
@@ -74,7 +78,7 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  */
 
 /** Recorded in the schema (comment on `next_id()`); a newer install upgrades an older one in place. */
-export const GENERATOR_VERSION = 3;
+export const GENERATOR_VERSION = 4;
 
 /** SQLSTATE raised when a schema already holds a generator for another shard/layout, or a newer version. */
 export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
@@ -294,7 +298,6 @@ function testPause(plan: GeneratorSqlPlan): string {
 function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
   const lit = `${quoteLiteral(counter)}::regclass`;
-  const now = tickExpr(plan, clockMs(plan));
   const signature = withAbove
     ? `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL)`
     : `${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()`;
@@ -303,43 +306,52 @@ function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
   const aboveEra = withAbove
     ? `, COALESCE(((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)}) + 1, 0)`
     : '';
-  // Few statements on purpose: PL/pgSQL sets each expression up again in every transaction, and this runs in
-  // the first insert of every tick.
+  const key = lockKey(counter);
+  // Few functions on purpose: PL/pgSQL sets up every function and operator of its expressions again in each
+  // transaction (a catalog lookup and a privilege check each), and this runs in the first insert of every tick, so
+  // their count is its cost (README "Cost"). Hence: the clock read once; the keep check and the store in one
+  // expression; the era multiplied into place rather than shifted, so that a tick the layout cannot hold overflows
+  // (SQLSTATE 22003) inside the store instead of needing a statement of its own to check it; the lock key a
+  // constant the planner folds; results assigned, not PERFORMed (PERFORM runs a full query).
   return `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
   LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE${rights}
 AS $shardflake$
 -- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
 DECLARE
-  lock_key constant bigint := ${lockKey(counter)};
   c bigint;
-  era bigint;
+  tick bigint;
   id bigint;
-  -- Results assigned instead of PERFORMed: PL/pgSQL evaluates an assignment as a simple expression, several times
-  -- cheaper than PERFORM's full statement.
-  locked text;
-  released boolean;
 BEGIN
-  locked := pg_catalog.pg_advisory_lock(lock_key)::text;
+  -- The lock is taken and released inside the block: PL/pgSQL checks for a cancel before every statement, and one
+  -- that came between a lock taken outside the block and the block's start (or between the unlock and the RETURN)
+  -- would keep this session's lock until it disconnects, stalling every other session's slow path on this shard.
   BEGIN
-    c := pg_catalog.nextval(${lit});
-${testPause(plan)}    IF ${keepable(plan, 'c', now)}${aboveKeep} THEN
-      -- Another slow path already started a new era: keep the value, as the fast path would.
-      id := c;
-    ELSE
-      -- A new era: after the clock, and after the era read under the key (so every store is above every fetch).
-      era := GREATEST(${now}, (c >> ${plan.time.shift}) + 1${aboveEra});
-      IF era > ${plan.maxTick} THEN
-        RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
-          ${quoteLiteral(plan.schema)}, era, ${quoteLiteral(plan.layout.name)} USING ERRCODE = '22003';
-      END IF;
-      id := pg_catalog.setval(${lit}, ${firstIdOf(plan, 'era')}, true);
-    END IF;
-    released := pg_catalog.pg_advisory_unlock(lock_key);
+    -- nextval under the lock: a CASE evaluates its condition first.
+    c := CASE WHEN pg_catalog.pg_advisory_lock(${key}) IS NOT NULL THEN pg_catalog.nextval(${lit}) END;
+    tick := ${tickExpr(plan, clockMs(plan))};
+${testPause(plan)}    -- Keep c if it is keepable (another slow path already started a new era), as the fast path would; else
+    -- store a new era: after the clock, and after the era read under the key (so every store is above every fetch).
+    id := CASE
+      WHEN ${keepable(plan, 'c', 'tick')}${aboveKeep} THEN c
+      ELSE pg_catalog.setval(${lit},
+        GREATEST(tick, (c >> ${plan.time.shift}) + 1${aboveEra}) * ${int8(1n << BigInt(plan.time.shift))} + ${int8(plan.fixedBits)}, true)
+    END;
+    -- Unlock and return in one statement, so that no cancel check falls between them.
+    RETURN CASE WHEN pg_catalog.pg_advisory_unlock(${key}) THEN id END;
   EXCEPTION WHEN OTHERS OR query_canceled THEN
-    PERFORM pg_catalog.pg_advisory_unlock(lock_key);
+    -- Release the lock only if this call got it: the error may have come while waiting for it.
+    IF EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted
+               AND pid = pg_catalog.pg_backend_pid() AND objsubid = 1 AND classid = ${0x5346}
+               AND objid = ${lit}::pg_catalog.oid) THEN
+      PERFORM pg_catalog.pg_advisory_unlock(${key});
+    END IF;
+    IF SQLSTATE = '22003' THEN
+      RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
+        ${quoteLiteral(plan.schema)}, GREATEST(tick, (c >> ${plan.time.shift}) + 1), ${quoteLiteral(plan.layout.name)}
+        USING ERRCODE = '22003';
+    END IF;
     RAISE;
   END;
-  RETURN id;
 END
 $shardflake$`;
 }

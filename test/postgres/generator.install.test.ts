@@ -190,6 +190,7 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
 for (const { version, schema, shard, what } of [
   { version: 1, schema: 'g1', shard: 1, what: 'seqlock guard' },
   { version: 2, schema: 'g2', shard: 2, what: 'era in the low counter bits' },
+  { version: 3, schema: 'g3', shard: 3, what: 'slow path of about 30 functions' },
 ]) {
   test(`a version ${version} generator (${what}) is upgraded in place: new ids above every old one`, async () => {
     const [server] = await useServers(1);
