@@ -10,6 +10,7 @@ import { connect, createPool } from '../postgres/connect.js';
 import { copyFrom } from '../postgres/copy-streams.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
 import { quoteIdent } from '../postgres/identifier.js';
+import { tasksPerSecond } from './stats.js';
 
 /**
  * `bench app`: what the application layer costs, side by side in one run on two embedded servers, in alternating
@@ -87,21 +88,6 @@ function sides(measured: number[], baseline: number[]): Sides {
     ratio: Number((m / b).toFixed(3)),
     spread: [Number(Math.min(...ratios).toFixed(3)), Number(Math.max(...ratios).toFixed(3))],
   };
-}
-
-/** Runs `count` tasks, `concurrency` at a time; returns tasks per second. */
-async function rate(
-  count: number,
-  concurrency: number,
-  task: (i: number) => Promise<unknown>,
-): Promise<number> {
-  let next = 0;
-  const started = performance.now();
-  const worker = async () => {
-    for (let i = next++; i < count; i = next++) await task(i);
-  };
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  return count / ((performance.now() - started) / 1000);
 }
 
 /** Runs both sides at once, `perSide` clients each, for `ms`; returns each side's tasks per second. */
@@ -200,15 +186,15 @@ export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBen
         }
       };
       // Warm both sides: pools, and every shard's table in the backends' caches.
-      await rate(opts.shards * 4, opts.concurrency, (i) => session(BigInt(i)));
-      await rate(opts.shards * 4, opts.concurrency, (i) => direct(BigInt(i)));
+      await tasksPerSecond(opts.shards * 4, opts.concurrency, (i) => session(BigInt(i)));
+      await tasksPerSecond(opts.shards * 4, opts.concurrency, (i) => direct(BigInt(i)));
       const sessionRates: number[] = [];
       const directRates: number[] = [];
       for (let round = 0; round < opts.rounds; round++) {
         const [m, b] = await alternate(
           round,
-          () => rate(opts.transactions, opts.concurrency, (i) => session(BigInt(i))),
-          () => rate(opts.transactions, opts.concurrency, (i) => direct(BigInt(i))),
+          () => tasksPerSecond(opts.transactions, opts.concurrency, (i) => session(BigInt(i))),
+          () => tasksPerSecond(opts.transactions, opts.concurrency, (i) => direct(BigInt(i))),
         );
         sessionRates.push(m);
         directRates.push(b);
@@ -239,7 +225,7 @@ export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBen
             return opts.rows / ((performance.now() - started) / 1000);
           },
           () =>
-            rate(singleRows, opts.concurrency, (i) =>
+            tasksPerSecond(singleRows, opts.concurrency, (i) =>
               router.insert('photos', { user_id: BigInt(i), caption: 'single' }, { key: BigInt(i) }),
             ),
         );

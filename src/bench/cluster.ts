@@ -7,6 +7,7 @@ import { shardForKey } from '../cluster/shard-key.js';
 import { connect, createPool } from '../postgres/connect.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
 import { quoteIdent } from '../postgres/identifier.js';
+import { tasksPerSecond } from './stats.js';
 
 /**
  * `bench cluster`: what the cluster costs, measured side by side in one run on two embedded servers.
@@ -62,20 +63,6 @@ const percentile = (xs: number[], p: number) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
 };
 
-async function timed(
-  count: number,
-  concurrency: number,
-  task: (i: number) => Promise<unknown>,
-): Promise<number> {
-  let next = 0;
-  const started = performance.now();
-  const worker = async () => {
-    for (let i = next++; i < count; i = next++) await task(i);
-  };
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  return count / ((performance.now() - started) / 1000);
-}
-
 export async function runClusterBench(options: ClusterBenchOptions = {}): Promise<ClusterBenchResult> {
   const opts = { ...DEFAULTS, ...options };
   const progress = opts.onProgress ?? (() => {});
@@ -117,18 +104,18 @@ export async function runClusterBench(options: ClusterBenchOptions = {}): Promis
     const directRates: number[] = [];
     try {
       // Warm both sides' pools and the servers' caches.
-      await timed(500, opts.concurrency, (i) =>
+      await tasksPerSecond(500, opts.concurrency, (i) =>
         router.insert('photos', { user_id: BigInt(i), caption: 'warm' }, { key: BigInt(i) }),
       );
       for (let round = 0; round < opts.rounds; round++) {
         const offset = BigInt(round * opts.rows);
         const viaRouter = () =>
-          timed(opts.rows, opts.concurrency, (i) => {
+          tasksPerSecond(opts.rows, opts.concurrency, (i) => {
             const user = offset + BigInt(i);
             return router.insert('photos', { user_id: user, caption: 'router' }, { key: user });
           });
         const direct = () =>
-          timed(opts.rows, opts.concurrency, (i) => {
+          tasksPerSecond(opts.rows, opts.concurrency, (i) => {
             const user = offset + BigInt(i);
             const shard = shardForKey(user, map.shards.length);
             const placement = map.shards[shard] as { server: string };

@@ -152,3 +152,18 @@ export function downsample<T>(points: readonly T[], max: number): T[] {
 }
 
 export const median = (values: ArrayLike<number>): number => percentile(values, 50);
+
+/** Runs `count` tasks, `concurrency` at a time (each worker takes the next task as it finishes one); tasks per second. */
+export async function tasksPerSecond(
+  count: number,
+  concurrency: number,
+  task: (i: number) => Promise<unknown>,
+): Promise<number> {
+  let next = 0;
+  const started = performance.now();
+  const worker = async () => {
+    for (let i = next++; i < count; i = next++) await task(i);
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return count / ((performance.now() - started) / 1000);
+}

@@ -43,3 +43,26 @@ export function progressBar(
     },
   };
 }
+
+/**
+ * One progress bar per named phase of a long run (init, then inserts, then feed …): a new bar starts whenever the
+ * phase's name changes. Pass `update` as the library's `onProgress`, and call `stop` when the run ends.
+ */
+export function phasedProgress(
+  width: number,
+  enabled: boolean,
+): { update(phase: string, done: number, total: number): void; stop(): void } {
+  let phase = '';
+  let bar = progressBar('', false);
+  return {
+    update(name, done, total) {
+      if (name !== phase) {
+        bar.stop();
+        phase = name;
+        bar = progressBar(name.padEnd(width), enabled);
+      }
+      bar.update(done, total);
+    },
+    stop: () => bar.stop(),
+  };
+}

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { AppWorkloadResult } from '../../bench/app.js';
 import { positiveInteger } from '../options.js';
-import { progressBar, toJson } from '../output.js';
+import { phasedProgress, toJson } from '../output.js';
 
 /** `shardflake bench app`: shard sessions vs plain pg, insertMany vs single-row inserts, COPY vs INSERT. */
 export function registerBenchAppCommand(bench: Command): void {
@@ -45,23 +45,15 @@ export function registerBenchAppCommand(bench: Command): void {
               () => undefined,
             )) as { runExampleWorkload: () => Promise<AppWorkloadResult> } | undefined)
           : undefined;
-        let phase = '';
-        let bar = progressBar('', false);
+        const progress = phasedProgress(8, !flags.json);
         const result = await runAppBench({
           shards: flags.shards ?? 64,
           rounds: flags.rounds,
           transactions: flags.transactions,
           rows: flags.rows,
           app: example ? () => example.runExampleWorkload() : undefined,
-          onProgress: (name, done, total) => {
-            if (name !== phase) {
-              bar.stop();
-              phase = name;
-              bar = progressBar(name.padEnd(8), !flags.json);
-            }
-            bar.update(done, total);
-          },
-        }).finally(() => bar.stop());
+          onProgress: progress.update,
+        }).finally(progress.stop);
         if (flags.json) {
           process.stdout.write(`${toJson(result)}\n`);
           return;
@@ -104,20 +96,12 @@ export function registerBenchAppCommand(bench: Command): void {
 
 async function memoryBench(flags: { json?: boolean; shards?: number; maxUses: number }): Promise<void> {
   const { runBackendMemoryBench } = await import('../../bench/backend-memory.js');
-  let phase = '';
-  let bar = progressBar('', false);
+  const progress = phasedProgress(8, !flags.json);
   const result = await runBackendMemoryBench({
     shards: flags.shards ?? 8192,
     maxUses: flags.maxUses,
-    onProgress: (name, done, total) => {
-      if (name !== phase) {
-        bar.stop();
-        phase = name;
-        bar = progressBar(name.padEnd(8), !flags.json);
-      }
-      bar.update(done, total);
-    },
-  }).finally(() => bar.stop());
+    onProgress: progress.update,
+  }).finally(progress.stop);
   if (flags.json) {
     process.stdout.write(`${toJson(result)}\n`);
     return;

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { positiveInteger } from '../options.js';
-import { progressBar, toJson } from '../output.js';
+import { phasedProgress, toJson } from '../output.js';
 import { writeBenchReport } from '../report-option.js';
 
 /** `shardflake bench cluster`: init time for thousands of shards, router vs direct inserts, feed latency. */
@@ -19,21 +19,13 @@ export function registerBenchClusterCommand(bench: Command): void {
       async (flags: { json?: boolean; shards: number; rows: number; rounds: number; report?: string }) => {
         // Loaded on use: the benchmark's dependencies load only when it runs.
         const { runClusterBench } = await import('../../bench/cluster.js');
-        let phase = '';
-        let bar = progressBar('', false);
+        const progress = phasedProgress(7, !flags.json);
         const result = await runClusterBench({
           initShards: flags.shards,
           rows: flags.rows,
           rounds: flags.rounds,
-          onProgress: (name, done, total) => {
-            if (name !== phase) {
-              bar.stop();
-              phase = name;
-              bar = progressBar(name.padEnd(7), !flags.json);
-            }
-            bar.update(done, total);
-          },
-        }).finally(() => bar.stop());
+          onProgress: progress.update,
+        }).finally(progress.stop);
         if (flags.report) {
           await writeBenchReport(flags.report, 'shardflake bench cluster', [
             {
