@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { CLI_MAIN } from '../support/cli.js';
+import { moduleRecorder } from '../support/module-recorder.js';
 
 /**
  * `shardflake id new` is the CLI's quickest command; it used to load every command's module (cluster, move,
@@ -13,21 +13,7 @@ import { CLI_MAIN } from '../support/cli.js';
  * resolve hook in the CLI process records what it loads; `cluster --help`, which needs the cluster code, shows that
  * the recorder sees it.
  */
-const temp = await mkdtemp(join(tmpdir(), 'shardflake-cli-loads-'));
-after(() => rm(temp, { recursive: true, force: true }));
-const hooks = join(temp, 'hooks.mjs');
-await writeFile(
-  hooks,
-  `import { appendFileSync } from 'node:fs';
-let log;
-export function initialize(data) { log = data.log; }
-export async function resolve(specifier, context, next) {
-  const result = await next(specifier, context);
-  appendFileSync(log, result.url + '\\n');
-  return result;
-}
-`,
-);
+const { temp, hooks } = await moduleRecorder('shardflake-cli-loads-');
 
 async function modulesLoadedBy(...args: string[]): Promise<string[]> {
   const log = join(temp, `${args.join('-')}.log`);

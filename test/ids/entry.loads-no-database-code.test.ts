@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { moduleRecorder } from '../support/module-recorder.js';
 
 /**
  * `shardflake/ids` is for applications that only make and read ids: it must not load database code (pg,
@@ -14,22 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
  * entry and a connection (which do load database code) shows that it sees what it looks for.
  */
 const worktree = fileURLToPath(new URL('../../../', import.meta.url));
-const temp = await mkdtemp(join(tmpdir(), 'shardflake-entry-'));
-after(() => rm(temp, { recursive: true, force: true }));
-
-const hooks = join(temp, 'record-hooks.mjs');
-await writeFile(
-  hooks,
-  `import { appendFileSync } from 'node:fs';
-let log;
-export function initialize(data) { log = data.log; }
-export async function resolve(specifier, context, next) {
-  const result = await next(specifier, context);
-  appendFileSync(log, result.url + '\\n');
-  return result;
-}
-`,
-);
+const { temp, hooks } = await moduleRecorder('shardflake-entry-');
 
 async function modulesLoadedBy(entry: string, extra = ''): Promise<string[]> {
   const log = join(temp, `${entry.replaceAll('/', '_')}-${Date.now()}.log`);
