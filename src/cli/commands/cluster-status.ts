@@ -16,6 +16,11 @@ export function registerStatusCommand(cluster: Command): void {
     .option('--shards', 'list every shard with its rows, size and activity')
     .option('--watch [seconds]', 'refresh every N seconds on a terminal (default 2)')
     .action(async (flags: { config: string; json?: boolean; shards?: boolean; watch?: string | boolean }) => {
+      // A bad --watch is refused before anything is read, also when it would be ignored (not a terminal).
+      const everyMs =
+        flags.watch === undefined || flags.watch === true
+          ? 2000
+          : 1000 * positiveInteger('--watch')(String(flags.watch));
       const config = await loadConfig(flags.config);
       const render = (status: ClusterStatus) =>
         flags.json ? `${toJson(status)}\n` : formatStatus(status, flags.shards === true);
@@ -23,7 +28,6 @@ export function registerStatusCommand(cluster: Command): void {
         process.stdout.write(render(await clusterStatus(config)));
         return;
       }
-      const everyMs = 1000 * (flags.watch === true ? 2 : positiveInteger('--watch')(String(flags.watch)));
       for (;;) {
         const text = render(await clusterStatus(config));
         // clear the screen and home the cursor, then draw; Ctrl-C ends the command
