@@ -30,6 +30,7 @@ export const ERROR_CODES = [
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
+  'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -73,6 +73,7 @@ export type {
 export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
+export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
 // dashboard

@@ -4,6 +4,7 @@ import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext } from './context.js';
 import type { RouterEventHook } from './events.js';
@@ -109,6 +110,13 @@ export interface Router {
   query(query: MergedQuery): Promise<FeedPage>;
   /** A read run in many shards, its rows per shard. */
   queryByShard(query: ShardQuery): Promise<Map<number, Row[]>>;
+  /**
+   * One SELECT across every shard (sharded tables by their unqualified names), answered as one database holding
+   * every shard's rows would answer it, or refused with UNSUPPORTED_QUERY. See docs/sql.md.
+   */
+  sql(text: string, values?: readonly unknown[]): Promise<SqlResult>;
+  /** router.sql as an async iterator of rows: an answer without aggregates streams a batch per server at a time. */
+  sqlStream(text: string, values?: readonly unknown[], options?: SqlStreamOptions): AsyncIterable<Row>;
   /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
   readToken(): string;
   /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
@@ -218,6 +226,11 @@ export async function createRouter(
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
     query: (query) => queryMerged(ctx, query),
     queryByShard: (query) => queryByShard(ctx, query),
+    // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
+    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values),
+    async *sqlStream(text, values, streamOptions) {
+      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
+    },
     readToken: () => ctx.positions.toToken(),
     observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
     async refresh() {
