@@ -251,6 +251,7 @@ export async function runSql(
   values: readonly unknown[] = [],
 ): Promise<SqlResult> {
   const plan = await planFor(ctx, text);
+  resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
   return traced(ctx.onEvent, 'sql', async (trace) => {
     const answers = await runBuffered(ctx, plan, values, trace);
     if (plan.kind === 'groups') {
@@ -285,6 +286,7 @@ export async function* streamSql(
   options: SqlStreamOptions = {},
 ): AsyncGenerator<Row> {
   const plan = await planFor(ctx, text);
+  resolveCut(plan.limits, values);
   if (plan.kind === 'groups') {
     yield* (await runSql(ctx, text, values)).rows;
     return;

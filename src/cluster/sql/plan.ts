@@ -256,7 +256,7 @@ function planRows(
       fromClause: [
         { RangeVar: { relname: holes.marker, inh: true, alias: { aliasname: 'shardflake_rows' } } },
       ],
-      sortClause: serverOrder,
+      sortClause: serverOrder.length > 0 ? serverOrder : undefined,
       limitCount: limit && clone(limit),
       limitOption: limit ? 'LIMIT_OPTION_COUNT' : 'LIMIT_OPTION_DEFAULT',
       op: 'SETOP_NONE',
