@@ -10,6 +10,7 @@ import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
+import { registerSqlQueryCommand } from './cluster-sql.js';
 import { registerStatusCommand } from './cluster-status.js';
 
 export { progressBar, toJson };
@@ -109,4 +110,5 @@ export function registerClusterCommands(program: Command): void {
 
   registerMoveCommands(cluster);
   registerDashboardCommand(cluster);
+  registerSqlQueryCommand(cluster);
 }

@@ -1,14 +1,19 @@
 import assert from 'node:assert/strict';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
 import { initCluster } from '../../src/cluster/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
+import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { TABLES } from './fixture.js';
 
 /**
  * Every query router.sql cannot answer exactly is refused with UNSUPPORTED_QUERY naming what, before any statement
- * reaches a server (no operation event, the rows unchanged); a syntax error is INVALID_ARGUMENT.
+ * reaches a server (no operation event, the rows unchanged); a syntax error is INVALID_ARGUMENT. The CLI
+ * `cluster sql` prints the answer as psql would (or JSON), and a refusal as one stderr line with exit code 2.
  */
 const servers = await useServers(2);
 const config = testConfig(servers, { logicalShards: 4, tables: TABLES });
@@ -104,5 +109,46 @@ describe('router.sql refuses what it cannot answer exactly', () => {
     ]);
     assert.deepEqual(rows, [{ n: 0n }]);
     assert.equal((await router.sql('SELECT count(*) AS n FROM users')).rows[0]?.n, 2n);
+  });
+
+  it('cluster sql prints a table like psql, JSON with --json, and a refusal as one stderr line (exit 2)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'shardflake-sql-cli-'));
+    const path = join(dir, 'cluster.json');
+    await writeFile(
+      path,
+      JSON.stringify({
+        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+        catalog: 'a',
+        logicalShards: 4,
+        epoch: '2024-01-01T00:00:00Z',
+        tables: TABLES,
+      }),
+    );
+    const table = await startCli([
+      'cluster',
+      'sql',
+      '--config',
+      path,
+      'SELECT country, count(*) AS n FROM users WHERE country <> $1 GROUP BY country ORDER BY country',
+      '--param',
+      'de',
+    ]).done;
+    assert.equal(table.code, 0, table.stderr);
+    assert.equal(
+      table.stdout,
+      [' country | n', '---------+---', ' fr      | 1', ' jp      | 1', '(2 rows)', ''].join('\n'),
+    );
+    const json = await startCli(['cluster', 'sql', '--config', path, 'SELECT count(*) FROM users', '--json'])
+      .done;
+    assert.equal(json.code, 0, json.stderr);
+    assert.deepEqual(JSON.parse(json.stdout), {
+      columns: [{ name: 'count', type: 20 }],
+      rows: [{ count: '2' }],
+    });
+    const refused = await startCli(['cluster', 'sql', '--config', path, 'SELECT stddev(age) FROM users'])
+      .done;
+    assert.equal(refused.code, 2);
+    assert.equal(refused.stdout, '');
+    assert.match(refused.stderr, /^shardflake: error \[UNSUPPORTED_QUERY\]: .*stddev.*\n$/);
   });
 });
