@@ -6,6 +6,7 @@ import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
+import { registerBenchSqlAcrossCommand } from './bench-sql-across.js';
 
 export function registerBenchCommands(program: Command): void {
   const bench = program
@@ -18,4 +19,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
+  registerBenchSqlAcrossCommand(bench);
 }

@@ -1,0 +1,180 @@
+import { cpus } from 'node:os';
+import { validateConfig } from '../cluster/config.js';
+import { initCluster } from '../cluster/init.js';
+import { createRouter } from '../cluster/router.js';
+import { connect } from '../postgres/connect.js';
+import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
+import { quoteIdent } from '../postgres/identifier.js';
+
+/**
+ * `bench sql-across`: a grouped aggregate over every shard through `router.sql`, against the same rows in one
+ * table on one server, in one run on two embedded servers.
+ *
+ * - Rows: `rows` orders (country, amount, price) spread over `shards` logical shards (row g in shard g mod
+ *   shards); the baseline table holds the same rows.
+ * - The query: count, sum, avg and max per country with a WHERE, ordered by the count — unprepared on both sides.
+ *   Its answer must be the baseline's (checked) or the benchmark stops.
+ * - Round trips: counted by the servers themselves (pg_stat_database.xact_commit before and after `repeat` calls,
+ *   autovacuum off, stats flushed by waiting past PostgreSQL's 1 s flush interval), per query and server.
+ * - Time: the first call of a new router (parser loaded, plan made: the common cold path), then the median of
+ *   `repeat` calls each side, alternating; the ratio router / one table. Target ≤ 3×.
+ */
+export interface SqlAcrossOptions {
+  rows?: number;
+  shards?: number;
+  repeat?: number;
+  onProgress?: (phase: string) => void;
+}
+
+export interface SqlAcrossResult {
+  rows: number;
+  shards: number;
+  servers: number;
+  query: string;
+  groups: number;
+  firstCallMs: number;
+  router: { p50Ms: number; minMs: number };
+  oneTable: { p50Ms: number; minMs: number };
+  ratio: number;
+  targetRatio: number;
+  meetsTarget: boolean;
+  roundTripsPerQuery: Record<string, number>;
+  machine: { cpus: number; node: string };
+}
+
+export const QUERY =
+  'SELECT country, count(*) AS orders, sum(amount) AS amount, avg(price) AS avg_price, max(amount) AS largest FROM orders WHERE amount > $1 GROUP BY country ORDER BY orders DESC, country';
+const TABLE =
+  'CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT next_id(), country text NOT NULL, amount int NOT NULL, price numeric(10,2) NOT NULL)';
+const COUNTRIES =
+  "ARRAY['ar','au','br','ca','cn','de','eg','es','fr','gb','id','in','it','jp','kr','mx','ng','pl','tr','us']";
+const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
+export const TARGET_RATIO = 3;
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+const round = (n: number) => Math.round(n * 100) / 100;
+
+async function committed(server: EmbeddedServer): Promise<number> {
+  const client = await connect(server.url);
+  try {
+    const r = await client.query(
+      'SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()',
+    );
+    return Number(r.rows[0]?.xact_commit);
+  } finally {
+    await client.end();
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const FLUSH_WAIT_MS = 1500; // a backend reports its counters at most once a second, when idle
+
+export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise<SqlAcrossResult> {
+  const rows = options.rows ?? 200_000;
+  const shards = options.shards ?? 1024;
+  const repeat = options.repeat ?? 15;
+  const progress = options.onProgress ?? (() => {});
+  progress('servers');
+  const servers = await startEmbeddedServers(2, { settings: { autovacuum: 'off' } });
+  try {
+    const config = validateConfig(
+      {
+        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+        catalog: 'a',
+        logicalShards: shards,
+        epoch: '2024-01-01T00:00:00Z',
+        tables: { orders: TABLE },
+      },
+      'bench sql-across',
+    );
+    progress('init');
+    await initCluster(config);
+    const router = await createRouter(config, { listen: false, telemetry: false });
+    try {
+      progress('load');
+      // One statement per server fills its shards (row g in shard g mod shards), then the one-table copy.
+      const byServer = new Map<string, string[]>();
+      for (let shard = 0; shard < shards; shard++) {
+        const p = router.placement(shard);
+        const list = byServer.get(p.server) ?? [];
+        list.push(
+          `INSERT INTO ${quoteIdent(p.schema, 'schema')}.orders (country, amount, price) SELECT ${COLUMNS} FROM generate_series(${shard}, ${rows - 1}, ${shards}) AS g`,
+        );
+        byServer.set(p.server, list);
+      }
+      await Promise.all(
+        servers.map(async (s) => {
+          const client = await connect(s.url);
+          try {
+            await client.query((byServer.get(s.name) ?? []).join(';\n'));
+            await client.query('ANALYZE');
+          } finally {
+            await client.end();
+          }
+        }),
+      );
+      const one = await connect((servers[0] as EmbeddedServer).url);
+      try {
+        await one.query('CREATE SCHEMA one_table');
+        await one.query('SET search_path TO one_table');
+        await one.query(TABLE.replace(' DEFAULT next_id()', ''));
+        await one.query(`INSERT INTO orders SELECT g, ${COLUMNS} FROM generate_series(0, ${rows - 1}) AS g`);
+        await one.query('ANALYZE orders');
+
+        progress('measure');
+        const values = [100];
+        const started = performance.now();
+        const first = await router.sql(QUERY, values);
+        const firstCallMs = performance.now() - started;
+        const expected = await one.query(QUERY, values);
+        const show = (r: unknown) => JSON.stringify(r, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
+        if (show(first.rows) !== show(expected.rows))
+          throw new Error('bench sql-across: router.sql and the one table answered differently');
+
+        const routerMs: number[] = [];
+        const oneMs: number[] = [];
+        await sleep(FLUSH_WAIT_MS);
+        const before = await Promise.all(servers.map(committed));
+        for (let i = 0; i < repeat; i++) {
+          let t = performance.now();
+          await router.sql(QUERY, values);
+          routerMs.push(performance.now() - t);
+          t = performance.now();
+          await one.query(QUERY, values);
+          oneMs.push(performance.now() - t);
+        }
+        await sleep(FLUSH_WAIT_MS);
+        const after = await Promise.all(servers.map(committed));
+        const roundTripsPerQuery: Record<string, number> = {};
+        servers.forEach((s, i) => {
+          // minus the reading connection of `before`; on the first server minus the one-table queries
+          const delta = (after[i] as number) - (before[i] as number) - 1 - (i === 0 ? repeat : 0);
+          roundTripsPerQuery[s.name] = round(delta / repeat);
+        });
+        const r = median(routerMs);
+        const o = median(oneMs);
+        return {
+          rows,
+          shards,
+          servers: servers.length,
+          query: QUERY,
+          groups: first.rows.length,
+          firstCallMs: round(firstCallMs),
+          router: { p50Ms: round(r), minMs: round(Math.min(...routerMs)) },
+          oneTable: { p50Ms: round(o), minMs: round(Math.min(...oneMs)) },
+          ratio: round(r / o),
+          targetRatio: TARGET_RATIO,
+          meetsTarget: r / o <= TARGET_RATIO,
+          roundTripsPerQuery,
+          machine: { cpus: cpus().length, node: process.version },
+        };
+      } finally {
+        await one.end();
+      }
+    } finally {
+      await router.close();
+    }
+  } finally {
+    await Promise.all(servers.map((s) => s.stop()));
+  }
+}
