@@ -1,5 +1,6 @@
+import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { createRouter, type Router } from 'shardflake';
+import { createRouter, type Router, type Row } from 'shardflake';
 import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
@@ -20,6 +21,8 @@ export interface SqlFixture {
   router: Router;
   plain: pg.Client;
   config: ReturnType<typeof testConfig>;
+  /** The cluster's config as a JSON file would hold it (for the CLI). */
+  configFile: Record<string, unknown>;
 }
 
 const COUNTRIES = ['fr', 'de', 'jp', 'br', 'ca', null];
@@ -68,5 +71,40 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
       p.likes,
       p.caption,
     ]);
-  return { router, plain, config };
+  const configFile = {
+    servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+    catalog: 'a',
+    logicalShards: shards,
+    epoch: '2024-01-01T00:00:00Z',
+    tables: TABLES,
+  };
+  return { router, plain, config, configFile };
+}
+
+const show = (rows: Row[]) =>
+  rows.map((r) =>
+    JSON.stringify(r, (_, v) => (typeof v === 'bigint' ? `${v}n` : v instanceof Date ? v.toISOString() : v)),
+  );
+
+/** Asserts router.sql and router.sqlStream answer `text` as the plain tables do (as lists when `ordered`). */
+export async function sameAsOneTable(
+  f: SqlFixture,
+  text: string,
+  values: unknown[] = [],
+  ordered = false,
+): Promise<void> {
+  const expected = (await f.plain.query(text, values)).rows as Row[];
+  const got = (
+    await f.router.sql(text, values).catch((e) => Promise.reject(new Error(`sql: ${text}: ${e.message}`)))
+  ).rows;
+  const streamed: Row[] = [];
+  try {
+    for await (const row of f.router.sqlStream(text, values, { batchSize: 7 })) streamed.push(row);
+  } catch (e) {
+    throw new Error(`sqlStream: ${text}: ${(e as Error).message}`);
+  }
+  const [e, g, s] = [show(expected), show(got), show(streamed)];
+  if (!ordered) for (const list of [e, g, s]) list.sort();
+  assert.deepEqual(g, e, `router.sql differs from one table for: ${text} ${show([{ values }]).join()}`);
+  assert.deepEqual(s, e, `router.sqlStream differs from one table for: ${text}`);
 }

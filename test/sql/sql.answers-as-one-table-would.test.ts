@@ -1,8 +1,6 @@
-import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import fc from 'fast-check';
-import type { Row } from 'shardflake';
-import { type SqlFixture, sqlFixture } from './fixture.js';
+import { type SqlFixture, sameAsOneTable, sqlFixture } from './fixture.js';
 
 /**
  * The exactness proof: router.sql over 8 shards on 2 servers gives the answer PostgreSQL gives for the same query
@@ -17,27 +15,8 @@ after(async () => {
   await f?.plain.end();
 });
 
-const show = (rows: Row[]) =>
-  rows.map((r) =>
-    JSON.stringify(r, (_, v) => (typeof v === 'bigint' ? `${v}n` : v instanceof Date ? v.toISOString() : v)),
-  );
-
-async function same(text: string, values: unknown[] = [], ordered = false): Promise<void> {
-  const expected = (await f.plain.query(text, values)).rows as Row[];
-  const got = (
-    await f.router.sql(text, values).catch((e) => Promise.reject(new Error(`sql: ${text}: ${e.message}`)))
-  ).rows;
-  const streamed: Row[] = [];
-  try {
-    for await (const row of f.router.sqlStream(text, values, { batchSize: 7 })) streamed.push(row);
-  } catch (e) {
-    throw new Error(`sqlStream: ${text}: ${(e as Error).message}`);
-  }
-  const [e, g, s] = [show(expected), show(got), show(streamed)];
-  if (!ordered) for (const list of [e, g, s]) list.sort();
-  assert.deepEqual(g, e, `router.sql differs from one table for: ${text} ${show([{ values }]).join()}`);
-  assert.deepEqual(s, e, `router.sqlStream differs from one table for: ${text}`);
-}
+const same = (text: string, values: unknown[] = [], ordered = false) =>
+  sameAsOneTable(f, text, values, ordered);
 
 describe('router.sql answers as one table would', () => {
   it('fixed queries, one per feature', async () => {
