@@ -3,7 +3,7 @@ import { validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
 import { createRouter } from '../cluster/router.js';
 import { connect } from '../postgres/connect.js';
-import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
+import { type EmbeddedServer, startEmbeddedServer } from '../postgres/embedded.js';
 import { quoteIdent } from '../postgres/identifier.js';
 
 /**
@@ -14,8 +14,8 @@ import { quoteIdent } from '../postgres/identifier.js';
  *   shards); the baseline table holds the same rows.
  * - The query: count, sum, avg and max per country with a WHERE, ordered by the count — unprepared on both sides.
  *   Its answer must be the baseline's (checked) or the benchmark stops.
- * - Round trips: counted by the servers themselves (pg_stat_database.xact_commit before and after `repeat` calls,
- *   autovacuum off, stats flushed by waiting past PostgreSQL's 1 s flush interval), per query and server.
+ * - Round trips: counted by the servers themselves: with `log_statement = all` each server logs every statement
+ *   it receives; the log lines of `repeat` router.sql calls (nothing else runs meanwhile), per query and server.
  * - Time: the first call of a new router (parser loaded, plan made: the common cold path), then the median of
  *   `repeat` calls each side, alternating; the ratio router / one table. Target ≤ 3×.
  */
@@ -51,23 +51,10 @@ const COUNTRIES =
 const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
 export const TARGET_RATIO = 3;
 
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const LOG_WAIT_MS = 1000;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 const round = (n: number) => Math.round(n * 100) / 100;
-
-async function committed(server: EmbeddedServer): Promise<number> {
-  const client = await connect(server.url);
-  try {
-    const r = await client.query(
-      'SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()',
-    );
-    return Number(r.rows[0]?.xact_commit);
-  } finally {
-    await client.end();
-  }
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const FLUSH_WAIT_MS = 1500; // a backend reports its counters at most once a second, when idle
 
 export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise<SqlAcrossResult> {
   const rows = options.rows ?? 200_000;
@@ -75,8 +62,23 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
   const repeat = options.repeat ?? 15;
   const progress = options.onProgress ?? (() => {});
   progress('servers');
-  const servers = await startEmbeddedServers(2, { settings: { autovacuum: 'off' } });
+  // Each server counts the statements it is sent (log_statement = all: one log line per statement).
+  const received = new Map<string, number>();
+  const servers: EmbeddedServer[] = [];
+  const start = async (name: string) =>
+    servers.push(
+      await startEmbeddedServer(name, {
+        settings: { autovacuum: 'off', log_statement: 'all' },
+        onLog: (text) => {
+          for (const line of text.split('\n'))
+            if (/LOG: {2}(statement|execute [^:]*):/.test(line))
+              received.set(name, (received.get(name) ?? 0) + 1);
+        },
+      }),
+    );
   try {
+    await Promise.all([start('a'), start('b')]);
+    servers.sort((x, y) => x.name.localeCompare(y.name));
     const config = validateConfig(
       {
         servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
@@ -131,10 +133,16 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
         if (show(first.rows) !== show(expected.rows))
           throw new Error('bench sql-across: router.sql and the one table answered differently');
 
+        // Round trips: only router.sql runs while the servers count (log lines arrive a moment later).
+        await sleep(LOG_WAIT_MS);
+        received.clear();
+        for (let i = 0; i < repeat; i++) await router.sql(QUERY, values);
+        await sleep(LOG_WAIT_MS);
+        const roundTripsPerQuery: Record<string, number> = {};
+        for (const s of servers) roundTripsPerQuery[s.name] = round((received.get(s.name) ?? 0) / repeat);
+
         const routerMs: number[] = [];
         const oneMs: number[] = [];
-        await sleep(FLUSH_WAIT_MS);
-        const before = await Promise.all(servers.map(committed));
         for (let i = 0; i < repeat; i++) {
           let t = performance.now();
           await router.sql(QUERY, values);
@@ -143,14 +151,6 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
           await one.query(QUERY, values);
           oneMs.push(performance.now() - t);
         }
-        await sleep(FLUSH_WAIT_MS);
-        const after = await Promise.all(servers.map(committed));
-        const roundTripsPerQuery: Record<string, number> = {};
-        servers.forEach((s, i) => {
-          // minus the reading connection of `before`; on the first server minus the one-table queries
-          const delta = (after[i] as number) - (before[i] as number) - 1 - (i === 0 ? repeat : 0);
-          roundTripsPerQuery[s.name] = round(delta / repeat);
-        });
         const r = median(routerMs);
         const o = median(oneMs);
         return {
