@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runSqlAcrossBench } from '../../src/bench/sql-across.js';
+import { runSqlAcrossBench } from '../../packages/cli/src/bench/sql-across.js';
 
 // A tiny run of `bench sql-across`: each server is sent exactly one statement per router.sql call (counted from the
 // servers' own statement logs), whatever the number of shards, and the run checked the answer against one table
