@@ -54,6 +54,8 @@ export { createServerNodes } from './cluster/router/server-nodes.js';
 export type { TelemetryOptions } from './cluster/router/telemetry.js';
 export { telemetryHook } from './cluster/router/telemetry.js';
 export type {
+  FeedCommon,
+  FeedKeys,
   FeedOptions,
   FeedPage,
   InsertManyOptions,
@@ -84,6 +86,8 @@ export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
 export { decodeId, encodeId, idRange } from './ids/codec.js';
 export type { Generator, GeneratorOptions } from './ids/generator.js';
 export { capPerSecond, createGenerator, SequenceState } from './ids/generator.js';
+export type { NotAnId, ShardflakeId } from './ids/id.js';
+export { asId, asIds } from './ids/id.js';
 export type { IdEncoding } from './ids/id-text.js';
 export { formatId, ID_ENCODINGS, parseId } from './ids/id-text.js';
 export type { IdFormat, Inspection, InspectOptions } from './ids/inspect.js';

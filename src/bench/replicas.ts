@@ -3,6 +3,7 @@ import { initCluster } from '../cluster/init.js';
 import type { OperationEvent } from '../cluster/router/events.js';
 import { createRouter, type Router } from '../cluster/router/router.js';
 import { telemetryHook } from '../cluster/router/telemetry.js';
+import type { ShardflakeId } from '../ids/id.js';
 import { startEmbeddedServer } from '../postgres/embedded.js';
 import { replicaCaughtUp, startEmbeddedReplica } from '../postgres/embedded-replica.js';
 import { median } from './stats.js';
@@ -85,7 +86,7 @@ const TABLE = 'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), body
 
 async function readLoop(
   router: Router,
-  ids: readonly bigint[],
+  ids: readonly ShardflakeId[],
   clients: number,
   ms: number,
 ): Promise<number> {
@@ -94,7 +95,7 @@ async function readLoop(
   await Promise.all(
     Array.from({ length: clients }, async (_, c) => {
       for (let i = c; performance.now() < until; i += clients) {
-        const id = ids[i % ids.length] as bigint;
+        const id = ids[i % ids.length] as ShardflakeId;
         await router.withShard(
           { id },
           async (s) => (await s.query('SELECT body FROM items WHERE id = $1', [id])).rows,

@@ -10,6 +10,8 @@ export type { DecodedId, IdParts, LayoutInput } from './codec.js';
 export { decodeId, encodeId, idRange } from './codec.js';
 export type { Generator, GeneratorOptions } from './generator.js';
 export { capPerSecond, createGenerator, SequenceState } from './generator.js';
+export type { NotAnId, ShardflakeId } from './id.js';
+export { asId, asIds } from './id.js';
 export type { IdEncoding } from './id-text.js';
 export { formatId, ID_ENCODINGS, parseId } from './id-text.js';
 export type { FieldKind, FieldSpec, Layout, LayoutField, LayoutSpec, PresetName } from './layout.js';

@@ -1,4 +1,5 @@
 import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import type { Layout } from '../../ids/layout.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
@@ -83,12 +84,14 @@ export interface Router {
   /** True while the catalog does not answer and the router serves from its last map. */
   readonly catalogDown: boolean;
   shardFor(key: ShardKey): number;
-  shardOfId(id: bigint): number;
+  /** The shard named in an id's shard bits; INVALID_ID when they name a shard outside the cluster. */
+  shardOfId(id: ShardflakeId): number;
   placement(shard: number): ShardPlacement;
-  insert(table: string, row: Row, options: InsertOptions): Promise<bigint>;
-  get(table: string, id: bigint): Promise<Row | null>;
-  update(table: string, id: bigint, changes: Row): Promise<boolean>;
-  delete(table: string, id: bigint): Promise<boolean>;
+  insert(table: string, row: Row, options: InsertOptions): Promise<ShardflakeId>;
+  /** The row of this id, typed as `R` (like pg's `query<R>`: the type is the caller's word, not checked). */
+  get<R extends object = Row>(table: string, id: ShardflakeId): Promise<R | null>;
+  update(table: string, id: ShardflakeId, changes: Row): Promise<boolean>;
+  delete(table: string, id: ShardflakeId): Promise<boolean>;
   /**
    * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
    * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
@@ -97,8 +100,8 @@ export interface Router {
     table: string,
     rows: readonly R[],
     options: InsertManyOptions<R>,
-  ): Promise<bigint[]>;
-  feed(table: string, options: FeedOptions): Promise<FeedPage>;
+  ): Promise<ShardflakeId[]>;
+  feed<R extends object = Row>(table: string, options: FeedOptions): Promise<FeedPage<R>>;
   /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
   withShard<T>(
     target: ShardTarget,
@@ -106,9 +109,9 @@ export interface Router {
     options?: SessionOptions,
   ): Promise<T>;
   /** A read run in many shards, merged newest first by id, with keyset pagination. */
-  query(query: MergedQuery): Promise<FeedPage>;
+  query<R extends object = Row>(query: MergedQuery): Promise<FeedPage<R>>;
   /** A read run in many shards, its rows per shard. */
-  queryByShard(query: ShardQuery): Promise<Map<number, Row[]>>;
+  queryByShard<R extends object = Row>(query: ShardQuery): Promise<Map<number, R[]>>;
   /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
   readToken(): string;
   /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
@@ -210,14 +213,14 @@ export async function createRouter(
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
     insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
-    get: (table, id) => getRow(ctx, table, id),
+    get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
     update: (table, id, changes) => updateRow(ctx, table, id, changes),
     delete: (table, id) => deleteRow(ctx, table, id),
     insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
-    feed: (table, feedOptions) => feed(ctx, table, feedOptions),
+    feed: <R extends object>(table: string, feedOptions: FeedOptions) => feed<R>(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
-    query: (query) => queryMerged(ctx, query),
-    queryByShard: (query) => queryByShard(ctx, query),
+    query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
+    queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     readToken: () => ctx.positions.toToken(),
     observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
     async refresh() {
