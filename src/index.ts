@@ -81,7 +81,7 @@ export { clusterStatus } from './cluster/status.js';
 export type { Dashboard, DashboardOptions } from './dashboard/server.js';
 export { serveDashboard } from './dashboard/server.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
-export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
+export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError, sqlStateOf } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
 export { decodeId, encodeId, idRange } from './ids/codec.js';
 export type { Generator, GeneratorOptions } from './ids/generator.js';

@@ -5,7 +5,7 @@
  */
 
 export type { ErrorCode, ErrorDetails } from '../errors.js';
-export { ERROR_CODES, isShardflakeError, ShardflakeError } from '../errors.js';
+export { ERROR_CODES, isShardflakeError, ShardflakeError, sqlStateOf } from '../errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './codec.js';
 export { decodeId, encodeId, idRange } from './codec.js';
 export type { Generator, GeneratorOptions } from './generator.js';

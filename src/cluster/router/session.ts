@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ShardflakeError } from '../../errors.js';
+import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
@@ -68,6 +68,19 @@ export function shardOfTarget(map: MapState, target: ShardTarget): number {
   if (typeof shard !== 'number' || !Number.isInteger(shard))
     throw new ShardflakeError('UNKNOWN_SHARD', `shard ${String(shard)} is not a shard number`);
   return shard;
+}
+
+/** fn's error in the session's one shape: a client's database error becomes DATABASE_ERROR; others are kept. */
+function asDatabaseError(error: unknown, node: string): unknown {
+  if (error instanceof ShardflakeError) return error;
+  const database = driverDatabaseError(error);
+  if (!database) return error;
+  const wrapped = wrapPgError(database, node);
+  return new ShardflakeError(wrapped.code, wrapped.message, {
+    sqlState: wrapped.sqlState,
+    detail: wrapped.detail,
+    cause: error,
+  });
 }
 
 function sessionClosed(): ShardflakeError {
@@ -259,7 +272,11 @@ async function runSession<T>(
         { sqlState: (error as { code?: string }).code, cause: error },
       );
     if (gone && phase !== 'commit') info.nodeGone = true;
-    // fn's own error goes back as it is; the router's (BEGIN, COMMIT) are typed.
-    throw phase === 'fn' ? error : wrapPgError(error, lease.node);
+    // One error story (docs/typed-api.md): a database error raised in fn by any client — session.query, pg through
+    // session.client, Kysely, Drizzle — reaches the caller as DATABASE_ERROR with its SQLSTATE in `sqlState` and
+    // what the client threw as `cause`; any other error of fn goes back as it is. The router's own (BEGIN,
+    // COMMIT) are typed too.
+    if (phase !== 'fn') throw wrapPgError(error, lease.node);
+    throw asDatabaseError(error, lease.node);
   }
 }
