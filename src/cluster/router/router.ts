@@ -3,6 +3,7 @@ import type { ShardflakeId } from '../../ids/id.js';
 import type { Layout } from '../../ids/layout.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
+import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
@@ -134,8 +135,16 @@ const DEFAULTS = {
   maxRetryBackoffMs: 200,
 };
 
+/** The config's file, when it has one, to start a message with. */
+const sourceOf = (config: Partial<Pick<ClusterConfig, 'source'>>) =>
+  config.source ? `${config.source}: ` : '';
+
+/**
+ * Starts a router. A full config (from loadConfig/validateConfig) is checked against the catalog: a config whose
+ * logicalShards, layout or epoch differ from the cluster's is INVALID_CONFIG (see config-drift.ts).
+ */
 export async function createRouter(
-  config: Pick<ClusterConfig, 'servers' | 'catalog'>,
+  config: Pick<ClusterConfig, 'servers' | 'catalog'> & Partial<ClusterConfig>,
   options: RouterOptions = {},
 ): Promise<Router> {
   const opts = { ...DEFAULTS, ...options };
@@ -232,7 +241,9 @@ export async function createRouter(
     },
   };
   try {
-    await map.fresh();
+    const drift = configDrift(config, await map.fresh());
+    if (drift)
+      throw new ShardflakeError('INVALID_CONFIG', `${sourceOf(config)}${drift}; the router does not start`);
   } catch (error) {
     await router.close();
     throw error;
