@@ -104,7 +104,8 @@ describe('the catalog keeps the cluster migration history', () => {
     assert.equal(result.target, 2);
     assert.equal(result.alreadyCurrent, 4);
     assert.equal(result.differences.length, 2);
-    const problems = await migrationsCheck.run(short, new Map([['a', await connect(url('a'))]]));
+    const catalog = await connect(url('a'));
+    const problems = await migrationsCheck.run(short, new Map([['a', catalog]])).finally(() => catalog.end());
     assert.equal(problems.length, 2);
     assert.match(problems[0]?.message ?? '', /^config and cluster migrations differ: migration 1 \(likes\)/);
   });
@@ -209,8 +210,9 @@ describe('the catalog keeps the cluster migration history', () => {
       /4 shards are at schema version 3, above the config's 0: the config lacks migrations 1–3/,
     );
     // That run recorded what the config had (the tables), from which the history grows again.
+    const history = await connect(url('a'));
     assert.deepEqual(
-      (await readHistory(await connect(url('a')))).map((r) => r.version),
+      (await readHistory(history).finally(() => history.end())).map((r) => r.version),
       [0],
     );
   });
