@@ -13,8 +13,8 @@ import {
   sessionPool,
   sqlStateOf,
 } from 'shardflake';
-import { initCluster } from '../../src/cluster/init.js';
-import { connect } from '../../src/postgres/connect.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 

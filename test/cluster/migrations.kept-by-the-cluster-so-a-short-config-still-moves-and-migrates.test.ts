@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { clusterStatus, isShardflakeError, migrateCluster, moveShard } from 'shardflake';
-import { readHistory } from '../../src/cluster/catalog/migrations.js';
-import { shardSchema, validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { migrationsCheck } from '../../src/cluster/migrations-verify.js';
-import { connect } from '../../src/postgres/connect.js';
+import { readHistory } from '../../packages/shardflake/src/cluster/catalog/migrations.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { migrationsCheck } from '../../packages/shardflake/src/cluster/migrations-verify.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 

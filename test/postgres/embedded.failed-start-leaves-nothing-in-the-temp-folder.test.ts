@@ -4,9 +4,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { isShardflakeError } from '../../src/errors.js';
-import { startEmbeddedServer } from '../../src/postgres/embedded.js';
-import { DATA_HOME } from '../../src/postgres/root-placement.js';
+import { startEmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { DATA_HOME } from '../../packages/embedded/src/root-placement.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 
 /**
  * A start that fails after initdb (here: the port asked for is taken) removes what it made: its temp folder, and
