@@ -13,6 +13,7 @@ import {
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
+import { keepHistory } from './migrations.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 
 /**
@@ -155,6 +156,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    // New shards are made from the history the catalog keeps (recording the config's new migrations first).
+    config = (await keepHistory(catalog, config)).config;
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {

@@ -90,6 +90,7 @@ export function registerClusterCommands(program: Command): void {
         process.stdout.write(
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.differences.map((d) => `warning: config and cluster migrations differ: ${d}`),
             ...result.rebuiltIndexes.map(
               (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
             ),
