@@ -14,6 +14,7 @@ import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } fr
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
+import { installTransactions } from './transactions/install.js';
 
 /**
  * `cluster init`: creates the catalog and every logical shard, spread evenly over the servers.
@@ -155,6 +156,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    await installTransactions(clients, config.catalog);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {
