@@ -12,6 +12,7 @@ import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 import { registerRecoverCommand } from './cluster-recover.js';
 import { registerStatusCommand } from './cluster-status.js';
+import { registerVerifyCommand } from './cluster-verify.js';
 
 export { progressBar, toJson };
 
@@ -64,6 +65,7 @@ export function registerClusterCommands(program: Command): void {
 
   registerStatusCommand(cluster);
   registerRecoverCommand(cluster);
+  registerVerifyCommand(cluster);
 
   cluster
     .command('migrate')
