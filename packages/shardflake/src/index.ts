@@ -30,8 +30,10 @@ export type {
   RetryReason,
   RouterEvent,
   RouterEventHook,
+  TransactionEvent,
+  TransactionPhase,
 } from './cluster/router/events.js';
-export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS, TRANSACTION_PHASES } from './cluster/router/events.js';
 export type {
   AcquireOptions,
   Lsn,
@@ -68,6 +70,8 @@ export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+export type { InDoubtGid, RecoveryReport, SettledGid } from './cluster/transactions/recovery.js';
+export type { TransactionOptions } from './cluster/transactions/state.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
 export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError, sqlStateOf } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';

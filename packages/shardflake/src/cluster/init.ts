@@ -15,6 +15,7 @@ import { closeAll, connectAll, connectServer, type ServerClients } from './conne
 import { isFenced } from './fence.js';
 import { keepHistory } from './migrations.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
+import { installTransactions } from './transactions/install.js';
 
 /**
  * `cluster init`: creates the catalog and every logical shard, spread evenly over the servers.
@@ -158,6 +159,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     await ensureClusterRow(catalog, config);
     // New shards are made from the history the catalog keeps (recording the config's new migrations first).
     config = (await keepHistory(catalog, config)).config;
+    await installTransactions(clients, config.catalog);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {

@@ -10,8 +10,10 @@ import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
+import { registerRecoverCommand } from './cluster-recover.js';
 import { registerSqlQueryCommand } from './cluster-sql.js';
 import { registerStatusCommand } from './cluster-status.js';
+import { registerVerifyCommand } from './cluster-verify.js';
 
 export { progressBar, toJson };
 
@@ -63,6 +65,8 @@ export function registerClusterCommands(program: Command): void {
     });
 
   registerStatusCommand(cluster);
+  registerRecoverCommand(cluster);
+  registerVerifyCommand(cluster);
 
   cluster
     .command('migrate')

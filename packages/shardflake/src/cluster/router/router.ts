@@ -1,12 +1,16 @@
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import type { Layout } from '../../ids/layout.js';
+import { connect } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
+import type { RecoveryReport } from '../transactions/recovery.js';
+import { type TransactionOptions, TransactionState } from '../transactions/state.js';
+import { withShards } from '../transactions/with-shards.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext } from './context.js';
 import type { RouterEventHook } from './events.js';
@@ -72,6 +76,8 @@ export interface RouterOptions {
    * installs an SDK). See telemetry.ts for the spans and metrics.
    */
   telemetry?: boolean;
+  /** Cross-server transactions: background recovery and its timing (see transactions/state.ts). */
+  transactions?: TransactionOptions;
   /** Servers with replicas: lag bound, failover wait, … (see ServerNodesOptions in server-nodes.ts). */
   replicas?: Pick<
     ServerNodesOptions,
@@ -110,6 +116,16 @@ export interface Router {
     fn: (session: ShardSession) => Promise<T> | T,
     options?: SessionOptions,
   ): Promise<T>;
+  /**
+   * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
+   * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
+   */
+  withShards<T>(
+    targets: readonly ShardTarget[],
+    fn: (sessions: ShardSession[]) => Promise<T> | T,
+  ): Promise<T>;
+  /** Settles this cluster's in-doubt transactions now (the router also does it by itself in the background). */
+  recoverTransactions(): Promise<RecoveryReport>;
   /** A read run in many shards, merged newest first by id, with keyset pagination. */
   query<R extends object = Row>(query: MergedQuery): Promise<FeedPage<R>>;
   /** A read run in many shards, its rows per shard. */
@@ -185,8 +201,22 @@ export async function createRouter(
     maxRetryBackoffMs: opts.maxRetryBackoffMs,
     onRetry: opts.onRetry,
   };
+  const transactions = new TransactionState(
+    {
+      servers: Object.keys(config.servers),
+      catalog: config.catalog,
+      nodes: (server) => ctx.nodes(server),
+      connect: async (server) =>
+        connect(await primaryUrl(config, server, { requireAll: false }), {
+          applicationName: 'shardflake router',
+        }),
+      hook: () => ctx.onEvent,
+    },
+    opts.transactions,
+  );
   const ctx: RouterContext = {
     map,
+    transactions,
     statements: new Statements(),
     positions: new ReadPositions(),
     policy,
@@ -243,12 +273,15 @@ export async function createRouter(
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
+    withShards: (targets, fn) => withShards(ctx, targets, fn),
+    recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),
     observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
     async refresh() {
       await map.reload();
     },
     async close() {
+      await transactions.close();
       await map.close();
       await Promise.all([...servers.values()].map((s) => s.end().catch(() => {})));
     },
@@ -261,5 +294,6 @@ export async function createRouter(
     await router.close();
     throw error;
   }
+  transactions.start();
   return router;
 }
