@@ -30,6 +30,9 @@ export const ERROR_CODES = [
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
+  'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
+  'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
+  'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

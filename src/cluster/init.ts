@@ -13,6 +13,7 @@ import {
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
+import { installReference } from './reference/install.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 
 /**
@@ -155,6 +156,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    // Before any shard: a shard session may join against the reference tables from its first statement.
+    await installReference(config, clients);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {

@@ -6,6 +6,7 @@ import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
+import { installReference } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 
@@ -137,6 +138,8 @@ export async function migrateCluster(
         `${config.source}: logicalShards is ${config.logicalShards} but the cluster has ${info.logicalShards}`,
       );
     }
+    // Reference tables first (every server, or none: see reference/install.ts), then the shards.
+    await installReference(config, clients);
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
     const failed: ShardFailure[] = [];

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { ClusterConfig } from '../cluster/config.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
@@ -135,6 +136,7 @@ async function moveOne(
     }
     let tables: SourceTable[];
     if (!record) {
+      await ensureReferenceOn(config, to); // reference tables complete on the target first (SPEC G2)
       tables = await preflight(config, shard, placement.schema, from, to, source, target);
       record = await inTransaction(catalog, async () => {
         const created = await createMove(catalog, {

@@ -3,6 +3,8 @@ import type { Layout } from '../../ids/layout.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
+import { serverOrder } from '../reference/order.js';
+import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext } from './context.js';
@@ -105,6 +107,8 @@ export interface Router {
     fn: (session: ShardSession) => Promise<T> | T,
     options?: SessionOptions,
   ): Promise<T>;
+  /** Writes the reference tables on every server's copy, committed on every server or none (see reference/write.ts). */
+  withReference<T>(fn: (session: ReferenceSession) => Promise<T> | T): Promise<T>;
   /** A read run in many shards, merged newest first by id, with keyset pagination. */
   query(query: MergedQuery): Promise<FeedPage>;
   /** A read run in many shards, its rows per shard. */
@@ -216,6 +220,7 @@ export async function createRouter(
     insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
     feed: (table, feedOptions) => feed(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    withReference: (fn) => withReference(ctx, serverOrder(config), fn),
     query: (query) => queryMerged(ctx, query),
     queryByShard: (query) => queryByShard(ctx, query),
     readToken: () => ctx.positions.toToken(),

@@ -1,4 +1,5 @@
 import { quoteIdent } from '../../postgres/identifier.js';
+import { REFERENCE_SCHEMA } from '../reference/sql.js';
 
 /**
  * The SQL text of routed statements, built once per (kind, schema, table, columns) and cached: building and quoting
@@ -28,7 +29,7 @@ export class Statements {
   begin(schema: string, readOnly: boolean): string {
     return this.#cached(`b\0${schema}\0${readOnly}`, () => {
       const begin = readOnly ? 'BEGIN READ ONLY' : 'BEGIN';
-      return `${begin}; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}`;
+      return `${begin}; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}, ${quoteIdent(REFERENCE_SCHEMA, 'schema')}`;
     });
   }
 
