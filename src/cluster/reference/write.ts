@@ -143,6 +143,14 @@ export async function withReference<T>(
     open = false;
     if (failed !== undefined) throw failed;
     // TODO(tx): one atomic commit across servers (openCrossTransaction); here, local COMMITs in server order.
+    // Deferred constraints are checked everywhere first, so the COMMITs below fail only if a server is lost.
+    await Promise.all(
+      participants.map((p) =>
+        p.lease.client.query('SET CONSTRAINTS ALL IMMEDIATE').catch((error: unknown) => {
+          throw onServer(p.server, error, p.lease.node);
+        }),
+      ),
+    );
     const order = [...participants];
     for (const [i, p] of order.entries()) {
       try {
