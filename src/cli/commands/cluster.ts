@@ -10,6 +10,7 @@ import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
+import { registerRecoverCommand } from './cluster-recover.js';
 import { registerStatusCommand } from './cluster-status.js';
 
 export { progressBar, toJson };
@@ -62,6 +63,7 @@ export function registerClusterCommands(program: Command): void {
     });
 
   registerStatusCommand(cluster);
+  registerRecoverCommand(cluster);
 
   cluster
     .command('migrate')

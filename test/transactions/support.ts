@@ -1,0 +1,94 @@
+import { spawn } from 'node:child_process';
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connect } from '../../src/postgres/connect.js';
+import { type EmbeddedServer, startEmbeddedServer } from '../../src/postgres/embedded.js';
+import { isRunning, readPostmaster } from '../../src/postgres/postmaster.js';
+
+export const CRASH_CHILD = fileURLToPath(new URL('./crash-child.js', import.meta.url));
+
+/** Runs crash-child.js until it reports its point, then kills it with SIGKILL. Returns its `AT …` line's parts. */
+export async function crashRouterAt(
+  configFile: string,
+  point: 'after-first-prepare' | 'after-decision' | 'after-first-commit-prepared',
+  shards: number[],
+  tag: string,
+  beforeKill: (at: { gid: string; server: string }) => Promise<void> = async () => {},
+): Promise<{ gid: string; server: string }> {
+  const child = spawn(process.execPath, [CRASH_CHILD, configFile, point, shards.join(','), tag], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (d) => {
+    err += d;
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /^AT .*$/m.exec(out);
+      if (m) resolve(m[0]);
+    });
+    exited.then((code) =>
+      reject(new Error(`the router child exited (${code}) before ${point}:\n${out}\n${err}`)),
+    );
+  });
+  const [, , gid = '', server = ''] = line.split(' ');
+  await beforeKill({ gid, server });
+  child.kill('SIGKILL');
+  await exited;
+  return { gid, server };
+}
+
+/** Every prepared transaction's gid on a server. */
+export async function preparedGids(url: string): Promise<string[]> {
+  const client = await connect(url);
+  try {
+    const { rows } = await client.query('SELECT gid FROM pg_prepared_xacts ORDER BY gid');
+    return rows.map((r: { gid: string }) => r.gid);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Waits until `check` holds (polling), failing after `ms`. */
+export async function until(
+  check: () => Promise<boolean>,
+  ms = 20_000,
+  what = 'the condition',
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`${what} did not hold within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** Kills a server's postmaster with SIGKILL (no shutdown checkpoint, like a power cut) and waits for it to go. */
+export async function killServer(server: EmbeddedServer): Promise<void> {
+  const postmaster = await readPostmaster(server.dataDir);
+  if (!postmaster) throw new Error(`server ${server.name} has no postmaster.pid`);
+  process.kill(postmaster.pid, 'SIGKILL');
+  await until(async () => !isRunning(postmaster.pid), 10_000, `server ${server.name} to die`);
+}
+
+/**
+ * Starts a killed server again on its data directory and port (crash recovery replays its WAL; prepared
+ * transactions come back). Its backends may outlive the postmaster for a moment, holding the old shared memory:
+ * the start is tried again until they are gone. The caller stops the returned server before the test ends.
+ */
+export async function restartServer(server: EmbeddedServer): Promise<EmbeddedServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startEmbeddedServer(server.name, {
+        dir: dirname(server.dataDir),
+        port: server.port,
+        persistent: true,
+      });
+    } catch (error) {
+      if (attempt >= 20) throw error;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
