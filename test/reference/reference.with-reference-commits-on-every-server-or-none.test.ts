@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { createRouter, isShardflakeError, type Router } from 'shardflake';
+import { createRouter, isShardflakeError, type Router, type RouterEvent } from 'shardflake';
 import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
@@ -14,6 +14,7 @@ const config = testConfig(servers, {
   },
 });
 let router: Router;
+const events: RouterEvent[] = [];
 
 async function onServer<T>(
   i: number,
@@ -35,7 +36,7 @@ const bothCopies = async () => [await planRows(0), await planRows(1)];
 
 before(async () => {
   await initCluster(config);
-  router = await createRouter(config, { poolSize: 4 });
+  router = await createRouter(config, { poolSize: 4, onEvent: (e) => events.push(e) });
 });
 after(async () => {
   await router?.close();
@@ -49,6 +50,12 @@ describe('router.withReference', () => {
       return (await s.query<{ n: number }>('SELECT count(*)::int AS n FROM plans')).rows[0]?.n;
     });
     assert.equal(result, 2);
+    // One transaction across the servers: b prepared, a's commit the decision (the last agent), b committed.
+    const steps = events.flatMap((e) =>
+      e.type === 'transaction' && e.step === 'done' ? [`${e.phase}@${e.server}`] : [],
+    );
+    assert.deepEqual(steps, ['prepare@b', 'decide@a', 'commit-prepared@b']);
+    assert.ok(events.some((e) => e.type === 'operation' && e.operation === 'withReference'));
     const [a, b] = await bothCopies();
     assert.deepEqual(a, b);
     assert.equal(a?.length, 2);
@@ -85,6 +92,26 @@ describe('router.withReference', () => {
       /no boom here/,
     );
     assert.deepEqual(await bothCopies(), before);
+  });
+
+  it('a server whose connection dies mid-write commits nowhere, and the next write goes through', async () => {
+    const before = await bothCopies();
+    await assert.rejects(
+      router.withReference(async (s) => {
+        await s.query(`INSERT INTO plans (id, name) VALUES (6, 'lost')`);
+        // Server b's backend of this write goes away, as if its server had failed there.
+        await onServer(1, (c) =>
+          c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                    WHERE application_name = 'shardflake router' AND state LIKE 'idle in transaction%'`),
+        );
+        await s.query(`INSERT INTO plans (id, name) VALUES (7, 'lost too')`);
+      }),
+      (e: unknown) => isShardflakeError(e) && /server b/.test(e.message),
+    );
+    assert.deepEqual(await bothCopies(), before);
+    await router.withReference((s) => s.query(`UPDATE plans SET hits = 0`));
+    const [a, b] = await bothCopies();
+    assert.deepEqual(a, b);
   });
 
   it('a failure at commit time on one server (a deferred constraint) commits nowhere', async () => {

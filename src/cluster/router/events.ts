@@ -17,6 +17,7 @@ export const OPERATIONS = [
   'feed',
   'query', // a cross-shard read
   'withShards', // an atomic write across shards (transactions/)
+  'withReference', // a write of the reference tables on every server (reference/)
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
 
