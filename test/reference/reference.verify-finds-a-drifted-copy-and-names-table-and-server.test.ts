@@ -1,0 +1,93 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { createRouter } from 'shardflake';
+import { closeAll, connectAll } from '../../src/cluster/connections.js';
+import { initCluster } from '../../src/cluster/init.js';
+import { verifyReference } from '../../src/cluster/reference/verify.js';
+import { connect } from '../../src/postgres/connect.js';
+import { testConfig } from '../cluster/cluster-config.js';
+import { useServers } from '../support/postgres.js';
+
+const servers = await useServers(2);
+const config = testConfig(servers, {
+  logicalShards: 2,
+  referenceTables: {
+    plans: 'CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)',
+    countries: 'CREATE TABLE countries (code text PRIMARY KEY)',
+  },
+});
+const clients = await connectAll(config);
+after(() => closeAll(clients));
+
+/** Runs SQL on server i as the superuser, around the guard (what a drifted copy takes). */
+async function around(i: number, sql: string): Promise<void> {
+  const c = await connect(servers[i]?.url as string);
+  try {
+    await c.query(`BEGIN; SELECT shardflake_reference._shardflake_begin_write(); ${sql}; COMMIT`);
+  } finally {
+    await c.end();
+  }
+}
+const problems = async () =>
+  (await verifyReference(config, clients)).map((p) => [p.server, p.table, p.message]);
+
+before(async () => {
+  await initCluster(config);
+  const router = await createRouter(config);
+  try {
+    await router.withReference(async (s) => {
+      await s.query("INSERT INTO plans VALUES (1, 'free'), (2, 'pro')");
+      await s.query("INSERT INTO countries VALUES ('FR'), ('JP')");
+    });
+  } finally {
+    await router.close();
+  }
+});
+
+describe('the reference check of cluster verify', () => {
+  it('finds nothing wrong with copies written through withReference', async () => {
+    assert.deepEqual(await problems(), []);
+  });
+
+  it('names the table and the server of a copy whose rows differ, whether in count or in a value', async () => {
+    await around(1, "UPDATE shardflake_reference.plans SET name = 'Pro' WHERE id = 2");
+    const [found] = await problems();
+    assert.equal(found?.[0], 'b');
+    assert.equal(found?.[1], 'plans');
+    assert.match(
+      found?.[2] as string,
+      /^reference table plans differs on server b: 2 rows \(checksum \w+\) against 2 rows \(checksum \w+\) on server a$/,
+    );
+    await around(1, "UPDATE shardflake_reference.plans SET name = 'pro' WHERE id = 2");
+    assert.deepEqual(await problems(), []);
+    await around(0, "INSERT INTO shardflake_reference.countries VALUES ('DE')");
+    assert.deepEqual(
+      (await problems()).map((p) => [p[0], p[1]]),
+      [['b', 'countries']],
+    );
+    await around(0, "DELETE FROM shardflake_reference.countries WHERE code = 'DE'");
+  });
+
+  it('reports a lost guard, an unfilled copy and a shard table hiding a reference table', async () => {
+    const c = await connect(servers[1]?.url as string);
+    try {
+      await c.query('ALTER TABLE shardflake_reference.countries DISABLE TRIGGER _shardflake_guard');
+      await c.query('UPDATE shardflake_reference._shardflake_state SET synced = false');
+      await c.query('CREATE TABLE shard_0001.plans (id int)');
+      const found = await problems();
+      assert.equal(found.length, 3, JSON.stringify(found));
+      assert.ok(found.every((p) => p[0] === 'b'));
+      assert.match(found.map((p) => p[2]).join('\n'), /never filled/);
+      assert.match(found.map((p) => p[2]).join('\n'), /countries on server b has lost its write guard/);
+      assert.match(
+        found.map((p) => p[2]).join('\n'),
+        /shard schema shard_0001 on server b has its own plans/,
+      );
+    } finally {
+      await c.query(`ALTER TABLE shardflake_reference.countries ENABLE TRIGGER _shardflake_guard;
+                     UPDATE shardflake_reference._shardflake_state SET synced = true; DROP TABLE shard_0001.plans`);
+      await c.end();
+    }
+    assert.deepEqual(await problems(), []);
+  });
+});
