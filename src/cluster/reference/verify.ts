@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { wrapPgError } from '../../postgres/connect.js';
 import { qualified } from '../../postgres/identifier.js';
 import type { ClusterConfig } from '../config.js';
+import { closeAll, connectAll } from '../connections.js';
 import { serverOrder } from './order.js';
 import { LIST_REFERENCE_TABLES_SQL, REFERENCE_SCHEMA } from './sql.js';
 import { hasReference, type ReferenceState, readReferenceState } from './state.js';
@@ -152,4 +153,14 @@ export async function verifyReference(
     }
   }
   return problems;
+}
+
+/** The reference check on its own: connects to every server, checks, disconnects (see verifyReference). */
+export async function checkReferenceTables(config: ClusterConfig): Promise<ReferenceProblem[]> {
+  const clients = await connectAll(config, { applicationName: 'shardflake verify' });
+  try {
+    return await verifyReference(config, clients);
+  } finally {
+    await closeAll(clients);
+  }
 }
