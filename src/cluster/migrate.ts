@@ -6,7 +6,7 @@ import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
-import { installReference } from './reference/install.js';
+import { installReference, type ReferenceInstallResult } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 
@@ -64,6 +64,8 @@ export interface MigrateResult {
   failed: ShardFailure[];
   /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
   rebuiltIndexes: { shard: number; server: string; index: string }[];
+  /** What happened to the reference tables (reference/install.ts). */
+  reference: ReferenceInstallResult;
   durationMs: number;
 }
 
@@ -139,7 +141,7 @@ export async function migrateCluster(
       );
     }
     // Reference tables first (every server, or none: see reference/install.ts), then the shards.
-    await installReference(config, clients);
+    const reference = await installReference(config, clients);
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
     const failed: ShardFailure[] = [];
@@ -308,6 +310,7 @@ export async function migrateCluster(
       alreadyCurrent,
       failed,
       rebuiltIndexes,
+      reference,
       durationMs: performance.now() - started,
     };
   } finally {

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { initCluster } from '../../cluster/init.js';
 import { migrateCluster } from '../../cluster/migrate.js';
+import type { ReferenceInstallResult } from '../../cluster/reference/install.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
 import { positiveInteger } from '../options.js';
@@ -91,6 +92,7 @@ export function registerClusterCommands(program: Command): void {
         process.stdout.write(
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...referenceLines(result.reference),
             ...result.rebuiltIndexes.map(
               (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
             ),
@@ -111,4 +113,14 @@ export function registerClusterCommands(program: Command): void {
 
   registerMoveCommands(cluster);
   registerDashboardCommand(cluster);
+}
+
+/** What migrate did to the reference tables, when it did anything. */
+function referenceLines(r: ReferenceInstallResult): string[] {
+  return [
+    ...(r.changed.length > 0 ? [`  reference tables: created or migrated on ${r.changed.join(', ')}`] : []),
+    ...r.filled.map(
+      (f) => `  reference tables: filled server ${f.server} from server ${f.from} (${f.rows} rows)`,
+    ),
+  ];
 }
