@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { connect } from '../../src/postgres/connect.js';
@@ -65,12 +66,49 @@ export async function until(
   }
 }
 
-/** Kills a server's postmaster with SIGKILL (no shutdown checkpoint, like a power cut) and waits for it to go. */
-export async function killServer(server: EmbeddedServer): Promise<void> {
+/** The pids of a process and its children (from /proc), the process first. */
+function processTree(pid: number): number[] {
+  const children = readdirSync('/proc').flatMap((entry) => {
+    if (!/^[0-9]+$/.test(entry)) return [];
+    try {
+      // /proc/<pid>/stat: "pid (comm) state ppid …"; comm may hold spaces, so read after the last ')'.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      return ppid === pid ? [Number(entry)] : [];
+    } catch {
+      return [];
+    }
+  });
+  return [pid, ...children];
+}
+
+/** The pid of a server's postmaster. */
+export async function postmasterPid(server: EmbeddedServer): Promise<number> {
   const postmaster = await readPostmaster(server.dataDir);
   if (!postmaster) throw new Error(`server ${server.name} has no postmaster.pid`);
-  process.kill(postmaster.pid, 'SIGKILL');
-  await until(async () => !isRunning(postmaster.pid), 10_000, `server ${server.name} to die`);
+  return postmaster.pid;
+}
+
+/**
+ * Kills a server at once — the postmaster and every backend, with SIGKILL, synchronously (like a power cut: no
+ * shutdown checkpoint, and no backend lives on to finish a statement it has received). Returns the pids killed.
+ */
+export function killServerNow(pid: number): number[] {
+  const tree = processTree(pid);
+  for (const p of tree) {
+    try {
+      process.kill(p, 'SIGKILL');
+    } catch {
+      // gone already
+    }
+  }
+  return tree;
+}
+
+/** Kills a server (see killServerNow) and waits until all its processes are gone. */
+export async function killServer(server: EmbeddedServer, pid?: number): Promise<void> {
+  const tree = killServerNow(pid ?? (await postmasterPid(server)));
+  await until(async () => tree.every((p) => !isRunning(p)), 10_000, `server ${server.name} to die`);
 }
 
 /**
