@@ -5,6 +5,7 @@ import { wrapPgError } from '../../postgres/connect.js';
 import { copyFrom, copyTo } from '../../postgres/copy-streams.js';
 import { qualified, quoteIdent } from '../../postgres/identifier.js';
 import type { ClusterConfig } from '../config.js';
+import { settlePreparedOnShards } from '../transactions/settle.js';
 import { serverOrder } from './order.js';
 import { BEGIN_WRITE, LIST_REFERENCE_TABLES_SQL, REFERENCE_SCHEMA, STATE_TABLE } from './sql.js';
 import { type ReferenceState, readReferenceState } from './state.js';
@@ -69,7 +70,7 @@ async function copyColumns(client: pg.Client, table: string): Promise<string[]> 
  * when there was nothing to do (missing copies are install.ts's business).
  */
 export async function fillCopy(
-  config: Pick<ClusterConfig, 'servers'>,
+  config: Pick<ClusterConfig, 'servers' | 'nodes' | 'catalog'>,
   clients: ReadonlyMap<string, pg.Client>,
   target: string,
   options: FillOptions,
@@ -78,6 +79,9 @@ export async function fillCopy(
   const first = await readReferenceState(client(target));
   if (!first || first.synced) return null;
   const order = serverOrder(config);
+  // A reference write in doubt would hold its locks until recovery: settled by its decision first.
+  for (const server of order)
+    await settlePreparedOnShards(config, server, [REFERENCE_SCHEMA], { failWith: 'SHARD_BUSY' });
   const open: pg.Client[] = [];
   const states = new Map<string, ReferenceState | null>();
   try {

@@ -2,17 +2,19 @@ import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ClusterConfig } from '../config.js';
+import { settlePreparedOnShards } from '../transactions/settle.js';
 import { fillCopy } from './copy.js';
 import { serverOrder } from './order.js';
 import {
   MIGRATIONS_TABLE,
+  REFERENCE_SCHEMA,
   REFERENCE_SQL_VERSION,
   referenceChangeSql,
   referenceSchemaSql,
   STATE_TABLE,
   TABLES_TABLE,
 } from './sql.js';
-import { hasReference, type ReferenceState, readReferenceState } from './state.js';
+import { hasReference, isCurrent, type ReferenceState, readReferenceState } from './state.js';
 
 /**
  * Creating and changing the reference tables on every server (`cluster init` and `cluster migrate` call
@@ -67,6 +69,13 @@ export async function installReference(
   for (const server of order) states.set(server, await readReferenceState(clientOf(server)));
   // A new cluster (no copy anywhere): every copy made now is empty, like all the others, so it starts synced.
   const fresh = [...states.values()].every((s) => s === null);
+  // Reference writes in doubt (prepared, their coordinator gone) would hold the tables' locks and make the DDL
+  // below wait: they are settled by their decision first (one query per server when there are none).
+  for (const server of order) {
+    const state = states.get(server) ?? null;
+    if (only.has(server) && state !== null && !isCurrent(config, state))
+      await settlePreparedOnShards(config, server, [REFERENCE_SCHEMA], { failWith: 'MIGRATION_FAILED' });
+  }
 
   const open: pg.Client[] = [];
   let at = '';
