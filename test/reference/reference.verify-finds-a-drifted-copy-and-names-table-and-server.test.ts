@@ -3,7 +3,8 @@ import { after, before, describe, it } from 'node:test';
 import { createRouter } from 'shardflake';
 import { closeAll, connectAll } from '../../src/cluster/connections.js';
 import { initCluster } from '../../src/cluster/init.js';
-import { verifyReference } from '../../src/cluster/reference/verify.js';
+import { referenceCheck, verifyReference } from '../../src/cluster/reference/verify.js';
+import { clusterAccess } from '../../src/cluster/transactions/cluster-access.js';
 import { connect } from '../../src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
@@ -89,5 +90,21 @@ describe('the reference check of cluster verify', () => {
       await c.end();
     }
     assert.deepEqual(await problems(), []);
+  });
+
+  it("as cluster verify's check, on the pooled connections it is given: where is the server and the table", async () => {
+    await around(1, 'DELETE FROM shardflake_reference.plans WHERE id = 1');
+    const pools = clusterAccess(config, 'verify test');
+    try {
+      const found = await referenceCheck.run(config, pools);
+      assert.deepEqual(
+        found.map((p) => [p.check, p.where]),
+        [['reference tables', 'server b, table plans']],
+      );
+      assert.match(found[0]?.what ?? '', /1 rows .* against 2 rows/);
+    } finally {
+      await pools.close();
+      await around(1, "INSERT INTO shardflake_reference.plans VALUES (1, 'free')");
+    }
   });
 });

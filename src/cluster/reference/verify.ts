@@ -1,8 +1,8 @@
-import type pg from 'pg';
-import { wrapPgError } from '../../postgres/connect.js';
+import { type Queryable, wrapPgError } from '../../postgres/connect.js';
 import { qualified } from '../../postgres/identifier.js';
 import type { ClusterConfig } from '../config.js';
 import { closeAll, connectAll } from '../connections.js';
+import type { ServerAccess } from '../transactions/recovery.js';
 import { serverOrder } from './order.js';
 import { LIST_REFERENCE_TABLES_SQL, REFERENCE_SCHEMA } from './sql.js';
 import { hasReference, type ReferenceState, readReferenceState } from './state.js';
@@ -32,7 +32,7 @@ interface TableDigest {
   checksum: string;
 }
 
-async function digest(client: pg.ClientBase, table: string): Promise<TableDigest> {
+async function digest(client: Queryable, table: string): Promise<TableDigest> {
   const name = qualified(REFERENCE_SCHEMA, table);
   const { rows } = await client.query(
     `SELECT count(*)::int AS rows, coalesce(md5(string_agg(h, '' ORDER BY h)), md5('')) AS checksum
@@ -44,23 +44,22 @@ async function digest(client: pg.ClientBase, table: string): Promise<TableDigest
 /** The problems of the reference copies on the servers of `clients` (one client per configured server). */
 export async function verifyReference(
   config: Pick<ClusterConfig, 'servers' | 'schemaPrefix' | 'referenceTables' | 'referenceMigrations'>,
-  clients: ReadonlyMap<string, pg.ClientBase>,
+  clients: ReadonlyMap<string, Queryable>,
   options: { lockTimeoutMs?: number } = {},
 ): Promise<ReferenceProblem[]> {
   const problems: ReferenceProblem[] = [];
   const order = serverOrder(config).filter((s) => clients.has(s));
   const states = new Map<string, ReferenceState | null>();
-  for (const server of order)
-    states.set(server, await readReferenceState(clients.get(server) as pg.ClientBase));
+  for (const server of order) states.set(server, await readReferenceState(clients.get(server) as Queryable));
   const anyCopy = [...states.values()].some((s) => s !== null);
   if (!hasReference(config) && !anyCopy) return problems;
 
   const names = config.referenceTables.map((t) => t.name);
-  const open: pg.ClientBase[] = [];
+  const open: Queryable[] = [];
   const digests = new Map<string, Map<string, TableDigest>>();
   try {
     for (const server of order) {
-      const client = clients.get(server) as pg.ClientBase;
+      const client = clients.get(server) as Queryable;
       const state = states.get(server) ?? null;
       if (state === null) {
         problems.push({
@@ -164,3 +163,32 @@ export async function checkReferenceTables(config: ClusterConfig): Promise<Refer
     await closeAll(clients);
   }
 }
+
+/**
+ * The check as `cluster verify` runs it (src/cluster/verify.ts): one connection per server held for the whole
+ * check (the copies are compared under locks on all of them at once), its problems as { check, where, what }.
+ */
+export const referenceCheck = {
+  name: 'reference tables',
+  async run(
+    config: ClusterConfig,
+    pools: ServerAccess,
+  ): Promise<{ check: string; where: string; what: string }[]> {
+    if (!hasReference(config)) return [];
+    const order = serverOrder(config);
+    const clients = new Map<string, Queryable>();
+    const nested = (i: number): Promise<ReferenceProblem[]> => {
+      const server = order[i];
+      if (server === undefined) return verifyReference(config, clients);
+      return pools.use(server, (client) => {
+        clients.set(server, client);
+        return nested(i + 1);
+      });
+    };
+    return (await nested(0)).map((p) => ({
+      check: 'reference tables',
+      where: p.table === undefined ? `server ${p.server}` : `server ${p.server}, table ${p.table}`,
+      what: p.message,
+    }));
+  },
+};
