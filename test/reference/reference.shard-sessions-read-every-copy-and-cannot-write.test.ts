@@ -103,6 +103,33 @@ describe('reference tables in shard sessions', () => {
     assert.deepEqual([await planRows(0), await planRows(1)], before);
   });
 
+  it('withShards sessions across both servers read them by name too, and cannot write them either', async () => {
+    const names = await router.withShards([{ shard: 0 }, { shard: 3 }], async ([s0, s3]) => {
+      const read = async (s: typeof s0) =>
+        (await s?.query('SELECT name FROM plans ORDER BY id'))?.rows.map((r) => r.name);
+      return [await read(s0), await read(s3)];
+    });
+    assert.deepEqual(names, [
+      ['free', 'pro'],
+      ['free', 'pro'],
+    ]);
+    const before = [await planRows(0), await planRows(1)];
+    await assert.rejects(
+      router.withShards([{ shard: 1 }, { shard: 2 }], async ([s1, s2]) => {
+        await s1?.query("INSERT INTO photos (user_id, caption) VALUES (1, 'rolled back')");
+        await s2?.query("UPDATE plans SET name = 'gratis'");
+      }),
+      refused('REFERENCE_READ_ONLY', 'SF020'),
+    );
+    assert.deepEqual([await planRows(0), await planRows(1)], before);
+    const kept = await router.withShard(
+      { shard: 1 },
+      async (s) =>
+        (await s.query("SELECT count(*)::int AS n FROM photos WHERE caption = 'rolled back'")).rows[0]?.n,
+    );
+    assert.equal(kept, 0);
+  });
+
   it('a plain role with every privilege on the table still cannot write it, open the guard, or switch the guard off', async () => {
     await onServer(0, (c) =>
       c.query(`CREATE ROLE plain LOGIN PASSWORD 'plain-pw';

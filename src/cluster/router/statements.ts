@@ -29,7 +29,7 @@ export class Statements {
   begin(schema: string, readOnly: boolean): string {
     return this.#cached(`b\0${schema}\0${readOnly}`, () => {
       const begin = readOnly ? 'BEGIN READ ONLY' : 'BEGIN';
-      return `${begin}; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}, ${quoteIdent(REFERENCE_SCHEMA, 'schema')}`;
+      return `${begin}; SET LOCAL search_path TO ${shardSearchPath(schema)}`;
     });
   }
 
@@ -63,6 +63,14 @@ export class Statements {
       () => `DELETE FROM ${quoteIdent(schema, 'schema')}.${quoteIdent(table, 'table')} WHERE id = $1`,
     );
   }
+}
+
+/**
+ * A shard session's search_path, quoted: the shard's schema, then the reference tables' (see Statements.begin).
+ * Every kind of shard session uses it (withShard here, withShards' sessions in transactions/cross.ts).
+ */
+export function shardSearchPath(schema: string): string {
+  return `${quoteIdent(schema, 'schema')}, ${quoteIdent(REFERENCE_SCHEMA, 'schema')}`;
 }
 
 /**
