@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import { runReferenceBench } from '../../src/bench/reference.js';
+import { runReferenceBench } from '../../packages/cli/src/bench/reference.js';
 
 it('bench cross (c): a tiny run measures the baseline and withReference on 1 and 2 servers, ratios per round', async () => {
   const phases = new Set<string>();

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter } from 'shardflake';
-import { closeAll, connectAll } from '../../src/cluster/connections.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { referenceCheck, verifyReference } from '../../src/cluster/reference/verify.js';
-import { clusterAccess } from '../../src/cluster/transactions/cluster-access.js';
-import { connect } from '../../src/postgres/connect.js';
+import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/connections.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { referenceCheck, verifyReference } from '../../packages/shardflake/src/cluster/reference/verify.js';
+import { clusterAccess } from '../../packages/shardflake/src/cluster/transactions/cluster-access.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 

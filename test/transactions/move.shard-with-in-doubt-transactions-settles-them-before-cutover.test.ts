@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, type Router } from 'shardflake';
-import { validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { migrateCluster } from '../../src/cluster/migrate.js';
-import { moveShard } from '../../src/move/move.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { crashRouterAt, preparedGids } from './support.js';
 

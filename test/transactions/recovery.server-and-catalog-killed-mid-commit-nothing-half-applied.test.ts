@@ -4,13 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router, type RouterEvent } from 'shardflake';
-import { validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
 import {
   type EmbeddedServer,
   startEmbeddedServers,
   stopEmbeddedServersOnSignals,
-} from '../../src/postgres/embedded.js';
+} from '../../packages/embedded/src/embedded.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import {
   crashRouterAt,
   killServer,

@@ -2,9 +2,9 @@ import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { connect } from '../../src/postgres/connect.js';
-import { type EmbeddedServer, startEmbeddedServer } from '../../src/postgres/embedded.js';
-import { isRunning, readPostmaster } from '../../src/postgres/postmaster.js';
+import { type EmbeddedServer, startEmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { isRunning, readPostmaster } from '../../packages/embedded/src/postmaster.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 
 export const CRASH_CHILD = fileURLToPath(new URL('./crash-child.js', import.meta.url));
 
