@@ -13,6 +13,7 @@ import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 import { registerRecoverCommand } from './cluster-recover.js';
 import { registerStatusCommand } from './cluster-status.js';
+import { registerVerifyCommand } from './cluster-verify.js';
 
 export { progressBar, toJson };
 
@@ -65,6 +66,7 @@ export function registerClusterCommands(program: Command): void {
 
   registerStatusCommand(cluster);
   registerRecoverCommand(cluster);
+  registerVerifyCommand(cluster);
 
   cluster
     .command('migrate')

@@ -143,3 +143,16 @@ export async function transactionsStatus(access: ServerAccess, catalog: string):
     })),
   };
 }
+
+/** The transactions part of `cluster status` over the servers that answered (status reports the others). */
+export async function readTransactionsStatus(
+  config: Pick<ClusterConfig, 'servers' | 'nodes' | 'catalog'>,
+  reachable: readonly string[],
+): Promise<TransactionsStatus> {
+  const access = clusterAccess(config, 'shardflake status');
+  try {
+    return await transactionsStatus({ servers: reachable, use: access.use }, config.catalog);
+  } finally {
+    await access.close();
+  }
+}
