@@ -1,22 +1,34 @@
 import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createRouter } from 'shardflake';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/connections.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { referenceCheck, verifyReference } from '../../packages/shardflake/src/cluster/reference/verify.js';
 import { clusterAccess } from '../../packages/shardflake/src/cluster/transactions/cluster-access.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
-import { testConfig } from '../cluster/cluster-config.js';
+import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 
 const servers = await useServers(2);
-const config = testConfig(servers, {
+const raw = {
+  servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+  catalog: 'a',
   logicalShards: 2,
+  tables: { photos: 'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id())' },
   referenceTables: {
     plans: 'CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)',
     countries: 'CREATE TABLE countries (code text PRIMARY KEY)',
   },
-});
+};
+const config = validateConfig(raw, 'test-config');
+const dir = await mkdtemp(join(tmpdir(), 'shardflake-verify-'));
+const configFile = join(dir, 'cluster.json');
+await writeFile(configFile, JSON.stringify(raw));
+after(() => rm(dir, { recursive: true, force: true }));
 const clients = await connectAll(config);
 after(() => closeAll(clients));
 
@@ -102,9 +114,25 @@ describe('the reference check of cluster verify', () => {
         [['reference tables', 'server b, table plans']],
       );
       assert.match(found[0]?.what ?? '', /1 rows .* against 2 rows/);
+      // The command: the problem on stdout with where it is, one line on stderr, exit 1; then clean, exit 0.
+      const run = await startCli(['cluster', 'verify', '--config', configFile]).done;
+      assert.equal(run.code, 1, run.stderr);
+      assert.equal(run.stderr, 'shardflake: cluster verify found 1 problem\n');
+      assert.match(run.stdout, /^FAIL {2}reference tables/m);
+      assert.match(run.stdout, /server b, table plans: reference table plans differs on server b/);
+      const json = JSON.parse(
+        (await startCli(['cluster', 'verify', '--config', configFile, '--json']).done).stdout,
+      );
+      assert.deepEqual(
+        json.problems.map((p: { check: string; where: string }) => [p.check, p.where]),
+        [['reference tables', 'server b, table plans']],
+      );
     } finally {
       await pools.close();
       await around(1, "INSERT INTO shardflake_reference.plans VALUES (1, 'free')");
     }
+    const clean = await startCli(['cluster', 'verify', '--config', configFile]).done;
+    assert.equal(clean.code, 0, clean.stdout + clean.stderr);
+    assert.match(clean.stdout, /^ok {4}reference tables/m);
   });
 });

@@ -4,8 +4,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 

@@ -10,8 +10,8 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { createRouter, type Router, telemetryHook } from 'shardflake';
-import { validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { crashRouterAt, preparedGids } from './support.js';

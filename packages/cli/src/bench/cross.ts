@@ -1,7 +1,7 @@
-import { validateConfig } from '../cluster/config.js';
-import { initCluster } from '../cluster/init.js';
-import { createRouter, type Router } from '../cluster/router/router.js';
-import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
+import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
+import { validateConfig } from 'shardflake/internal/cluster/config.js';
+import { initCluster } from 'shardflake/internal/cluster/init.js';
+import { createRouter, type Router } from 'shardflake/internal/cluster/router/router.js';
 import { median, percentile } from './stats.js';
 
 /**

@@ -34,6 +34,8 @@ export interface ReferenceBenchOptions {
   concurrency?: number;
   /** Writes on a cold pool, one at a time, per side (default 20). */
   coldWrites?: number;
+  /** Run the servers with fsync on (default true). */
+  fsync?: boolean;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -101,7 +103,10 @@ export async function runReferenceBench(options: ReferenceBenchOptions = {}): Pr
   const progress = opts.onProgress ?? (() => {});
   const counts = [...new Set(opts.servers)].sort((a, b) => a - b);
   const most = Math.max(1, ...counts);
-  const servers: EmbeddedServer[] = await startEmbeddedServers(most);
+  const servers: EmbeddedServer[] = await startEmbeddedServers(
+    most,
+    opts.fsync === false ? { settings: { fsync: 'off' } } : {},
+  );
   const routers: Router[] = [];
   let pool: pg.Pool | undefined;
   try {

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../../cluster/config.js';
-import { type VerifyReport, verifyCluster } from '../../cluster/verify.js';
+import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { type VerifyReport, verifyCluster } from 'shardflake/internal/cluster/verify.js';
 import { toJson } from '../output.js';
 
 /**
