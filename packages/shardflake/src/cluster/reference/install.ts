@@ -18,7 +18,7 @@ import { hasReference, isCurrent, type ReferenceState, readReferenceState } from
 
 /**
  * Creating and changing the reference tables on every server (`cluster init` and `cluster migrate` call
- * `installReference`; a move calls it for its target through copy.ts).
+ * `installReference`; a move calls it for its target through before-move.ts).
  *
  * Ordering. The servers are changed one after the other in server order (order.ts), each in a transaction that
  * stays open until every server's change has run; then all commit, in the same order. A statement that fails on any

@@ -19,12 +19,15 @@ export class Statements {
   }
 
   /**
-   * Opens a shard session's transaction with the shard's schema as the whole search_path, in one round trip.
+   * Opens a shard session's transaction with the shard's schema first on the search_path, in one round trip.
    * `SET LOCAL` lasts until the transaction ends, so nothing is left on the pooled connection for its next user;
    * with no `public` in the path, a table missing from the shard is an error instead of a silent fall-back.
    * The two statements go as one simple-protocol message (no parameters: the schema name comes from the catalog
    * and is validated and quoted), which saves the round trip `SELECT set_config($1…)` would cost and also works
    * behind PgBouncer in transaction mode. pg_catalog is searched implicitly, so built-in functions still resolve.
+   * The reference tables' schema comes after the shard's (reference/sql.ts): a reference table is found by its plain
+   * name, and config.ts refuses a sharded table of the same name, which would hide it (`cluster verify` reports one
+   * made by hand). A schema of the path that does not exist is skipped, so clusters without them are unchanged.
    */
   begin(schema: string, readOnly: boolean): string {
     return this.#cached(`b\0${schema}\0${readOnly}`, () => {
