@@ -33,6 +33,9 @@ export const ERROR_CODES = [
   'TRANSACTION_ABORTED', // a cross-server transaction rolled back at commit (recovery took it for abandoned, or a PREPARE failed)
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
   'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
+  'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
+  'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
+  'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

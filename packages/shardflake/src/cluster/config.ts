@@ -15,6 +15,7 @@ import {
   checkShardStatement,
   tokenize,
 } from './ddl-guard.js';
+import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -55,7 +56,7 @@ export interface Migration {
   concurrent?: ConcurrentIndexStatement[];
 }
 
-export interface ClusterConfig {
+export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
   /**
@@ -240,6 +241,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'nextIdLanguage',
     'tables',
     'migrations',
+    ...REFERENCE_FIELDS,
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
   if (unknown.length > 0)
@@ -376,6 +378,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
+    ...referenceConfig(raw, source, { tables, migrations }),
     source,
   };
 }
