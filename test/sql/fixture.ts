@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { createRouter, type Router, type Row } from 'shardflake';
+import { createRouter, type Router, type Row, type ShardflakeId } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
@@ -42,7 +42,7 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
     ratio: i % 6 === 0 ? null : (i % 9) / 4,
   }));
   const ids = await router.insertMany('users', users, { key: (_, i) => i });
-  const photos: { user_id: bigint; likes: number | null; caption: string }[] = [];
+  const photos: { user_id: ShardflakeId; likes: number | null; caption: string }[] = [];
   ids.forEach((id, i) => {
     for (let p = 0; p < i % 4; p++)
       photos.push({ user_id: id, likes: p === 2 ? null : (i * p) % 11, caption: `p${i}-${p}` });

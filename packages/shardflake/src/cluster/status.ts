@@ -4,7 +4,10 @@ import { connect, describeUrl } from '../postgres/connect.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { serverNodeUrls } from './connections.js';
+import { historyReport } from './migrations.js';
 import { type NodeStatus, readNodes, readShardStats, type ShardStats } from './status-stats.js';
+import { readTransactionsStatus, type TransactionsStatus } from './transactions/cluster-access.js';
+import { TRANSACTION_DEFAULTS } from './transactions/state.js';
 
 export type { NodeStatus, ShardStats } from './status-stats.js';
 
@@ -35,13 +38,24 @@ export interface ClusterStatus {
   signedOverflowAt: string | null;
   /** When the layout's time field runs out. */
   exhaustsAt: string;
+  /**
+   * The schema version shards should be at: the cluster's recorded history, or the config's last migration when
+   * the config has newer ones still to apply.
+   */
   targetSchemaVersion: number;
+  /** How the config's migrations differ from the history the cluster keeps (one sentence each; also in warnings). */
+  migrationDifferences: string[];
   /** Schema version → number of shards at it. */
   schemaVersions: Record<string, number>;
   /** `reachable`: the server's primary answers. `nodes`: each node's role, connections and replica lag. */
   servers: { name: string; url: string; shards: number; reachable: boolean; nodes: NodeStatus[] }[];
   warnings: string[];
   shards: ShardStatus[];
+  /**
+   * Transactions across servers: servers that cannot take part (max_prepared_transactions = 0), and this
+   * cluster's prepared transactions now with what their decision servers say (see transactions/cross.ts).
+   */
+  transactions: TransactionsStatus;
 }
 
 export async function clusterStatus(config: ClusterConfig, now = Date.now()): Promise<ClusterStatus> {
@@ -75,6 +89,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
     }
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
+    const history = await historyReport(catalog, config);
+    const target = Math.max(history.recordedVersion ?? 0, targetVersion(config));
     const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
     const stats = new Map(
       await Promise.all(
@@ -110,16 +126,33 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
         `${info.logicalShards - shards.length} of ${info.logicalShards} shards are not created yet; run cluster init again`,
       );
     }
-    const behind = shards.filter((s) => s.schemaVersion < targetVersion(config)).length;
+    for (const d of history.differences) warnings.push(`config and cluster migrations differ: ${d.text}`);
+    const behind = shards.filter((s) => s.schemaVersion < target).length;
     if (behind > 0)
+      warnings.push(`${behind} shards are behind schema version ${target}; run cluster migrate`);
+    const ahead = shards.filter((s) => s.schemaVersion > target).length;
+    if (ahead > 0)
       warnings.push(
-        `${behind} shards are behind schema version ${targetVersion(config)}; run cluster migrate`,
+        `${ahead} shards are at a schema version above ${target}: the config lacks migrations they ran, and the cluster recorded no history of them`,
       );
     for (const s of servers.filter((x) => !x.reachable)) warnings.push(`server ${s.name} is unreachable`);
     for (const s of servers) {
       for (const n of s.nodes.filter((x) => s.reachable && !x.reachable))
         warnings.push(`server ${s.name}: node ${n.node} is unreachable`);
     }
+    const transactions = await readTransactionsStatus(
+      config,
+      servers.filter((x) => x.reachable && x.url !== '(not in config)').map((x) => x.name),
+    );
+    if (names.length > 1)
+      for (const name of transactions.cannotTakePart)
+        warnings.push(
+          `server ${name} has max_prepared_transactions = 0: its shards cannot take part in transactions across servers`,
+        );
+    for (const g of transactions.inDoubt.filter((t) => t.ageMs >= TRANSACTION_DEFAULTS.inDoubtAfterMs))
+      warnings.push(
+        `in-doubt transaction ${g.gid} on server ${g.server} (${Math.round(g.ageMs / 1000)} s, decision: ${g.decision}); run cluster recover`,
+      );
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -132,11 +165,13 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       epoch: new Date(info.epochMs).toISOString(),
       signedOverflowAt: overflow ? overflow.toISOString() : null,
       exhaustsAt: layout.exhaustsAt.toISOString(),
-      targetSchemaVersion: targetVersion(config),
+      targetSchemaVersion: target,
+      migrationDifferences: history.differences.map((d) => d.text),
       schemaVersions,
       servers,
       warnings,
       shards,
+      transactions,
     };
   } finally {
     await catalog.end().catch(() => {});

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
+import { registerBenchCrossCommand } from './bench-cross.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchMoveCommand } from './bench-move.js';
@@ -20,4 +21,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
   registerBenchSqlAcrossCommand(bench);
+  registerBenchCrossCommand(bench);
 }
