@@ -56,7 +56,7 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
   const placed: { id: bigint; photo: (typeof photos)[number] }[] = [];
   for (const [shard, list] of byShard) {
     const photoIds = await router.insertMany('photos', list, { shard });
-    list.forEach((photo, i) => placed.push({ id: photoIds[i] as bigint, photo }));
+    for (const [i, photo] of list.entries()) placed.push({ id: photoIds[i] as bigint, photo });
   }
   const plain = await connect(servers[0]?.url as string);
   await plain.query('CREATE SCHEMA plain');
