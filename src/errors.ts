@@ -30,6 +30,9 @@ export const ERROR_CODES = [
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
+  // lookups
+  'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
+  'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -10,6 +10,7 @@ import {
 } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
 import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
+import { type LookupDefinition, parseLookups } from './lookups/config.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -24,7 +25,8 @@ import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStateme
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
  *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
- *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
+ *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ],
+ *   "lookups": { "user_email": { "table": "users", "column": "email", "unique": true } }   // see lookups/config.ts
  * }
  * ```
  */
@@ -69,6 +71,8 @@ export interface ClusterConfig {
   nextIdLanguage: GeneratorLanguage;
   tables: TableTemplate[];
   migrations: Migration[];
+  /** Columns found without their shard key (src/cluster/lookups/). */
+  lookups: LookupDefinition[];
   /** Where the config came from (file path), for messages. */
   source: string;
 }
@@ -181,6 +185,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'nextIdLanguage',
     'tables',
     'migrations',
+    'lookups',
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
   if (unknown.length > 0)
@@ -315,6 +320,11 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
+    lookups: parseLookups(
+      raw.lookups,
+      tables.map((t) => t.name),
+      source,
+    ),
     source,
   };
 }

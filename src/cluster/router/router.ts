@@ -3,6 +3,10 @@ import type { Layout } from '../../ids/layout.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
+import type { LookupDefinition } from '../lookups/config.js';
+import { createLookupReader, type LookupHit, type LookupValue } from '../lookups/read.js';
+import { lookupReadiness } from '../lookups/readiness.js';
+import { deleteKept, insertKept, updateKept } from '../lookups/rows.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext } from './context.js';
@@ -109,6 +113,13 @@ export interface Router {
   query(query: MergedQuery): Promise<FeedPage>;
   /** A read run in many shards, its rows per shard. */
   queryByShard(query: ShardQuery): Promise<Map<number, Row[]>>;
+  /**
+   * The row of a lookup's table that holds `value` (config `lookups`, docs/lookups.md): `{ id, shard }`, or null.
+   * One read of the entry's shard and one of the owner's, which is checked.
+   */
+  lookup(name: string, value: LookupValue): Promise<LookupHit | null>;
+  /** `lookup` for many values (one statement per server for the entries, one per server for the owners). */
+  lookupMany(name: string, values: readonly LookupValue[]): Promise<(LookupHit | null)[]>;
   /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
   readToken(): string;
   /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
@@ -132,7 +143,7 @@ const DEFAULTS = {
 };
 
 export async function createRouter(
-  config: Pick<ClusterConfig, 'servers' | 'catalog'>,
+  config: Pick<ClusterConfig, 'servers' | 'catalog'> & { lookups?: readonly LookupDefinition[] },
   options: RouterOptions = {},
 ): Promise<Router> {
   const opts = { ...DEFAULTS, ...options };
@@ -192,6 +203,9 @@ export async function createRouter(
     },
   };
   const loaded = () => map.state as MapState;
+  // Tables with a lookup: their single-row writes run as sessions, which keep the lookup (lookups/rows.ts).
+  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
+  const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
 
   const router: Router = {
     get mapVersion() {
@@ -209,10 +223,16 @@ export async function createRouter(
     shardFor: (key) => shardForKey(key, loaded().logicalShards),
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
-    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
+    insert: (table, row, insertOptions) =>
+      lookupTables.has(table)
+        ? insertKept(ctx, table, row, insertOptions)
+        : insertRow(ctx, table, row, insertOptions),
     get: (table, id) => getRow(ctx, table, id),
-    update: (table, id, changes) => updateRow(ctx, table, id, changes),
-    delete: (table, id) => deleteRow(ctx, table, id),
+    update: (table, id, changes) =>
+      lookupTables.has(table) ? updateKept(ctx, table, id, changes) : updateRow(ctx, table, id, changes),
+    delete: (table, id) => (lookupTables.has(table) ? deleteKept(ctx, table, id) : deleteRow(ctx, table, id)),
+    lookup: (name, value) => lookups.lookup(name, value),
+    lookupMany: (name, values) => lookups.lookupMany(name, values),
     insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
     feed: (table, feedOptions) => feed(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),

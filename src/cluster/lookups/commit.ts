@@ -1,0 +1,30 @@
+import type pg from 'pg';
+import { ShardflakeError } from '../../errors.js';
+import type { ShardPlacement } from '../catalog.js';
+import type { RouterContext } from '../router/context.js';
+import { placementIn } from '../router/map.js';
+import { applyPendingChanges, type JoinShard } from './maintain.js';
+
+/**
+ * Step 2 of maintain.ts for a shard session that is about to commit on one server: entry shards on the same
+ * server are written in the session's own transaction (same connection, schema-qualified statements), which then
+ * commits as one local transaction.
+ */
+export async function applyBeforeLocalCommit(
+  ctx: RouterContext,
+  placement: ShardPlacement,
+  client: pg.ClientBase,
+): Promise<void> {
+  const map = await ctx.map.fresh();
+  const query = (text: string, values?: unknown[]) => client.query(text, values);
+  const join: JoinShard = async (shard) => {
+    const entry = placementIn(map, shard);
+    if (entry.server !== placement.server)
+      throw new ShardflakeError(
+        'NOT_SUPPORTED',
+        `lookup entry in shard ${shard} is on server ${entry.server}, another server than shard ${placement.shard}'s: that needs the cross-server commit`,
+      );
+    return { schema: entry.schema, query };
+  };
+  await applyPendingChanges({ schema: placement.schema, query }, map.logicalShards, join);
+}
