@@ -8,7 +8,6 @@ import {
   LOOKUP_PHASES,
   type LookupPhase,
   readBuildProgress,
-  readLookups,
   recordBuildProgress,
   recordLookup,
   setLookupPhase,
