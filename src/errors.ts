@@ -29,6 +29,8 @@ export const ERROR_CODES = [
   'COMMIT_UNKNOWN', // the connection was lost while COMMIT was in flight: the transaction may or may not have committed
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
+  'PREPARED_TRANSACTIONS_DISABLED', // a server a cross-server transaction needs has max_prepared_transactions = 0
+  'TRANSACTION_ABORTED', // a cross-server transaction rolled back at commit (recovery took it for abandoned, or a PREPARE failed)
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
   // lookups
   'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)

@@ -42,8 +42,10 @@ export type {
   RetryReason,
   RouterEvent,
   RouterEventHook,
+  TransactionEvent,
+  TransactionPhase,
 } from './cluster/router/events.js';
-export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS, TRANSACTION_PHASES } from './cluster/router/events.js';
 export type {
   AcquireOptions,
   Lsn,
@@ -77,6 +79,8 @@ export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+export type { InDoubtGid, RecoveryReport, SettledGid } from './cluster/transactions/recovery.js';
+export type { TransactionOptions } from './cluster/transactions/state.js';
 // dashboard
 export type { Dashboard, DashboardOptions } from './dashboard/server.js';
 export { serveDashboard } from './dashboard/server.js';

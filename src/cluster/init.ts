@@ -15,6 +15,7 @@ import { closeAll, connectAll, connectServer, type ServerClients } from './conne
 import { isFenced } from './fence.js';
 import { recordLookupsAfterInit } from './lookups/init.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
+import { installTransactions } from './transactions/install.js';
 
 /**
  * `cluster init`: creates the catalog and every logical shard, spread evenly over the servers.
@@ -156,6 +157,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    await installTransactions(clients, config.catalog);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {

@@ -1,3 +1,4 @@
+import type { TransactionState } from '../transactions/state.js';
 import type { RouterEventHook } from './events.js';
 import type { ShardMapCache } from './map.js';
 import type { ReadPositions } from './positions.js';
@@ -12,6 +13,8 @@ export interface RouterContext {
   readonly positions: ReadPositions;
   readonly policy: RetryPolicy;
   readonly onEvent: RouterEventHook | undefined;
+  /** Cross-server transactions: cluster identity, ready servers, recovery (transactions/state.ts). */
+  readonly transactions: TransactionState;
   /** The nodes of a configured server (created on first use). */
   nodes(server: string): ServerNodes;
 }

@@ -8,6 +8,9 @@ import { createLookupReader, type LookupHit, type LookupValue } from '../lookups
 import { lookupReadiness } from '../lookups/readiness.js';
 import { deleteKept, insertKept, updateKept } from '../lookups/rows.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { RecoveryReport } from '../transactions/recovery.js';
+import { type TransactionOptions, TransactionState } from '../transactions/state.js';
+import { withShards } from '../transactions/with-shards.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext } from './context.js';
 import type { RouterEventHook } from './events.js';
@@ -73,6 +76,8 @@ export interface RouterOptions {
    * installs an SDK). See telemetry.ts for the spans and metrics.
    */
   telemetry?: boolean;
+  /** Cross-server transactions: background recovery and its timing (see transactions/state.ts). */
+  transactions?: TransactionOptions;
   /** Servers with replicas: lag bound, failover wait, … (see ServerNodesOptions in server-nodes.ts). */
   replicas?: Pick<
     ServerNodesOptions,
@@ -109,6 +114,16 @@ export interface Router {
     fn: (session: ShardSession) => Promise<T> | T,
     options?: SessionOptions,
   ): Promise<T>;
+  /**
+   * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
+   * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
+   */
+  withShards<T>(
+    targets: readonly ShardTarget[],
+    fn: (sessions: ShardSession[]) => Promise<T> | T,
+  ): Promise<T>;
+  /** Settles this cluster's in-doubt transactions now (the router also does it by itself in the background). */
+  recoverTransactions(): Promise<RecoveryReport>;
   /** A read run in many shards, merged newest first by id, with keyset pagination. */
   query(query: MergedQuery): Promise<FeedPage>;
   /** A read run in many shards, its rows per shard. */
@@ -176,8 +191,18 @@ export async function createRouter(
     maxRetryBackoffMs: opts.maxRetryBackoffMs,
     onRetry: opts.onRetry,
   };
+  const transactions = new TransactionState(
+    {
+      servers: Object.keys(config.servers),
+      catalog: config.catalog,
+      nodes: (server) => ctx.nodes(server),
+      hook: () => ctx.onEvent,
+    },
+    opts.transactions,
+  );
   const ctx: RouterContext = {
     map,
+    transactions,
     statements: new Statements(),
     positions: new ReadPositions(),
     policy,
@@ -236,6 +261,8 @@ export async function createRouter(
     insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
     feed: (table, feedOptions) => feed(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    withShards: (targets, fn) => withShards(ctx, targets, fn),
+    recoverTransactions: () => transactions.recover(),
     query: (query) => queryMerged(ctx, query),
     queryByShard: (query) => queryByShard(ctx, query),
     readToken: () => ctx.positions.toToken(),
@@ -244,6 +271,7 @@ export async function createRouter(
       await map.reload();
     },
     async close() {
+      await transactions.close();
       await map.close();
       await Promise.all([...servers.values()].map((s) => s.end().catch(() => {})));
     },
@@ -254,5 +282,6 @@ export async function createRouter(
     await router.close();
     throw error;
   }
+  transactions.start();
   return router;
 }

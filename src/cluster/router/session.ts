@@ -78,24 +78,38 @@ function sessionClosed(): ShardflakeError {
   );
 }
 
+let savepointNumber = 0;
 const TRANSACTION_CONTROL = /^\s*(begin|start\s+transaction|commit|end|rollback|abort)\b/i;
+
+/**
+ * A connection that several sessions share (shards of one server in a cross-shard transaction, see
+ * transactions/cross.ts): their statements run one at a time in call order (`tail`), each after a switch of the
+ * search_path to its own session's when the last statement was another's (`path`).
+ */
+export interface SharedConnection {
+  tail: Promise<unknown>;
+  path: string;
+}
 
 /**
  * The session's view of its leased connection: refuses use after fn returned and turns transaction control into
  * savepoints (a second BEGIN would only warn, and a COMMIT would end the session's transaction early — with it
- * the search_path and the guarantee that a retry re-runs everything).
+ * the search_path and the guarantee that a retry re-runs everything). `shared` and `ownPath` are given for a
+ * session on a shared connection (see SharedConnection).
  */
-function sessionClient(
+export function sessionClient(
   client: pg.PoolClient,
   isOpen: () => boolean,
+  shared?: SharedConnection,
+  ownPath?: string,
 ): { query: pg.PoolClient['query']; proxy: () => pg.PoolClient } {
   const savepoints: string[] = [];
-  let next = 0;
   const control = (text: string): string | undefined => {
     const verb = TRANSACTION_CONTROL.exec(text)?.[1]?.toLowerCase().replace(/\s+/g, ' ');
     if (verb === undefined) return undefined;
     if (verb === 'begin' || verb === 'start transaction') {
-      const name = `shardflake_nested_${++next}`;
+      // Numbered across sessions: sessions sharing a connection must not release each other's savepoints.
+      const name = `shardflake_nested_${++savepointNumber}`;
       savepoints.push(name);
       return `SAVEPOINT ${name}`;
     }
@@ -111,6 +125,31 @@ function sessionClient(
   };
   const query = (...args: unknown[]) => {
     if (!isOpen()) throw sessionClosed();
+    if (!shared || ownPath === undefined) return send(args);
+    const switchPath = async () => {
+      if (shared.path === ownPath) return;
+      await client.query(`SET LOCAL search_path TO ${ownPath}`);
+      shared.path = ownPath;
+    };
+    const first = args[0] as { submit?: unknown } | undefined;
+    const callback = args.find((a) => typeof a === 'function') as ((...r: unknown[]) => void) | undefined;
+    if (typeof first?.submit === 'function') {
+      // A submittable (a cursor, a stream) reports to its own listeners; it is sent in turn.
+      shared.tail = shared.tail.then(switchPath).then(() => send(args));
+      shared.tail.catch(() => {});
+      return first;
+    }
+    const plain = args.filter((a) => typeof a !== 'function');
+    const result = shared.tail.then(switchPath).then(() => send(plain) as Promise<unknown>);
+    shared.tail = result.catch(() => {});
+    if (!callback) return result;
+    result.then(
+      (r) => callback(null, r),
+      (e: unknown) => callback(e),
+    );
+    return undefined;
+  };
+  const send = (args: unknown[]) => {
     const first = args[0] as string | { text?: string } | undefined;
     const text = typeof first === 'string' ? first : first?.text;
     const values = args[1];
