@@ -6,9 +6,11 @@ import { placementIn } from '../router/map.js';
 import { applyPendingChanges, type JoinShard } from './maintain.js';
 
 /**
- * Step 2 of maintain.ts for a shard session that is about to commit on one server: entry shards on the same
- * server are written in the session's own transaction (same connection, schema-qualified statements), which then
- * commits as one local transaction.
+ * Step 2 of maintain.ts for a plain shard session (a router created without the config's lookups) that is about
+ * to commit on one server: entry shards on the same server are written in the session's own transaction (same
+ * connection, schema-qualified statements), which then commits as one local transaction. An entry on another
+ * server would need the cross-server commit, which a router with lookups uses for every write session
+ * (lookups/cross.ts); here it is refused and the session rolls back.
  */
 export async function applyBeforeLocalCommit(
   ctx: RouterContext,
@@ -22,7 +24,7 @@ export async function applyBeforeLocalCommit(
     if (entry.server !== placement.server)
       throw new ShardflakeError(
         'NOT_SUPPORTED',
-        `lookup entry in shard ${shard} is on server ${entry.server}, another server than shard ${placement.shard}'s: that needs the cross-server commit`,
+        `a write in shard ${placement.shard} changed a lookup whose entry lives on server ${entry.server}; only a router created with the config's lookups can commit that (createRouter(config) with config.lookups)`,
       );
     return { schema: entry.schema, query };
   };

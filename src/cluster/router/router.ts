@@ -6,7 +6,7 @@ import { primaryUrl, serverNodeUrls } from '../connections.js';
 import type { LookupDefinition } from '../lookups/config.js';
 import { createLookupReader, type LookupHit, type LookupValue } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
-import { deleteKept, insertKept, updateKept } from '../lookups/rows.js';
+import { deleteKept, insertKept, updateKept, withShardKept } from '../lookups/rows.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
 import { type TransactionOptions, TransactionState } from '../transactions/state.js';
@@ -260,7 +260,11 @@ export async function createRouter(
     lookupMany: (name, values) => lookups.lookupMany(name, values),
     insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
     feed: (table, feedOptions) => feed(ctx, table, feedOptions),
-    withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    withShard: (target, fn, sessionOptions) =>
+      // A router with lookups writes through a cross transaction, which can join the entries' shards at commit.
+      lookupTables.size > 0 && !sessionOptions?.readOnly
+        ? withShardKept(ctx, target, fn)
+        : withShard(ctx, target, fn, sessionOptions),
     withShards: (targets, fn) => withShards(ctx, targets, fn),
     recoverTransactions: () => transactions.recover(),
     query: (query) => queryMerged(ctx, query),
