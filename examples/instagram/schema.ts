@@ -22,7 +22,15 @@ export const TABLES: Record<string, string[]> = {
   likes: [
     `CREATE TABLE likes (photo_id bigint NOT NULL, user_id bigint NOT NULL, PRIMARY KEY (photo_id, user_id))`,
   ],
+  // Sign-up and login (accounts.ts): on the user's shard, found by email through the lookup below.
+  accounts: [
+    `CREATE TABLE accounts (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, email text NOT NULL,
+       password_hash text NOT NULL)`,
+  ],
 };
+
+/** The config's `lookups` for the example: an email is unique across the cluster and finds its account. */
+export const LOOKUPS = { account_email: { table: 'accounts', column: 'email', unique: true } };
 
 /** Kysely's view of one shard's tables (int8 arrives as bigint: shardflake's connections parse it so). */
 export interface ShardDB {
@@ -35,4 +43,5 @@ export interface ShardDB {
     like_count: ColumnType<number, never, number>;
   };
   likes: { photo_id: bigint; user_id: bigint };
+  accounts: { id: Generated<bigint>; user_id: bigint; email: string; password_hash: string };
 }
