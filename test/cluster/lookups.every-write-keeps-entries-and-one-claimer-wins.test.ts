@@ -143,6 +143,36 @@ describe('lookup entries follow every write', () => {
     await router.delete('users', id);
   });
 
+  it('insertMany keeps the entries of every row; a shard whose rows claim a taken value lands none of them', async () => {
+    const ids = await router.insertMany(
+      'users',
+      Array.from({ length: 20 }, (_, i) => ({ name: `m${i}`, email: `m${i}@x` })),
+      { key: (_row, i) => i },
+    );
+    const many = await router.lookupMany(
+      'user_email',
+      ids.map((_, i) => `m${i}@x`),
+    );
+    assert.deepEqual(
+      many.map((h) => h?.id),
+      ids,
+    );
+    await assert.rejects(
+      router.insertMany(
+        'users',
+        [
+          { name: 'new', email: 'new@x' },
+          { name: 'again', email: 'm3@x' },
+        ],
+        { shard: 5 },
+      ),
+      (e: unknown) => isShardflakeError(e, 'UNIQUE_VIOLATION') && /2 rows did not land/.test(e.message),
+    );
+    assert.equal(await router.lookup('user_email', 'new@x'), null);
+    for (const id of ids) await router.delete('users', id);
+    assert.deepEqual(await entries(), []);
+  });
+
   it('a write outside a shardflake session cannot commit (SF010), nor can a TRUNCATE', async () => {
     const schema = shardSchema(config, 0);
     await assert.rejects(

@@ -1,8 +1,10 @@
-import { ShardflakeError } from '../../errors.js';
+import { isShardflakeError, ShardflakeError } from '../../errors.js';
+import type { InsertManyOptions } from '../router/bulk.js';
 import type { RouterContext } from '../router/context.js';
 import type { InsertOptions, Row } from '../router/rows.js';
 import type { ShardSession, ShardTarget } from '../router/session.js';
-import type { ShardKey } from '../shard-key.js';
+import { insertRowsSql } from '../router/statements.js';
+import { type ShardKey, shardForKey } from '../shard-key.js';
 import { withShards } from '../transactions/with-shards.js';
 
 /**
@@ -67,4 +69,79 @@ export async function deleteKept(ctx: RouterContext, table: string, id: bigint):
     const result = await session.query(ctx.statements.delete(session.schema, table), [id]);
     return (result.rowCount ?? 0) > 0;
   });
+}
+
+/** Rows per INSERT statement at most (and within PostgreSQL's 65,535 bind parameters). */
+const ROWS_PER_STATEMENT = 500;
+
+/**
+ * `insertMany` on a table with a lookup: rows split by shard, each shard's rows inserted in one session (one
+ * multi-row INSERT per 500 rows) that keeps the lookup at its commit, shards in parallel a few at a time. All rows
+ * of one shard commit together or not at all; shards commit independently (see bulk.ts for the plain table's
+ * per-server rule), and an error says which rows did not land.
+ */
+export async function insertManyKept<R extends Row>(
+  ctx: RouterContext,
+  table: string,
+  rows: readonly R[],
+  options: InsertManyOptions<R>,
+): Promise<bigint[]> {
+  if (!Array.isArray(rows))
+    throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
+  if (rows.length === 0) return [];
+  const hasKey = typeof options?.key === 'function';
+  if (hasKey === (options?.shard !== undefined))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insertMany needs either { key: (row) => shard key } or { shard }, not both',
+    );
+  const columns = Object.keys(rows[0] as R);
+  const map = await ctx.map.fresh();
+  const byShard = new Map<number, number[]>();
+  rows.forEach((row, i) => {
+    const keys = Object.keys(row);
+    if (keys.length !== columns.length || !columns.every((c) => c in row))
+      throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} does not have the columns of row 0`);
+    const shard = hasKey
+      ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
+      : (options.shard as number);
+    byShard.set(shard, [...(byShard.get(shard) ?? []), i]);
+  });
+  const ids: bigint[] = new Array(rows.length);
+  const queue = [...byShard];
+  const failed: number[] = [];
+  let firstError: unknown;
+  const worker = async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const [shard, list] = next;
+      try {
+        await withShardKept(ctx, { shard }, async (session) => {
+          for (let i = 0; i < list.length; i += ROWS_PER_STATEMENT) {
+            const part = list.slice(i, i + ROWS_PER_STATEMENT);
+            const { rows: got } = await session.query(
+              insertRowsSql(session.schema, table, columns, part.length),
+              part.flatMap((r) => columns.map((c) => (rows[r] as R)[c])),
+            );
+            got.forEach((g, j) => {
+              ids[part[j] as number] = BigInt((g as { id: bigint }).id);
+            });
+          }
+        });
+      } catch (error) {
+        firstError ??= error;
+        failed.push(...list);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(4, byShard.size) }, worker));
+  if (firstError !== undefined) {
+    const e = firstError as { code?: string; message?: string };
+    failed.sort((x, y) => x - y);
+    throw new ShardflakeError(
+      isShardflakeError(firstError) ? firstError.code : 'DATABASE_ERROR',
+      `insertMany into ${table}: ${failed.length} rows did not land (first: row ${failed[0]}): ${e.message ?? String(firstError)}`,
+      { detail: `not written: rows ${failed.slice(0, 20).join(', ')}${failed.length > 20 ? ' …' : ''}` },
+    );
+  }
+  return ids;
 }

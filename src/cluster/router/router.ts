@@ -6,7 +6,7 @@ import { primaryUrl, serverNodeUrls } from '../connections.js';
 import type { LookupDefinition } from '../lookups/config.js';
 import { createLookupReader, type LookupHit, type LookupValue } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
-import { deleteKept, insertKept, updateKept, withShardKept } from '../lookups/rows.js';
+import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
 import { type TransactionOptions, TransactionState } from '../transactions/state.js';
@@ -258,7 +258,10 @@ export async function createRouter(
     delete: (table, id) => (lookupTables.has(table) ? deleteKept(ctx, table, id) : deleteRow(ctx, table, id)),
     lookup: (name, value) => lookups.lookup(name, value),
     lookupMany: (name, values) => lookups.lookupMany(name, values),
-    insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
+    insertMany: (table, rows, manyOptions) =>
+      lookupTables.has(table)
+        ? insertManyKept(ctx, table, rows, manyOptions)
+        : insertMany(ctx, table, rows, manyOptions),
     feed: (table, feedOptions) => feed(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) =>
       // A router with lookups writes through a cross transaction, which can join the entries' shards at commit.
