@@ -10,7 +10,7 @@ import type { ShardDB } from './schema.js';
  * A user's account row lives in the user's shard, written in the same session as the user row, so the two commit
  * together with the email's lookup entry (which lives in the shard of the email's hash, maybe on another server).
  * Login never knows the user's shard: `router.lookup` finds the account by email (one read of the entry's shard,
- * one of the account's, checked), then the account row is read by its id.
+ * one of the account's, which checks it and returns it).
  */
 const scryptAsync = promisify(scrypt) as (password: string, salt: Buffer, length: number) => Promise<Buffer>;
 
@@ -61,10 +61,9 @@ export class Accounts {
 
   /** The user id of the account with this email and password, or null (no such email, or a wrong password). */
   async login(email: string, password: string): Promise<bigint | null> {
-    const hit = await this.router.lookup('account_email', normaliseEmail(email));
-    if (!hit) return null;
-    const account = await this.router.get('accounts', hit.id);
-    if (!account || !(await passwordMatches(password, account.password_hash as string))) return null;
-    return account.user_id as bigint;
+    // `fetch: true`: the lookup's check of the owner row returns the row (two reads in all).
+    const hit = await this.router.lookup('account_email', normaliseEmail(email), { fetch: true });
+    if (!hit || !(await passwordMatches(password, hit.row.password_hash as string))) return null;
+    return hit.row.user_id as bigint;
   }
 }

@@ -160,6 +160,28 @@ describe('unique lookup across two servers', () => {
     }
   });
 
+  it('many concurrent claims through tiny pools: entries on the other server are joined from the commit pools, nothing waits forever', async () => {
+    // Each claim holds its row server's only connection and needs one on the entry's server: from the same pools,
+    // claims on a (entries on b) and claims on b (entries on a) would wait for each other until the connect timeout.
+    const small = await createRouter(config, { poolSize: 1, transactions: { recovery: false } });
+    try {
+      const claims = Array.from({ length: 24 }, (_, i) => {
+        const key = i % 4; // rows on a (shards 0, 1) and on b (2, 3)
+        const value = valueOn(key < 2 ? 'b' : 'a', 'crossed');
+        return small.insert('users', { name: 'crossed', email: value }, { key });
+      });
+      const settled = await Promise.allSettled(claims);
+      assert.deepEqual(
+        settled
+          .filter((r) => r.status === 'rejected')
+          .map((r) => String((r as PromiseRejectedResult).reason)),
+        [],
+      );
+    } finally {
+      await small.close();
+    }
+  });
+
   for (const [step, outcome] of [
     ['prepare:start', 'free'],
     ['decide:start', 'free'],

@@ -3,6 +3,7 @@ import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
+import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
@@ -18,4 +19,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
+  registerBenchLookupsCommand(bench);
 }

@@ -66,7 +66,7 @@ import { CHANGES_TABLE, entryTable, PENDING_NOTICE } from './ddl.js';
  */
 
 /** One captured change, as the trigger wrote it. */
-interface Change {
+export interface Change {
   lookup: string;
   value: string;
   id: bigint;
@@ -154,16 +154,15 @@ export function uniqueViolation(lookup: string): ShardflakeError {
   );
 }
 
-/** Step 2 for one writer shard: reads and empties its change table, writes the net entry changes. */
-export async function applyPendingChanges(
-  writer: { schema: string; query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> },
-  logicalShards: number,
-  join: JoinShard,
-): Promise<EntryChange[]> {
+/** Step 2's first half for one writer shard: reads and empties its change table. */
+export async function takeChanges(writer: {
+  schema: string;
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}): Promise<Change[]> {
   const { rows } = await writer.query(
     `DELETE FROM ${qualified(writer.schema, CHANGES_TABLE)} RETURNING seq, lookup, value, id, delta, is_unique`,
   );
-  const changes = (rows as (Omit<Change, 'unique'> & { seq: bigint; is_unique: boolean })[])
+  return (rows as (Omit<Change, 'unique'> & { seq: bigint; is_unique: boolean })[])
     .sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1))
     .map((r) => ({
       lookup: r.lookup,
@@ -172,7 +171,15 @@ export async function applyPendingChanges(
       delta: Number(r.delta),
       unique: r.is_unique,
     }));
-  const net = netChanges(changes, logicalShards);
+}
+
+/** Step 2 for one writer shard whose entries may go anywhere `join` reaches. */
+export async function applyPendingChanges(
+  writer: { schema: string; query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }> },
+  logicalShards: number,
+  join: JoinShard,
+): Promise<EntryChange[]> {
+  const net = netChanges(await takeChanges(writer), logicalShards);
   await writeEntries(net, join);
   return net;
 }

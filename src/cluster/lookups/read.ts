@@ -23,6 +23,16 @@ export interface LookupHit {
   shard: number;
 }
 
+export interface LookupOptions {
+  /** Also return the owner row (read by the owner check itself: no third round trip). */
+  fetch?: boolean;
+}
+
+/** A hit with its row (`lookup(name, value, { fetch: true })`). */
+export interface LookupHitWithRow extends LookupHit {
+  row: Record<string, unknown>;
+}
+
 export type LookupValue = string | number | bigint;
 
 /** The value's text form, the one entries hold (`column::text`). */
@@ -40,7 +50,11 @@ export function valueText(value: unknown): string {
 export type Readiness = (lookup: LookupDefinition) => Promise<void>;
 
 export interface LookupReader {
-  lookup(name: string, value: LookupValue): Promise<LookupHit | null>;
+  lookup(
+    name: string,
+    value: LookupValue,
+    options?: LookupOptions,
+  ): Promise<LookupHit | LookupHitWithRow | null>;
   lookupMany(name: string, values: readonly LookupValue[]): Promise<(LookupHit | null)[]>;
 }
 
@@ -72,7 +86,8 @@ export function createLookupReader(
   };
 
   return {
-    async lookup(name, value) {
+    async lookup(name, value, options) {
+      const fetch = options?.fetch === true;
       const def = await definition(name);
       const text = valueText(value);
       const entries = await routedStatement(
@@ -96,13 +111,17 @@ export function createLookupReader(
           false,
           (schema) =>
             cached(
-              `o\0${schema}\0${def.name}`,
+              `o\0${schema}\0${def.name}\0${fetch}`,
               () =>
-                `SELECT id FROM ${qualified(schema, def.table)} WHERE id = $1 AND ${quoteIdent(def.column, 'column')}::text = $2`,
+                `SELECT ${fetch ? '*' : 'id'} FROM ${qualified(schema, def.table)} WHERE id = $1 AND ${quoteIdent(def.column, 'column')}::text = $2`,
             ),
           [id, text],
         );
-        if (owner.rows.length > 0) return { id, shard: shardOfIdIn(await ctx.map.fresh(), id) };
+        const found = owner.rows[0] as Record<string, unknown> | undefined;
+        if (found) {
+          const shard = shardOfIdIn(await ctx.map.fresh(), id);
+          return fetch ? { id, shard, row: found } : { id, shard };
+        }
       }
       return null;
     },

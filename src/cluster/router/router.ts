@@ -4,7 +4,13 @@ import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import type { LookupDefinition } from '../lookups/config.js';
-import { createLookupReader, type LookupHit, type LookupValue } from '../lookups/read.js';
+import {
+  createLookupReader,
+  type LookupHit,
+  type LookupHitWithRow,
+  type LookupOptions,
+  type LookupValue,
+} from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
 import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
@@ -130,9 +136,16 @@ export interface Router {
   queryByShard(query: ShardQuery): Promise<Map<number, Row[]>>;
   /**
    * The row of a lookup's table that holds `value` (config `lookups`, docs/lookups.md): `{ id, shard }`, or null.
-   * One read of the entry's shard and one of the owner's, which is checked.
+   * One read of the entry's shard and one of the owner's, which is checked; `{ fetch: true }` also returns the
+   * owner row (`row`), read by that check.
    */
   lookup(name: string, value: LookupValue): Promise<LookupHit | null>;
+  lookup(name: string, value: LookupValue, options: { fetch: true }): Promise<LookupHitWithRow | null>;
+  lookup(
+    name: string,
+    value: LookupValue,
+    options?: LookupOptions,
+  ): Promise<LookupHit | LookupHitWithRow | null>;
   /** `lookup` for many values (one statement per server for the entries, one per server for the owners). */
   lookupMany(name: string, values: readonly LookupValue[]): Promise<(LookupHit | null)[]>;
   /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
@@ -185,6 +198,7 @@ export async function createRouter(
         : undefined,
   });
   const servers = new Map<string, ServerNodes>();
+  const commitServers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
     writeRetryMs: opts.writeRetryMs,
     retryBackoffMs: opts.retryBackoffMs,
@@ -226,6 +240,21 @@ export async function createRouter(
       }
       return nodes;
     },
+    commitNodes(server) {
+      let nodes = commitServers.get(server);
+      if (!nodes) {
+        nodes = createServerNodes(server, serverNodeUrls(config, server), {
+          poolSize: opts.poolSize,
+          maxUses: opts.maxUses,
+          maxLifetimeSeconds: opts.maxLifetimeSeconds,
+          applicationName: 'shardflake router commit',
+          ...opts.replicas,
+          onEvent: hook,
+        });
+        commitServers.set(server, nodes);
+      }
+      return nodes;
+    },
   };
   const loaded = () => map.state as MapState;
   // Tables with a lookup: their single-row writes run as sessions, which keep the lookup (lookups/rows.ts).
@@ -256,7 +285,8 @@ export async function createRouter(
     update: (table, id, changes) =>
       lookupTables.has(table) ? updateKept(ctx, table, id, changes) : updateRow(ctx, table, id, changes),
     delete: (table, id) => (lookupTables.has(table) ? deleteKept(ctx, table, id) : deleteRow(ctx, table, id)),
-    lookup: (name, value) => lookups.lookup(name, value),
+    lookup: ((name: string, value: LookupValue, lookupOptions?: LookupOptions) =>
+      lookups.lookup(name, value, lookupOptions)) as Router['lookup'],
     lookupMany: (name, values) => lookups.lookupMany(name, values),
     insertMany: (table, rows, manyOptions) =>
       lookupTables.has(table)
@@ -280,7 +310,7 @@ export async function createRouter(
     async close() {
       await transactions.close();
       await map.close();
-      await Promise.all([...servers.values()].map((s) => s.end().catch(() => {})));
+      await Promise.all([...servers.values(), ...commitServers.values()].map((s) => s.end().catch(() => {})));
     },
   };
   try {
@@ -289,6 +319,9 @@ export async function createRouter(
     await router.close();
     throw error;
   }
+  // A router with lookups commits across servers from its first sign-up: the cluster's identity is read now, not
+  // by the first commit that needs it while holding connections (with small pools that read could wait on them).
+  if (lookupTables.size > 0) await transactions.clusterId().catch(() => {});
   transactions.start();
   return router;
 }
