@@ -12,7 +12,8 @@ import type { LookupDefinition } from './config.js';
  *   capture triggers and emptied by the session before it commits. It is empty in every committed state.
  * - `_shardflake_capture_<name>()`: an AFTER INSERT / UPDATE OF column, id / DELETE row trigger on the table
  *   that writes the old value (-1) and the new value (+1) into the change table, plus a notice (sent once per
- *   transaction) that tells the session it has changes to apply; a BEFORE TRUNCATE trigger that refuses.
+ *   transaction) that tells the session it has changes to apply; a BEFORE TRUNCATE trigger that refuses unless
+ *   the table is empty.
  * - `_shardflake_lookup_unapplied()`: a deferred constraint trigger on the change table. At COMMIT (or PREPARE)
  *   a change row still present means the transaction did not go through a shardflake session (psql, a plain
  *   pool, a router without lookups): it fails with SF010 instead of committing a row the lookup would not know.
@@ -89,8 +90,12 @@ DECLARE
   moved boolean := false;
 BEGIN
   IF TG_OP = 'TRUNCATE' THEN
-    RAISE EXCEPTION USING ERRCODE = '${UNAPPLIED_SQLSTATE}',
-      MESSAGE = 'TRUNCATE of a table with a shardflake lookup would leave its entries behind: DELETE the rows instead';
+    -- An empty table may be truncated (a move prepares its target copy so); rows would leave entries behind.
+    IF EXISTS (SELECT 1 FROM ${table}) THEN
+      RAISE EXCEPTION USING ERRCODE = '${UNAPPLIED_SQLSTATE}',
+        MESSAGE = 'TRUNCATE of a table with a shardflake lookup would leave its entries behind: DELETE the rows instead';
+    END IF;
+    RETURN NULL;
   END IF;
   IF TG_OP = 'UPDATE' THEN
     moved := (NEW.${column}::text, NEW.id) IS DISTINCT FROM (OLD.${column}::text, OLD.id);
