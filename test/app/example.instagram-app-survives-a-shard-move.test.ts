@@ -4,8 +4,8 @@ import { createRouter, type RouterEvent } from 'shardflake';
 import { InstagramApp } from '../../examples/instagram/app.js';
 import { TABLES } from '../../examples/instagram/schema.js';
 import { runWorkload } from '../../examples/instagram/workload.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/move/move.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 

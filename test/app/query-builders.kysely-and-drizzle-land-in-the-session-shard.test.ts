@@ -5,9 +5,9 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigint, pgTable, text } from 'drizzle-orm/pg-core';
 import { type Generated, Kysely, PostgresDialect } from 'kysely';
 import { createRouter, isShardflakeError, type Router, type ShardSession, sessionPool } from 'shardflake';
-import { shardSchema } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { connect } from '../../src/postgres/connect.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 

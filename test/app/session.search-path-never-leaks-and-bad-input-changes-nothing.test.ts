@@ -7,10 +7,10 @@ import {
   type RouterEvent,
   type ShardSession,
 } from 'shardflake';
-import { bumpMapVersion } from '../../src/cluster/catalog.js';
-import { shardSchema } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { connect } from '../../src/postgres/connect.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 import { assertNoPassword } from '../support/secrets.js';

@@ -5,10 +5,10 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { shardSchema, validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { shardForKey } from '../../src/cluster/shard-key.js';
-import { connect } from '../../src/postgres/connect.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 
@@ -160,17 +160,26 @@ describe('unique lookup across two servers', () => {
     }
   });
 
-  it('many concurrent claims through tiny pools: entries on the other server are joined from the commit pools, nothing waits forever', async () => {
-    // Each claim holds its row server's only connection and needs one on the entry's server: from the same pools,
-    // claims on a (entries on b) and claims on b (entries on a) would wait for each other until the connect timeout.
+  it('two claims crossing servers through pools of one connection: the entry participants come from the commit pools, neither waits forever', async () => {
+    // Each claim holds its row server's only connection (both are held at once: a barrier in the callbacks) and
+    // then needs one on the other server for its entry. From the same pools each would wait for the other's.
     const small = await createRouter(config, { poolSize: 1, transactions: { recovery: false } });
     try {
-      const claims = Array.from({ length: 24 }, (_, i) => {
-        const key = i % 4; // rows on a (shards 0, 1) and on b (2, 3)
-        const value = valueOn(key < 2 ? 'b' : 'a', 'crossed');
-        return small.insert('users', { name: 'crossed', email: value }, { key });
+      let arrived = 0;
+      let release: () => void = () => {};
+      const barrier = new Promise<void>((resolve) => {
+        release = resolve;
       });
-      const settled = await Promise.allSettled(claims);
+      const claim = (key: number, value: string) =>
+        small.withShard({ key }, async (session) => {
+          await session.query("INSERT INTO users (name, email) VALUES ('crossed', $1)", [value]);
+          if (++arrived === 2) release();
+          await barrier;
+        });
+      const settled = await Promise.allSettled([
+        claim(0, valueOn('b', 'crossed')),
+        claim(2, valueOn('a', 'crossed')),
+      ]);
       assert.deepEqual(
         settled
           .filter((r) => r.status === 'rejected')

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { bumpMapVersion } from '../../src/cluster/catalog.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { createRouter, type Router, type WriteRetry } from '../../src/cluster/router.js';
-import { connect } from '../../src/postgres/connect.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { createRouter, type Router, type WriteRetry } from '../../packages/shardflake/src/cluster/router.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

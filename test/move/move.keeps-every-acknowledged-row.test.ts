@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../src/cluster/config.js';
-import { createRouter } from '../../src/cluster/router.js';
-import { moveShard } from '../../src/move/move.js';
-import { connect } from '../../src/postgres/connect.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, placement, replicationLeftovers, sleep, withClient } from './fixture.js';
 
