@@ -1,29 +1,37 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type pg from 'pg';
 import { createRouter, type Router } from 'shardflake';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/connections.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { verifyLookups } from '../../packages/shardflake/src/cluster/lookups/verify.js';
 import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { startCli } from '../support/cli.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
-import { testConfig } from './cluster-config.js';
 
 /**
  * Damage made by hand around the capture triggers (session_replication_role = replica turns them off, as a
  * careless restore would): `verifyLookups` reports each kind both ways, without printing values; repair fixes what
- * it can and says what it could not (a unique value held by two rows).
+ * it can and says what it could not (a unique value held by two rows) — in the library and in `cluster verify`.
  */
 const servers = await useServers(1);
-const config = testConfig(servers, {
+const raw = {
+  servers: { [defined(servers[0]).name]: defined(servers[0]).url },
+  catalog: defined(servers[0]).name,
   logicalShards: 4,
   tables: {
     users: 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)',
   },
   lookups: { user_email: { table: 'users', column: 'email', unique: true } },
-});
+};
+const config = validateConfig(raw, 'test-config');
+const configFile = join(mkdtempSync(join(tmpdir(), 'sf-verify-')), 'cluster.json');
+writeFileSync(configFile, JSON.stringify(raw));
 let router: Router;
 let clients: Map<string, pg.Client>;
 let admin: pg.Client;
@@ -80,13 +88,16 @@ describe('cluster verify: lookups', () => {
       /@x/,
     );
 
-    const repaired = await verifyLookups(config, clients, { repair: true });
-    const unrepaired = repaired.filter((p) => !p.repaired);
-    assert.deepEqual(
-      unrepaired.map((p) => `${p.kind} ${p.id}`),
-      [`owner-without-entry ${dup}`],
-    );
-    assert.match(unrepaired[0]?.unrepairable ?? '', new RegExp(`row ${taken} holds the same value`));
+    // The command: verify fails and names the problems; --repair fixes what it can and says what it could not.
+    const verify = await startCli(['cluster', 'verify', '--config', configFile]).done;
+    assert.equal(verify.code, 1, verify.stderr);
+    assert.match(verify.stdout, /FAIL {2}lookups/);
+    assert.match(verify.stdout, new RegExp(`row ${orphan}`));
+    assert.doesNotMatch(verify.stdout + verify.stderr, /@x/);
+    const repair = await startCli(['cluster', 'verify', '--config', configFile, '--repair']).done;
+    assert.equal(repair.code, 1, 'the duplicate is still there');
+    assert.equal((repair.stdout.match(/^repaired /gm) ?? []).length, 5, repair.stdout);
+    assert.match(repair.stdout, new RegExp(`NOT repaired .*row ${dup}.*row ${taken} holds the same value`));
     const left = await verifyLookups(config, clients);
     assert.deepEqual(
       left.map((p) => `${p.kind} ${p.id}`),

@@ -9,6 +9,7 @@ import { buildLookups, type LookupBuildReport } from './lookups/build.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
+import { settlePreparedOnShards } from './transactions/settle.js';
 
 /**
  * `cluster migrate`: brings every logical shard to the config's last migration.
@@ -297,6 +298,15 @@ export async function migrateCluster(
     };
 
     const workers: Promise<void>[] = [];
+    // DDL waits for the locks of prepared transactions: in-doubt ones on these shards are settled first, by their
+    // decision (transactions/settle.ts); one prepared later is settled by the routers' recovery within seconds.
+    for (const [server, queue] of todo)
+      await settlePreparedOnShards(
+        config,
+        server,
+        queue.map((q) => q.schema),
+        { failWith: 'MIGRATION_FAILED' },
+      );
     for (const [server, queue] of todo) {
       const count = Math.min(opts.connectionsPerServer, queue.length);
       for (let i = 0; i < count; i++) workers.push(work(server, queue));

@@ -4,6 +4,7 @@ import { primaryUrl } from '../cluster/connections.js';
 import { fencedSchemas, fenceSql } from '../cluster/fence.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
+import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
@@ -135,6 +136,8 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
   if (todo.length === 0) return;
   let oid = await subscriptionOid(s.target, s.names.subscription);
   if (oid === null) {
+    // The slot waits for every transaction running on the source, in-doubt prepared ones too.
+    await settlePreparedOnShards(s.config, s.from, 'all', { failWith: 'MOVE_FAILED' });
     await dropSlots(s.source, s.names.slot, null);
     await inTransaction(s.target, async () => {
       await s.target.query('SET LOCAL session_replication_role = replica');

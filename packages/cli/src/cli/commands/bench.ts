@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
+import { registerBenchCrossCommand } from './bench-cross.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchLookupsCommand } from './bench-lookups.js';
@@ -19,5 +20,6 @@ export function registerBenchCommands(program: Command): void {
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
+  registerBenchCrossCommand(bench);
   registerBenchLookupsCommand(bench);
 }

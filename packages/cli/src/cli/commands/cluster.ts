@@ -10,7 +10,9 @@ import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
+import { registerRecoverCommand } from './cluster-recover.js';
 import { registerStatusCommand } from './cluster-status.js';
+import { registerVerifyCommand } from './cluster-verify.js';
 
 export { progressBar, toJson };
 
@@ -62,6 +64,8 @@ export function registerClusterCommands(program: Command): void {
     });
 
   registerStatusCommand(cluster);
+  registerRecoverCommand(cluster);
+  registerVerifyCommand(cluster);
 
   cluster
     .command('migrate')

@@ -1,10 +1,13 @@
-import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
+import type { Queryable } from '../../postgres/connect.js';
 import { qualified, quoteIdent } from '../../postgres/identifier.js';
 import { readLookups } from '../catalog/lookups.js';
 import { readShardMap, type ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { shardForKey } from '../shard-key.js';
+import { clusterAccess } from '../transactions/cluster-access.js';
+import type { ServerAccess } from '../transactions/recovery.js';
+import type { Problem, VerifyCheck } from '../verify.js';
 import { shardOfIdFor } from './build.js';
 import type { LookupDefinition } from './config.js';
 import { entryTable } from './ddl.js';
@@ -65,12 +68,12 @@ interface Found {
 
 export async function verifyLookups(
   config: ClusterConfig,
-  clients: ReadonlyMap<string, pg.ClientBase>,
+  clients: ReadonlyMap<string, Queryable>,
   options: VerifyLookupsOptions = {},
 ): Promise<LookupProblem[]> {
   const lookups = config.lookups ?? [];
   if (lookups.length === 0) return [];
-  const catalog = clients.get(config.catalog) as pg.ClientBase;
+  const catalog = clients.get(config.catalog) as Queryable;
   const built = await readLookups(catalog);
   const map = await readShardMap(catalog);
   const batchSize = options.batchSize ?? 5000;
@@ -104,7 +107,7 @@ export async function verifyLookups(
 
 interface Context {
   config: ClusterConfig;
-  clients: ReadonlyMap<string, pg.ClientBase>;
+  clients: ReadonlyMap<string, Queryable>;
   shards: readonly ShardPlacement[];
   batchSize: number;
 }
@@ -125,10 +128,10 @@ function describe(found: Found): string {
 
 const client = (ctx: Context, shard: number) => {
   const p = ctx.shards[shard] as ShardPlacement;
-  return { c: ctx.clients.get(p.server) as pg.ClientBase, schema: p.schema };
+  return { c: ctx.clients.get(p.server) as Queryable, schema: p.schema };
 };
 
-async function refuseWhileInDoubt(clients: ReadonlyMap<string, pg.ClientBase>): Promise<void> {
+async function refuseWhileInDoubt(clients: ReadonlyMap<string, Queryable>): Promise<void> {
   for (const [server, c] of clients) {
     const { rows } = await c.query(
       'SELECT count(*)::int AS n FROM pg_prepared_xacts WHERE database = current_database()',
@@ -333,5 +336,41 @@ async function repair(ctx: Context, found: Found): Promise<Pick<LookupProblem, '
   } catch (error) {
     await e.c.query('ROLLBACK').catch(() => {});
     throw error;
+  }
+}
+
+/** Every server's connection of `pools` at once, for the length of `fn`. */
+async function withEveryServer<T>(
+  pools: ServerAccess,
+  fn: (clients: Map<string, Queryable>) => Promise<T>,
+): Promise<T> {
+  const clients = new Map<string, Queryable>();
+  const next = async (i: number): Promise<T> => {
+    const server = pools.servers[i];
+    if (server === undefined) return fn(clients);
+    return pools.use(server, async (client) => {
+      clients.set(server, client);
+      return next(i + 1);
+    });
+  };
+  return next(0);
+}
+
+/** The lookup check of `cluster verify` (verify.ts): reads only. */
+export const lookupCheck: VerifyCheck = {
+  name: 'lookups',
+  async run(config, pools): Promise<Problem[]> {
+    const problems = await withEveryServer(pools, (clients) => verifyLookups(config, clients));
+    return problems.map((p) => ({ check: 'lookups', where: `shard ${p.shard}`, what: p.message }));
+  },
+};
+
+/** `cluster verify --repair`'s part: verifies every lookup and repairs what it can (see the top of the file). */
+export async function repairLookups(config: ClusterConfig): Promise<LookupProblem[]> {
+  const pools = clusterAccess(config, 'shardflake verify --repair');
+  try {
+    return await withEveryServer(pools, (clients) => verifyLookups(config, clients, { repair: true }));
+  } finally {
+    await pools.close();
   }
 }

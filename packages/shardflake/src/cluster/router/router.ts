@@ -1,5 +1,6 @@
 import { ShardflakeError } from '../../errors.js';
 import type { Layout } from '../../ids/layout.js';
+import { connect } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
@@ -210,6 +211,10 @@ export async function createRouter(
       servers: Object.keys(config.servers),
       catalog: config.catalog,
       nodes: (server) => ctx.nodes(server),
+      connect: async (server) =>
+        connect(await primaryUrl(config, server, { requireAll: false }), {
+          applicationName: 'shardflake router',
+        }),
       hook: () => ctx.onEvent,
     },
     opts.transactions,

@@ -325,6 +325,9 @@ export async function listInDoubt(
   return { inDoubt, unreachable };
 }
 
+/** Every prepared transaction on the instance (any database, any origin). */
+export const PREPARED_ON_INSTANCE_SQL = `SELECT gid, (extract(epoch FROM now() - prepared) * 1000)::float8 AS age_ms FROM pg_prepared_xacts`;
+
 /** Prepared transactions (of any origin) on this server that hold locks on relations of `schemas`. */
 export const PREPARED_ON_SCHEMAS_SQL = `SELECT DISTINCT p.gid, (extract(epoch FROM now() - p.prepared) * 1000)::float8 AS age_ms
   FROM pg_prepared_xacts p

@@ -1,3 +1,4 @@
+import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { type Queryable, wrapPgError } from '../../postgres/connect.js';
 import { CAPABILITY_SQL, installTransactionLog, readClusterId } from '../catalog/transactions.js';
@@ -39,6 +40,11 @@ export interface TransactionStateDeps {
   servers: readonly string[];
   catalog: string;
   nodes(server: string): ServerNodes;
+  /**
+   * A connection of its own to a server's primary, outside the pools: what a transaction needs while it holds
+   * pooled connections (a pool whose every connection waits for one more would wait for ever).
+   */
+  connect(server: string): Promise<pg.Client>;
   hook(): RouterEventHook | undefined;
 }
 
@@ -66,21 +72,28 @@ export class TransactionState {
 
   /** The cluster's identity from the catalog, read once (a failed read is tried again next time). */
   clusterId(): Promise<string> {
-    this.#clusterId ??= this.access()
-      .use(this.#deps.catalog, async (client) => {
-        const id = await readClusterId(client);
-        if (id === null)
-          throw new ShardflakeError(
-            'INVALID_CONFIG',
-            `the catalog on server ${this.#deps.catalog} holds no cluster; run cluster init first`,
-          );
-        return id;
-      })
-      .catch((error: unknown) => {
-        this.#clusterId = undefined;
-        throw wrapPgError(error);
-      });
+    this.#clusterId ??= this.#alone(this.#deps.catalog, async (client) => {
+      const id = await readClusterId(client);
+      if (id === null)
+        throw new ShardflakeError(
+          'INVALID_CONFIG',
+          `the catalog on server ${this.#deps.catalog} holds no cluster; run cluster init first`,
+        );
+      return id;
+    }).catch((error: unknown) => {
+      this.#clusterId = undefined;
+      throw wrapPgError(error);
+    });
     return this.#clusterId;
+  }
+
+  async #alone<T>(server: string, fn: (client: Queryable) => Promise<T>): Promise<T> {
+    const client = await this.#deps.connect(server);
+    try {
+      return await fn(client);
+    } finally {
+      await client.end().catch(() => {});
+    }
   }
 
   /**
@@ -97,7 +110,7 @@ export class TransactionState {
         'PREPARED_TRANSACTIONS_DISABLED',
         `server ${server} has max_prepared_transactions = 0, so it cannot take part in a transaction across servers; set max_prepared_transactions (e.g. to max_connections) and restart it`,
       );
-    if (!row.log_ready) await this.access().use(server, (c) => installTransactionLog(c));
+    if (!row.log_ready) await this.#alone(server, (c) => installTransactionLog(c));
     this.#ready.add(server);
   }
 
@@ -141,6 +154,8 @@ export class TransactionState {
 
   /** Starts the background passes. */
   start(): void {
+    // The identity is read now, while the catalog answers, so commits need nothing from it later.
+    this.clusterId().catch(() => {});
     if (!this.options.recovery || this.#closed) return;
     this.#schedule(this.options.recoveryDelayMs);
   }
