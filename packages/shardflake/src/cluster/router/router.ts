@@ -324,9 +324,6 @@ export async function createRouter(
     await router.close();
     throw error;
   }
-  // A router with lookups commits across servers from its first sign-up: the cluster's identity is read now, not
-  // by the first commit that needs it while holding connections (with small pools that read could wait on them).
-  if (lookupTables.size > 0) await transactions.clusterId().catch(() => {});
   transactions.start();
   return router;
 }
