@@ -36,6 +36,9 @@ export const ERROR_CODES = [
   'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
   'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
   'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
+  // lookups
+  'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
+  'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

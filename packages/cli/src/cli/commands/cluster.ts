@@ -89,6 +89,7 @@ export function registerClusterCommands(program: Command): void {
         connectionsPerServer: flags.connections,
         parallelBuilds: flags.parallelBuilds,
         onProgress: (done, total) => bar.update(done, total),
+        onLookupProgress: (_lookup, done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson(result)}\n`);
       else {
@@ -103,6 +104,11 @@ export function registerClusterCommands(program: Command): void {
             ...result.failed.map(
               (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
             ),
+            ...result.lookups
+              .filter((l) => !l.alreadyBuilt)
+              .map(
+                (l) => `  lookup ${l.lookup} built: ${l.entriesWritten} entries (${seconds(l.durationMs)})`,
+              ),
             '',
           ].join('\n'),
         );
