@@ -1,7 +1,7 @@
 import { bumpMapVersion } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../cluster/fence.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
@@ -234,6 +234,7 @@ async function finishSet(s: SetSession, members: readonly Member[]): Promise<voi
       );
     }
   }
+  await ddlPastGuard(s.source, sealOldCopiesSql(todo.map((m) => m.record.schema))); // see fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);

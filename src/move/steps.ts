@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
+import { fenceSql, isFenced, sealOldCopiesSql, unfenceSql } from '../cluster/fence.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
@@ -328,6 +328,7 @@ export async function finish(s: Session): Promise<void> {
       ),
     );
   }
+  await ddlPastGuard(s.source, sealOldCopiesSql([s.record.schema])); // owner, rights, ENABLE ALWAYS: fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, s.record.subscriptionOid);
