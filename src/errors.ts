@@ -1,3 +1,5 @@
+import { redactText } from './redact.js';
+
 /**
  * The one error type shardflake throws at its public boundary. Every error carries a stable string `code`
  * (listed in ERROR_CODES and in the README's error table) and one clear sentence as its message. The CLI prints
@@ -61,9 +63,12 @@ export function isShardflakeError(error: unknown, code?: ErrorCode): error is Sh
   return error instanceof ShardflakeError && (code === undefined || error.code === code);
 }
 
-/** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */
+/**
+ * Replaces every password inside `text` — in URLs (any form, `?password=` too) and key=value connection strings —
+ * so that no message ever shows a secret (postgres/redact.ts parses them).
+ */
 export function redactSecrets(text: string): string {
   // A message built from anything but text has no URL to redact (and String() could throw): said as such.
   if (typeof text !== 'string') return `(not text: ${text === null ? 'null' : typeof text})`;
-  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]*@/gi, '$1****@');
+  return redactText(text);
 }
