@@ -32,6 +32,7 @@ export const ERROR_CODES = [
   'SESSION_CLOSED', // a shard session used after its callback returned
   'NOT_SUPPORTED', // a feature the target cannot provide
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
+  'INSUFFICIENT_PRIVILEGE', // the role a command runs as lacks a privilege it needs (docs/security.md), or a schema shardflake uses is another role's
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];

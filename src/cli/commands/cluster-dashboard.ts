@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
+import { checkPrivileges } from '../../cluster/privileges.js';
 import { serveDashboard } from '../../dashboard/server.js';
 import { ShardflakeError } from '../../errors.js';
 
@@ -32,6 +33,7 @@ export function registerDashboardCommand(cluster: Command): void {
     )
     .action(async (flags: { config: string; port?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'dashboard', { servers: [] });
       const dashboard = await serveDashboard(config, { port: flags.port ?? DEFAULT_DASHBOARD_PORT });
       process.stdout.write(`dashboard: ${dashboard.url} (Ctrl-C stops it)\n`);
       const signal = await new Promise<NodeJS.Signals>((resolve) => {

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
+import { checkPrivileges } from '../../cluster/privileges.js';
 import { ShardflakeError } from '../../errors.js';
 import { cleanupCluster } from '../../move/cleanup.js';
 import { parseThrottle } from '../../move/copy-stream.js';
@@ -129,6 +130,7 @@ export function registerMoveCommands(cluster: Command): void {
       const options = setOptions(flags);
       const config = await loadConfig(flags.config);
       checkShardList(config, shards, flags.to);
+      await checkPrivileges(config, 'move');
       const bar = progressBar('move   ', !flags.json);
       const results = await moveShards(config, shards, flags.to, {
         ...options,
@@ -184,6 +186,7 @@ export function registerMoveCommands(cluster: Command): void {
           );
         }
         const config = await loadConfig(flags.config);
+        if (!flags.dryRun) await checkPrivileges(config, 'rebalance');
         const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
         const move = setOptions(flags);
         const result = await rebalanceCluster(config, {
@@ -243,6 +246,7 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--json', 'print the result as JSON')
     .action(async (flags: Flags & { dryRun?: boolean }) => {
       const config = await loadConfig(flags.config);
+      if (!flags.dryRun) await checkPrivileges(config, 'cleanup');
       const result = await cleanupCluster(config, { dryRun: flags.dryRun });
       if (flags.json) {
         process.stdout.write(`${toJson(result)}\n`);

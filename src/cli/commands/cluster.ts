@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { loadConfig } from '../../cluster/config.js';
 import { initCluster } from '../../cluster/init.js';
 import { migrateCluster } from '../../cluster/migrate.js';
+import { checkPrivileges } from '../../cluster/privileges.js';
 import { ShardflakeError } from '../../errors.js';
 import { describeUrl } from '../../postgres/connect.js';
 import { positiveInteger } from '../options.js';
@@ -37,6 +38,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
     .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'init');
       const bar = progressBar('init   ', !flags.json);
       const result = await initCluster(config, {
         batchSize: flags.batchSize,
@@ -78,6 +80,7 @@ export function registerClusterCommands(program: Command): void {
     )
     .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'migrate');
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,
