@@ -24,6 +24,7 @@ import {
   dropSlots,
   dropSubscription,
   replicationNames,
+  subscriptionConninfo,
   subscriptionOid,
   subscriptionProgress,
 } from './replication.js';
@@ -166,7 +167,7 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
     );
     try {
       await s.target.query(
-        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(await primaryUrl(s.config, s.from))}
+        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(subscriptionConninfo(await primaryUrl(s.config, s.from), s.opts.replication))}
          PUBLICATION ${quoteIdent(s.names.publication)}
          WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(s.names.slot)}, enabled = true, streaming = off, binary = true)`,
       );

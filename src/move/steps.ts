@@ -15,6 +15,7 @@ import {
   dropPublication,
   dropSlots,
   dropSubscription,
+  grantReplicationRead,
   subscriptionProgress,
 } from './replication.js';
 import {
@@ -129,7 +130,18 @@ export async function prepare(s: Session): Promise<void> {
 
 /** prepared → subscribed: the subscription starts the copy. */
 export async function subscribe(s: Session): Promise<void> {
-  const oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.record.from));
+  await grantReplicationRead(
+    s.source,
+    s.opts.replication,
+    s.record.schema,
+    s.tables.map((t) => t.name),
+  );
+  const oid = await createSubscription(
+    s.target,
+    s.names,
+    await primaryUrl(s.config, s.record.from),
+    s.opts.replication,
+  );
   await recordSubscriptionOid(s.catalog, s.record.id, oid);
   s.record = { ...s.record, subscriptionOid: oid };
   await advance(s, 'subscribed');

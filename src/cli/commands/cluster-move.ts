@@ -25,6 +25,8 @@ interface Flags {
 }
 
 interface MoveFlags {
+  replicationUser?: string;
+  replicationPassfile?: string;
   throttle?: string;
   copyWorkers?: number;
   streamsPerServer?: number;
@@ -37,6 +39,7 @@ function setOptions(flags: MoveFlags): SetMoveOptions {
     copyWorkers: flags.copyWorkers,
     streamsPerServer: flags.streamsPerServer,
     afterStep: holdHook(),
+    replication: { user: flags.replicationUser, passfile: flags.replicationPassfile },
   };
 }
 
@@ -119,6 +122,11 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
     .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
     .option(
+      '--replication-user <role>',
+      "the source role the subscription logs in as (default: the URL's user)",
+    )
+    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
+    .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1)',
       positiveInteger('--streams-per-server'),
@@ -168,6 +176,11 @@ export function registerMoveCommands(cluster: Command): void {
       'tables copied at once per set (default 2)',
       positiveInteger('--copy-workers'),
     )
+    .option(
+      '--replication-user <role>',
+      "the source role the subscription logs in as (default: the URL's user)",
+    )
+    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
     .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1); distinct server pairs move in parallel',
