@@ -34,8 +34,11 @@ export function registerDashboardCommand(cluster: Command): void {
     .action(async (flags: { config: string; port?: number }) => {
       const config = await loadConfig(flags.config);
       await checkPrivileges(config, 'dashboard', { servers: [] });
-      const dashboard = await serveDashboard(config, { port: flags.port ?? DEFAULT_DASHBOARD_PORT });
-      process.stdout.write(`dashboard: ${dashboard.url} (Ctrl-C stops it)\n`);
+      // The token comes from the environment, not a flag: a command line is visible to every local user (ps).
+      const token = process.env.SHARDFLAKE_DASHBOARD_TOKEN || undefined;
+      const dashboard = await serveDashboard(config, { port: flags.port ?? DEFAULT_DASHBOARD_PORT, token });
+      const how = token ? ' (open it with ?token=… from SHARDFLAKE_DASHBOARD_TOKEN once)' : '';
+      process.stdout.write(`dashboard: ${dashboard.url}${how} (Ctrl-C stops it)\n`);
       const signal = await new Promise<NodeJS.Signals>((resolve) => {
         const stop = (received: NodeJS.Signals) => {
           process.off('SIGINT', stop);
