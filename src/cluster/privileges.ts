@@ -47,7 +47,7 @@ export interface RoleFacts {
   /** Shard schemas on this server the role does not own (count), and the ones it cannot use (no USAGE). */
   shardSchemasNotOwned: number;
   shardSchemasNotUsable: number;
-  /** Shard tables the role may not SELECT, INSERT, UPDATE and DELETE. */
+  /** Shard tables the role may not SELECT, INSERT, UPDATE and DELETE, and sequences (id counters) it may not use. */
   shardTablesNotWritable: number;
 }
 
@@ -74,7 +74,7 @@ const ownShards: Need = (f) =>
     : null;
 const useShards: Need = (f) =>
   f.shardSchemasNotUsable + f.shardTablesNotWritable > 0
-    ? `USAGE on ${f.shardSchemasNotUsable} shard schema(s) and SELECT, INSERT, UPDATE, DELETE on ${f.shardTablesNotWritable} shard table(s) it lacks`
+    ? `USAGE on ${f.shardSchemasNotUsable} shard schema(s) and SELECT, INSERT, UPDATE, DELETE (USAGE for sequences) on ${f.shardTablesNotWritable} shard table(s) and sequence(s)`
     : null;
 
 /** The one table of what each command needs (docs/security.md says why). */
@@ -120,8 +120,9 @@ export async function roleFacts(
             (SELECT count(*)::int FROM (${shardSchemas}) s WHERE NOT pg_has_role(current_user, s.nspowner, 'USAGE')) AS "shardSchemasNotOwned",
             (SELECT count(*)::int FROM (${shardSchemas}) s WHERE NOT has_schema_privilege(s.oid, 'USAGE')) AS "shardSchemasNotUsable",
             (SELECT count(*)::int FROM pg_class c JOIN (${shardSchemas}) s ON s.oid = c.relnamespace
-              WHERE c.relkind IN ('r', 'p') AND c.relname NOT LIKE '\\_shardflake\\_%'
-                AND NOT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE')) AS "shardTablesNotWritable"`,
+              WHERE (c.relkind IN ('r', 'p') AND c.relname NOT LIKE '\\_shardflake\\_%'
+                     AND NOT has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE'))
+                 OR (c.relkind = 'S' AND NOT has_sequence_privilege(c.oid, 'USAGE'))) AS "shardTablesNotWritable"`,
     [catalog],
   );
   return { server, ...(rows[0] as Omit<RoleFacts, 'server'>) };
