@@ -166,7 +166,7 @@ export function registerMoveCommands(cluster: Command): void {
     )
     .option(
       '--weight-sql <sql>',
-      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number",
+      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number; trusted input, run as the config's role (docs/security.md)",
     )
     .option('--decommission <server[,server…]>', 'move every shard off these servers (they receive none)')
     .option('--dry-run', 'print the plan without moving anything')
