@@ -1,5 +1,6 @@
 import type { Queryable } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from '../postgres/identifier.js';
+import { fenceGuardSql } from './fence-guard.js';
 
 /**
  * The fence on the old copy of a moved shard. A trigger on every table of the schema raises SQLSTATE `SF001` on
@@ -24,8 +25,10 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from '../post
  *    schema) are revoked from everyone. The former owner is granted SELECT, INSERT, UPDATE and DELETE (and USAGE
  *    on the schema): a stale read still sees the rows as of the cutover, and a stale write still meets the
  *    fence's SF001 — which a router answers by refreshing its map — rather than a permission error.
- * Only `cluster cleanup` (a superuser dropping the schema) lifts a seal. A superuser can still do anything; what
- * the seal stops is every other role, and every mode a superuser's tools switch on without meaning to.
+ * 4. A superuser's tools (pg_restore --disable-triggers, a script dropping triggers): fence-guard.ts, installed
+ *    with the first seal, refuses DDL that would leave a sealed schema's fence, owners or objects changed.
+ * Only `cluster cleanup` (a superuser dropping the schema) lifts a seal. A superuser who drops the guard first can
+ * still do anything; what the seal stops is every other role, and every accident of a superuser's tools.
  * Why only after the switch: before it a failed move unfences the source (settle.ts), which would then have to
  * give the tables back to their owners; after it the old copy is never written again, so the seal is for good.
  * The copy in the making on the target keeps an ordinary trigger: the subscription fills it in replica mode.
@@ -105,7 +108,7 @@ BEGIN
   END IF;
 END
 $seal$`;
-  return [head, ...schemas.map((schema) => sealOneSql(schema))].join(';\n');
+  return [head, ...schemas.map((schema) => sealOneSql(schema)), fenceGuardSql()].join(';\n');
 }
 
 function sealOneSql(schema: string): string {

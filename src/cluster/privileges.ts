@@ -93,7 +93,7 @@ export const NEEDS: Record<PrivilegedCommand, Need[]> = {
  * Whether pg_namespace row `n`'s owner is the running role or one it belongs to. pg_has_role says yes to a
  * superuser for every role, so a superuser trusts only schemas of superusers (who could do anything anyway).
  */
-const TRUSTED_OWNER = `(pg_has_role(current_user, n.nspowner, 'USAGE')
+export const TRUSTED_OWNER = `(pg_has_role(current_user, n.nspowner, 'USAGE')
   AND (n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
        OR NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
        OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)))`;

@@ -118,6 +118,30 @@ test('a sealed old copy refuses replica mode, its former owner disabling or drop
       'SF001',
       `shard ${shard}: a superuser's replica-mode insert`,
     );
+    // A superuser's tools that would undo the seal without meaning to (pg_restore --disable-triggers, a script
+    // dropping stray triggers, an admin handing the tables back): refused by the seal's event triggers, which
+    // fire in replica mode too.
+    const superTries: [string, string][] = [
+      ['pg_restore --disable-triggers', `ALTER TABLE ${q('items')} DISABLE TRIGGER ALL`],
+      [
+        'disable the fence in replica mode',
+        `SET session_replication_role = replica; ALTER TABLE ${q('items')} DISABLE TRIGGER _shardflake_fence`,
+      ],
+      ['fence to replica-only', `ALTER TABLE ${q('items')} ENABLE REPLICA TRIGGER _shardflake_fence`],
+      ['drop the fence trigger', `DROP TRIGGER _shardflake_fence ON ${q('items')}`],
+      ['drop the fence function', `DROP FUNCTION ${q('_shardflake_fence')}() CASCADE`],
+      ['hand the table back', `ALTER TABLE ${q('items')} OWNER TO app`],
+      ['drop one table', `DROP TABLE ${q('items')}`],
+    ];
+    for (const [what, sql] of superTries) {
+      assert.equal(await attempt(aUrl, sql), '42501', `shard ${shard}, superuser: ${what}`);
+    }
+    // Any role may SET the move's switch; it opens nothing for a role that did not install the guard.
+    assert.equal(
+      await attempt(appUrl, `SET shardflake.move_ddl = 'on'; ALTER TABLE ${q('items')} DISABLE TRIGGER ALL`),
+      '42501',
+    );
+    assert.ok(await withClient(aUrl, (c) => isSealed(c, s)), `shard ${shard}'s old copy is still sealed`);
     assert.equal(await countRows(aUrl, s), rowsBefore, `shard ${shard}: no row changed on the old copy`);
     // A stale read still sees the rows as of the cutover.
     assert.equal(await attempt(appUrl, `SELECT count(*) FROM ${q('items')}`), 'ok');
@@ -134,6 +158,15 @@ test('a sealed old copy refuses replica mode, its former owner disabling or drop
   // Cleanup (a superuser) finishes the interrupted move, seals its copy, and drops every old copy.
   const result = await cleanupCluster(config);
   assert.deepEqual(result.skipped, []);
+  assert.deepEqual(
+    await withClient(
+      aUrl,
+      async (c) =>
+        (await c.query("SELECT evtname FROM pg_event_trigger WHERE evtname LIKE 'shardflake%'")).rows,
+    ),
+    [],
+    'with the last sealed copy gone, its guard is gone too',
+  );
   for (const shard of [single, inSet, third]) {
     assert.equal(
       await schemaOn(aUrl, shardSchema(config, shard)),
