@@ -110,7 +110,7 @@ export async function cleanupCluster(
       }
     }
 
-    for (const client of clients.values()) if (!options.dryRun) await client.query(dropFenceGuardIfUnusedSql());
+    if (!options.dryRun) for (const c of clients.values()) await c.query(dropFenceGuardIfUnusedSql()); // fence-guard.ts
     // A set's replication objects are named after the set (its first move's id): they are leftovers once every
     // move of the set has ended.
     const streams = new Map<bigint, { ended: boolean; from: string; subscriptionOid: bigint | null }>();
