@@ -93,6 +93,24 @@ export function subscriptionConninfo(sourceUrl: string, login: ReplicationLogin 
   return pairs.map(([k, v]) => `${k}=${conninfoValue(v)}`).join(' ');
 }
 
+/**
+ * CREATE SUBSCRIPTION's error, with a target that could not log in to the source said as such: the secret is the
+ * target server's to find (ReplicationLogin), and the message says where it looked.
+ */
+export function subscriptionError(error: unknown, login: ReplicationLogin | undefined): ShardflakeError {
+  const wrapped = wrapPgError(error);
+  if (!/no password supplied|password authentication failed|password is required/i.test(wrapped.message))
+    return wrapped;
+  const where = login?.passfile
+    ? `the passfile ${login.passfile} on the target's host`
+    : "the target server's environment (PGPASSFILE, ~/.pgpass of its OS user)";
+  return new ShardflakeError(
+    'INSUFFICIENT_PRIVILEGE',
+    `the target server could not log in to the source${login?.user ? ` as role ${login.user}` : ''}: subscriptions carry no password, so put it in ${where}, or use --replication-passfile (docs/security.md)`,
+    { sqlState: wrapped.sqlState, cause: error },
+  );
+}
+
 /** Lets the replication login read `tables` for the subscription's initial copy (it needs nothing more). */
 export async function grantReplicationRead(
   source: Queryable,
@@ -128,7 +146,7 @@ export async function createSubscription(
        WITH (copy_data = true, create_slot = true, slot_name = ${quoteLiteral(names.slot)}, enabled = true, streaming = off, binary = true)`,
     );
   } catch (error) {
-    throw wrapPgError(error);
+    throw subscriptionError(error, login);
   }
   return (await subscriptionOid(target, names.subscription)) as bigint;
 }

@@ -25,6 +25,7 @@ import {
   dropSubscription,
   replicationNames,
   subscriptionConninfo,
+  subscriptionError,
   subscriptionOid,
   subscriptionProgress,
 } from './replication.js';
@@ -172,7 +173,7 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
          WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(s.names.slot)}, enabled = true, streaming = off, binary = true)`,
       );
     } catch (error) {
-      throw wrapPgError(error);
+      throw subscriptionError(error, s.opts.replication);
     }
     oid = (await subscriptionOid(s.target, s.names.subscription)) as bigint;
   }

@@ -24,7 +24,7 @@ test('no password in pg_subscription, pg_stat_activity, the server logs or a mov
     settings: { log_statement: 'ddl' },
     onLog: (line) => log.push(line),
   });
-  const config = await makeCluster(servers, 6);
+  const config = await makeCluster(servers, 8);
   const [a, b] = servers as [(typeof servers)[0], (typeof servers)[0]];
   const replPassword = randomBytes(18).toString('base64url');
   const secrets = [replPassword, ...servers.map((s) => decodeURIComponent(new URL(s.url).password))];
@@ -97,6 +97,19 @@ test('no password in pg_subscription, pg_stat_activity, the server logs or a mov
     assert.equal(leaks(conninfo), 0);
     assert.doesNotMatch(conninfo, /password/);
   }
+
+  // A target that has no secret for the role: the move stops, rolled back, and says where the secret belongs.
+  await withClient(a.url, async (c) => {
+    await c.query("SET log_statement = 'none'");
+    await c.query(`CREATE ROLE sf_nopass LOGIN REPLICATION PASSWORD '${replPassword}x'`);
+  });
+  const fourth = onA[3] as number;
+  const failure = await moveShard(config, fourth, 'b', { replication: { user: 'sf_nopass' } }).then(
+    () => assert.fail('the move cannot log in'),
+    (e: Error) => e.message,
+  );
+  assert.match(failure, /could not log in to the source as role sf_nopass: subscriptions carry no password/);
+  assert.equal(leaks(failure), 0);
 
   assert.equal(leaks(seen.activity.join('\n')), 0, 'no password in pg_stat_activity');
   const logText = log.join('');
