@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { test } from 'node:test';
-import { serveDashboard } from '../../src/dashboard/server.js';
-import { isShardflakeError } from '../../src/errors.js';
+import { serveDashboard } from '../../packages/cli/src/dashboard/server.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 import { makeCluster } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { shardSchema } from '../../src/cluster/config.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { makeCluster, withClient } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';
 

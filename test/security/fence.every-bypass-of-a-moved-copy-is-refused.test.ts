@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { readShardMap } from '../../src/cluster/catalog.js';
-import { shardSchema } from '../../src/cluster/config.js';
-import { FENCED_ROLE, isSealed } from '../../src/cluster/fence.js';
-import { isShardflakeError } from '../../src/errors.js';
-import { cleanupCluster } from '../../src/move/cleanup.js';
-import { moveShard, moveShards } from '../../src/move/move.js';
-import { connect } from '../../src/postgres/connect.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { FENCED_ROLE, isSealed } from '../../packages/shardflake/src/cluster/fence.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
+import { moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { countRows, makeCluster, schemaOn, withClient } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { connect } from '../../src/postgres/connect.js';
-import { quoteLiteral } from '../../src/postgres/identifier.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { quoteLiteral } from '../../packages/shardflake/src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
 
 /**

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { validateConfig } from '../../src/cluster/config.js';
-import { isShardflakeError, redactSecrets } from '../../src/errors.js';
-import { describeUrl } from '../../src/postgres/connect.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { isShardflakeError, redactSecrets } from '../../packages/shardflake/src/errors.js';
+import { describeUrl } from '../../packages/shardflake/src/postgres/connect.js';
 
 /** Passwords people type: letters and every character that ends a URL part or a conninfo word. */
 const secret = fc

@@ -4,11 +4,11 @@ import { chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { readShardMap } from '../../src/cluster/catalog.js';
-import { moveShard, moveShards } from '../../src/move/move.js';
-import type { MoveStep } from '../../src/move/options.js';
-import { subscriptionConninfo } from '../../src/move/replication.js';
-import { userIds } from '../../src/postgres/folder-access.js';
+import { userIds } from '../../packages/embedded/src/folder-access.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
+import type { MoveStep } from '../../packages/shardflake/src/move/options.js';
+import { subscriptionConninfo } from '../../packages/shardflake/src/move/replication.js';
 import { makeCluster, replicationLeftovers, withClient } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';
 

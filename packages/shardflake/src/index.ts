@@ -1,0 +1,151 @@
+/**
+ * shardflake's public API. Everything a user imports comes from here, with types.
+ */
+
+// cluster
+export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog.js';
+export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog.js';
+export type { ClusterConfig, Migration, TableTemplate } from './cluster/config.js';
+export {
+  loadConfig,
+  MAX_LOGICAL_SHARDS,
+  parseConfig,
+  shardSchema,
+  validateConfig,
+} from './cluster/config.js';
+export type { InitOptions, InitResult } from './cluster/init.js';
+export { initCluster, planPlacement } from './cluster/init.js';
+export type { Lease, LeaseOptions } from './cluster/leases.js';
+export { acquireLease, leasedGenerator } from './cluster/leases.js';
+export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
+export { migrateCluster } from './cluster/migrate.js';
+export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type {
+  CatalogEvent,
+  FailoverEvent,
+  MapEvent,
+  Operation,
+  OperationEvent,
+  RetryEvent,
+  RetryReason,
+  RouterEvent,
+  RouterEventHook,
+} from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export type {
+  AcquireOptions,
+  Lsn,
+  NodeLease,
+  NodeRole,
+  ServerNodes,
+  ServerNodesOptions,
+} from './cluster/router/server-nodes.js';
+export { createServerNodes } from './cluster/router/server-nodes.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
+export type {
+  FeedCommon,
+  FeedKeys,
+  FeedOptions,
+  FeedPage,
+  InsertManyOptions,
+  InsertOptions,
+  MergedQuery,
+  Router,
+  RouterOptions,
+  Row,
+  SessionOptions,
+  SessionPool,
+  SessionPoolClient,
+  ShardQuery,
+  ShardSession,
+  ShardTarget,
+  WriteRetry,
+} from './cluster/router.js';
+export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
+export type { ShardKey } from './cluster/shard-key.js';
+export { hashKey, shardForKey } from './cluster/shard-key.js';
+export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
+export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
+export { clusterStatus } from './cluster/status.js';
+export type { ErrorCode, ErrorDetails } from './errors.js';
+export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError, sqlStateOf } from './errors.js';
+export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
+export { decodeId, encodeId, idRange } from './ids/codec.js';
+export type { Generator, GeneratorOptions } from './ids/generator.js';
+export { capPerSecond, createGenerator, SequenceState } from './ids/generator.js';
+export type { NotAnId, ShardflakeId } from './ids/id.js';
+export { asId, asIds } from './ids/id.js';
+export type { IdEncoding } from './ids/id-text.js';
+export { formatId, ID_ENCODINGS, parseId } from './ids/id-text.js';
+export type { IdFormat, Inspection, InspectOptions } from './ids/inspect.js';
+export { ID_FORMATS, inspect, inspectionToJson } from './ids/inspect.js';
+export type { FieldKind, FieldSpec, Layout, LayoutField, LayoutSpec, PresetName } from './ids/layout.js';
+// ids
+export { defineLayout, FIELD_KINDS, layouts, PRESET_NAMES, resolveLayout, withEpoch } from './ids/layout.js';
+export type {
+  DecodedLsid,
+  FormatOptions as LsidFormatOptions,
+  LsidGenerator,
+  LsidGeneratorOptions,
+  LsidInput,
+  LsidParts,
+} from './ids/lsid.js';
+export { lsid } from './ids/lsid.js';
+export { LsidState } from './ids/lsid-generator.js';
+export type { MacChoice } from './ids/worker-id.js';
+export { findMac, workerIdFromMac } from './ids/worker-id.js';
+// shard moves
+export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
+export { cleanupCluster } from './move/cleanup.js';
+export type { Throttle } from './move/copy-stream.js';
+export { parseThrottle } from './move/copy-stream.js';
+export { moveShard, moveShards } from './move/move.js';
+export type {
+  MoveOptions,
+  MoveProgress,
+  MoveResult,
+  MoveStep,
+  SetMoveOptions,
+  SetProgress,
+  VerifyMode,
+} from './move/options.js';
+export { VERIFY_MODES } from './move/options.js';
+export type { MovePhase } from './move/phases.js';
+export { MOVE_PHASES } from './move/phases.js';
+export type {
+  MoveEstimate,
+  PlannedMove,
+  PlanOptions,
+  RebalanceOptions,
+  RebalancePlan,
+  RebalanceResult,
+} from './move/rebalance.js';
+export {
+  BALANCE_BY,
+  planRebalance,
+  planRebalanceByRows,
+  planRebalanceByWeight,
+  rebalanceCluster,
+} from './move/rebalance.js';
+export { isInterrupted as isMoveInterrupted } from './move/session.js';
+export { moveSets } from './move/set.js';
+export type { ConnectOptions, Queryable } from './postgres/connect.js';
+export { connect, createPool, describeUrl } from './postgres/connect.js';
+export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';
+export {
+  GENERATOR_LANGUAGES,
+  GENERATOR_VERSION,
+  generatorPlan,
+  generatorSql,
+} from './postgres/generator-sql.js';
+// postgres
+export { quoteIdent, validateIdentifier } from './postgres/identifier.js';
+export type { InstalledGenerator } from './postgres/install.js';
+export {
+  ensureGeneratorAbove,
+  installGenerator,
+  lastIssuedId,
+  readInstalledGenerator,
+} from './postgres/install.js';
+export { VERSION } from './version.js';
