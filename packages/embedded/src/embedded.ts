@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -50,6 +50,27 @@ export interface EmbeddedOptions {
 
 /** The servers this process started and has not stopped yet, for stopEmbeddedServers. */
 const running = new Set<EmbeddedServer>();
+
+/**
+ * Each server's passfile (its PGPASSFILE), and the line other servers' connections use to reach it. A shard
+ * move's subscription connects from the target to the source with no password in its connection string
+ * (docs/security.md): the target's libpq finds it here. Every running server of this process gets every other's
+ * line, rewritten (one write at a time) whenever a server starts.
+ */
+const passfiles = new Map<EmbeddedServer, { file: string; user: ServerUser | undefined; line: string }>();
+let passfileWrites: Promise<void> = Promise.resolve();
+const pgpassField = (text: string) => text.replace(/[\\:]/g, (c) => `\\${c}`);
+
+function sharePasswords(): Promise<void> {
+  passfileWrites = passfileWrites.then(async () => {
+    const content = [...passfiles.values()].map((p) => `${p.line}\n`).join('');
+    for (const p of passfiles.values()) {
+      await writeFile(p.file, content, { mode: 0o600 }).catch(() => {});
+      if (p.user) await chown(p.file, p.user.uid, p.user.gid).catch(() => {});
+    }
+  });
+  return passfileWrites;
+}
 
 /** Stops every embedded server this process started and has not stopped yet. */
 export async function stopEmbeddedServers(): Promise<void> {
@@ -287,6 +308,18 @@ export async function startEmbeddedServer(
   let user: ServerUser | undefined;
   let binaries: ServerBinaries;
   let serverDataDir = dataDir;
+  // A start that fails leaves nothing behind in a folder it made itself (initdb alone writes ~40 MB): the server
+  // it may have started is stopped, and the data, wherever it was placed, is removed with the folder.
+  const discard = async (started?: ServerProcess) => {
+    await started?.stop().catch(() => {});
+    if (!ownsDir) return;
+    if (serverDataDir !== dataDir) {
+      await rm(serverDataDir, { recursive: true, force: true }).catch(() => {});
+      // The placed data's own folder, when nothing else is in it (rmdir refuses a folder that is not empty).
+      await rmdir(dirname(serverDataDir)).catch(() => {});
+    }
+    await rm(base, { recursive: true, force: true }).catch(() => {});
+  };
   try {
     user = await serverUser();
     binaries = packagedBinaries();
@@ -297,12 +330,20 @@ export async function startEmbeddedServer(
       await checkServerUserReaches(binaries, serverDataDir);
     }
   } catch (error) {
+    await discard();
     throw startFailure(name, error);
   }
-  const password = await serverPassword(base, name, initialised);
+  const password = await serverPassword(base, name, initialised).catch(async (error: unknown) => {
+    await discard();
+    throw error;
+  });
   const settings: Record<string, string | number> = { ...SERVER_SETTINGS, fsync: 'on', ...options.settings };
   const flags = Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
   const onLog = options.onLog ?? (() => {});
+  const passfile = join(dirname(serverDataDir), `.${basename(serverDataDir)}.pgpass`);
+  await writeFile(passfile, '', { mode: 0o600 });
+  await chmod(passfile, 0o600);
+  if (user) await chown(passfile, user.uid, user.gid);
   let serverProcess: ServerProcess;
   let port: number;
   try {
@@ -316,6 +357,7 @@ export async function startEmbeddedServer(
           port: candidate,
           flags,
           user,
+          env: { PGPASSFILE: passfile },
           onLog: (text) => {
             log(text);
             onLog(text);
@@ -325,17 +367,23 @@ export async function startEmbeddedServer(
       options.port === undefined ? PORT_ATTEMPTS : 1,
     ));
   } catch (error) {
+    await discard();
     throw startFailure(name, error);
   }
   const database = options.database ?? 'postgres';
   const url = (db: string) => `postgres://postgres:${password}@127.0.0.1:${port}/${db}`;
   if (database !== 'postgres') {
-    const client = await connect(url('postgres'));
     try {
-      const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
-      if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
-    } finally {
-      await client.end();
+      const client = await connect(url('postgres'));
+      try {
+        const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+        if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
+      } finally {
+        await client.end();
+      }
+    } catch (error) {
+      await discard(serverProcess);
+      throw error;
     }
   }
   const persistent = options.persistent ?? !ownsDir;
@@ -347,7 +395,10 @@ export async function startEmbeddedServer(
     dataDir,
     stop() {
       // Every caller (the owner, a signal handler) waits for the same stop.
-      stopping ??= stopServer().finally(() => running.delete(server));
+      stopping ??= stopServer().finally(() => {
+        running.delete(server);
+        passfiles.delete(server);
+      });
       return stopping;
     },
   };
@@ -359,9 +410,16 @@ export async function startEmbeddedServer(
       await rm(serverDataDir, { recursive: true, force: true });
       await rm(dataDir, { recursive: true, force: true }); // the symlink to it, when it was placed elsewhere
     }
+    await rm(passfile, { force: true });
     if (ownsDir) await rm(base, { recursive: true, force: true });
   };
   running.add(server);
+  passfiles.set(server, {
+    file: passfile,
+    user,
+    line: `127.0.0.1:${port}:*:postgres:${pgpassField(password)}`,
+  });
+  await sharePasswords();
   return server;
 }
 
