@@ -1,7 +1,7 @@
 import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
 import { Kysely, PostgresDialect } from 'kysely';
-import { isShardflakeError, type Router, sessionPool } from 'shardflake';
+import { isShardflakeError, type Router, type ShardflakeId, sessionPool } from 'shardflake';
 import type { ShardDB } from './schema.js';
 
 /**
@@ -41,7 +41,7 @@ export class Accounts {
   constructor(private readonly router: Router) {}
 
   /** A new user and their account, on the shard of their name; EmailTakenError when the email has an account. */
-  async signUp(name: string, email: string, password: string): Promise<bigint> {
+  async signUp(name: string, email: string, password: string): Promise<ShardflakeId> {
     const hash = await hashPassword(password);
     try {
       return await this.router.withShard({ key: name }, async (session) => {
@@ -60,10 +60,10 @@ export class Accounts {
   }
 
   /** The user id of the account with this email and password, or null (no such email, or a wrong password). */
-  async login(email: string, password: string): Promise<bigint | null> {
+  async login(email: string, password: string): Promise<ShardflakeId | null> {
     // `fetch: true`: the lookup's check of the owner row returns the row (two reads in all).
     const hit = await this.router.lookup('account_email', normaliseEmail(email), { fetch: true });
     if (!hit || !(await passwordMatches(password, hit.row.password_hash as string))) return null;
-    return hit.row.user_id as bigint;
+    return hit.row.user_id as ShardflakeId;
   }
 }

@@ -5,7 +5,14 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigint, pgTable, text } from 'drizzle-orm/pg-core';
 import { type Generated, Kysely, PostgresDialect } from 'kysely';
 import type pg from 'pg';
-import { createRouter, isShardflakeError, type Router, type ShardSession, sessionPool } from 'shardflake';
+import {
+  createRouter,
+  isShardflakeError,
+  type Router,
+  type ShardflakeId,
+  type ShardSession,
+  sessionPool,
+} from 'shardflake';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
@@ -137,7 +144,7 @@ describe('lookup entries follow every write', () => {
       const { rows } = await session.query(
         "INSERT INTO users (name, email) VALUES ('kept', 'kept@x') RETURNING id",
       );
-      return rows[0]?.id as bigint;
+      return rows[0]?.id as ShardflakeId;
     });
     assert.deepEqual(await entries(), [`kept@x→${id}`]);
     await router.delete('users', id);
@@ -254,7 +261,7 @@ describe('lookup entries follow every write', () => {
             'second',
             value,
           ]);
-          return rows[0]?.id as bigint;
+          return rows[0]?.id as ShardflakeId;
         })
         .then(
           (id) => ({ id }),

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type pg from 'pg';
-import { createRouter, isShardflakeError, type Router } from 'shardflake';
+import { createRouter, isShardflakeError, type Router, type ShardflakeId } from 'shardflake';
 import { readBuildProgress, readLookups } from '../../packages/shardflake/src/cluster/catalog/lookups.js';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
@@ -89,7 +89,7 @@ describe('building a lookup with cluster migrate', () => {
       );
       await s.query("UPDATE users SET email = 'moved@x' WHERE id = $1", [ids[1]]);
       await s.query('DELETE FROM users WHERE id = $1', [ids[5]]);
-      return rows[0]?.id as bigint;
+      return rows[0]?.id as ShardflakeId;
     });
 
     // A write racing the rerun's batches (started from its first progress report): whichever of the batch's
@@ -145,11 +145,11 @@ describe('building a lookup with cluster migrate', () => {
     // u0…u199, late: names are unique so far; two more rows repeat names in other shards.
     const a = await before_.withShard({ key: 2 }, async (s) => {
       const { rows } = await s.query("INSERT INTO users (name) VALUES ('u7') RETURNING id");
-      return rows[0]?.id as bigint;
+      return rows[0]?.id as ShardflakeId;
     });
     const b = await before_.withShard({ key: 3 }, async (s) => {
       const { rows } = await s.query("INSERT INTO users (name) VALUES ('u8') RETURNING id");
-      return rows[0]?.id as bigint;
+      return rows[0]?.id as ShardflakeId;
     });
     const error = await migrateCluster(config, { lookupBatchSize: 50 }).then(
       () => assert.fail('the build of a unique lookup over duplicates finished'),

@@ -14,6 +14,7 @@ import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } fr
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
 import { recordLookupsAfterInit } from './lookups/init.js';
+import { keepHistory } from './migrations.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 import { installTransactions } from './transactions/install.js';
 
@@ -157,6 +158,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    // New shards are made from the history the catalog keeps (recording the config's new migrations first).
+    config = (await keepHistory(catalog, config)).config;
     await installTransactions(clients, config.catalog);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { ClusterConfig } from '../cluster/config.js';
+import { clusterHistory } from '../cluster/migrations.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
@@ -101,6 +102,8 @@ async function moveOne(
   let locked = false;
   let session: Session | undefined;
   try {
+    // The target copy is made from the cluster's recorded history, not from whatever the config still lists.
+    config = await clusterHistory(catalog, config);
     await installMoves(catalog);
     await lockShard(catalog, shard);
     locked = true;

@@ -2,6 +2,7 @@ import { bumpMapVersion } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { clusterHistory } from '../cluster/migrations.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
@@ -499,6 +500,8 @@ export async function moveSets(
     locked.push(shard);
   };
   try {
+    // The target copies are made from the cluster's recorded history, not from whatever the config still lists.
+    config = await clusterHistory(catalog, config);
     await installMoves(catalog);
     for (const shard of [...shards].sort((a, b) => a - b)) await lock(shard);
 

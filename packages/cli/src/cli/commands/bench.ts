@@ -8,6 +8,7 @@ import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
+import { registerBenchSqlAcrossCommand } from './bench-sql-across.js';
 
 export function registerBenchCommands(program: Command): void {
   const bench = program
@@ -20,6 +21,7 @@ export function registerBenchCommands(program: Command): void {
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
+  registerBenchSqlAcrossCommand(bench);
   registerBenchCrossCommand(bench);
   registerBenchLookupsCommand(bench);
 }

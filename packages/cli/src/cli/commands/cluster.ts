@@ -11,6 +11,7 @@ import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 import { registerRecoverCommand } from './cluster-recover.js';
+import { registerSqlQueryCommand } from './cluster-sql.js';
 import { registerStatusCommand } from './cluster-status.js';
 import { registerVerifyCommand } from './cluster-verify.js';
 
@@ -94,6 +95,7 @@ export function registerClusterCommands(program: Command): void {
         process.stdout.write(
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.differences.map((d) => `warning: config and cluster migrations differ: ${d}`),
             ...result.rebuiltIndexes.map(
               (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
             ),
@@ -119,4 +121,5 @@ export function registerClusterCommands(program: Command): void {
 
   registerMoveCommands(cluster);
   registerDashboardCommand(cluster);
+  registerSqlQueryCommand(cluster);
 }

@@ -1,5 +1,6 @@
 import { kindOf } from '../../arguments.js';
 import { ShardflakeError } from '../../errors.js';
+import { asId, type ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { qualified, quoteIdent } from '../../postgres/identifier.js';
 import type { RouterContext } from '../router/context.js';
@@ -19,7 +20,7 @@ import { entryTable } from './ddl.js';
  * ALL over that server's entry shards) and one per server for the owners.
  */
 export interface LookupHit {
-  id: bigint;
+  id: ShardflakeId;
   shard: number;
 }
 
@@ -103,7 +104,7 @@ export function createLookupReader(
         [text],
       );
       for (const row of entries.rows as { id: bigint }[]) {
-        const id = BigInt(row.id);
+        const id = asId(BigInt(row.id));
         const owner = await routedStatement(
           ctx,
           'get',
@@ -142,7 +143,7 @@ export function createLookupReader(
           `SELECT value, id FROM ${qualified(schema, entryTable(def.name))} WHERE value = ANY(${p}::text[])`,
       );
       // Owners: one statement per server over the candidates' shards; the row must still hold the value.
-      const ids = [...new Set(candidates.map((c) => BigInt(c.id as bigint)))];
+      const ids = [...new Set(candidates.map((c) => BigInt(c.id as bigint)))].map((i) => asId(i));
       const byOwnerShard = groupBy(ids, (id) => shardOfIdIn(map, id));
       const column = quoteIdent(def.column, 'column');
       const owners = await perServer(
@@ -155,7 +156,7 @@ export function createLookupReader(
       const held = new Set(owners.map((o) => `${o.value}\0${o.id}`));
       const hit = new Map<string, LookupHit>();
       for (const c of candidates) {
-        const id = BigInt(c.id as bigint);
+        const id = asId(BigInt(c.id as bigint));
         const value = c.value as string;
         if (held.has(`${value}\0${id}`) && !hit.has(value))
           hit.set(value, { id, shard: shardOfIdIn(map, id) });

@@ -1,4 +1,5 @@
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
+import { asId, type ShardflakeId } from '../../ids/id.js';
 import type { InsertManyOptions } from '../router/bulk.js';
 import type { RouterContext } from '../router/context.js';
 import type { InsertOptions, Row } from '../router/rows.js';
@@ -29,7 +30,7 @@ export async function insertKept(
   table: string,
   row: Row,
   options: InsertOptions,
-): Promise<bigint> {
+): Promise<ShardflakeId> {
   if (options?.shard === undefined && options?.key === undefined)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
@@ -42,14 +43,14 @@ export async function insertKept(
       ctx.statements.insert(session.schema, table, columns),
       columns.map((c) => row[c]),
     );
-    return BigInt((rows[0] as { id: bigint }).id);
+    return asId(BigInt((rows[0] as { id: bigint }).id));
   });
 }
 
 export async function updateKept(
   ctx: RouterContext,
   table: string,
-  id: bigint,
+  id: ShardflakeId,
   changes: Row,
 ): Promise<boolean> {
   const columns = Object.keys(changes);
@@ -64,7 +65,7 @@ export async function updateKept(
   });
 }
 
-export async function deleteKept(ctx: RouterContext, table: string, id: bigint): Promise<boolean> {
+export async function deleteKept(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
   return withShardKept(ctx, { id }, async (session) => {
     const result = await session.query(ctx.statements.delete(session.schema, table), [id]);
     return (result.rowCount ?? 0) > 0;
@@ -85,7 +86,7 @@ export async function insertManyKept<R extends Row>(
   table: string,
   rows: readonly R[],
   options: InsertManyOptions<R>,
-): Promise<bigint[]> {
+): Promise<ShardflakeId[]> {
   if (!Array.isArray(rows))
     throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
   if (rows.length === 0) return [];
@@ -107,7 +108,7 @@ export async function insertManyKept<R extends Row>(
       : (options.shard as number);
     byShard.set(shard, [...(byShard.get(shard) ?? []), i]);
   });
-  const ids: bigint[] = new Array(rows.length);
+  const ids: ShardflakeId[] = new Array(rows.length);
   const queue = [...byShard];
   const failed: number[] = [];
   let firstError: unknown;
@@ -123,7 +124,7 @@ export async function insertManyKept<R extends Row>(
               part.flatMap((r) => columns.map((c) => (rows[r] as R)[c])),
             );
             got.forEach((g, j) => {
-              ids[part[j] as number] = BigInt((g as { id: bigint }).id);
+              ids[part[j] as number] = asId(BigInt((g as { id: bigint }).id));
             });
           }
         });

@@ -16,6 +16,7 @@ export const OPERATIONS = [
   'delete',
   'feed',
   'query', // a cross-shard read
+  'sql', // router.sql: one SELECT across every shard
   'withShards', // an atomic write across shards (transactions/)
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
