@@ -6,7 +6,6 @@ import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
 import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
-import type { LookupDefinition } from '../lookups/config.js';
 import {
   createLookupReader,
   type LookupHit,
