@@ -112,7 +112,7 @@ describe('lookup entries follow every write', () => {
         await tx.update(users).set({ email: 'd2@x' }).where(sql`id = ${d?.id}`);
         await tx.update(users).set({ email: 'd3@x' }).where(sql`id = ${d?.id}`);
       });
-      return [raw.rows[0]?.id as bigint, k.id, d?.id as bigint];
+      return [raw.rows[0]?.id as ShardflakeId, k.id, d?.id as ShardflakeId];
     });
     assert.deepEqual(await entries(), [`d3@x→${ids[2]}`, `k@x→${ids[1]}`, `raw@x→${ids[0]}`]);
     const many = await router.lookupMany('user_email', ['k@x', 'nobody@x', 'raw@x', 'd1@x', 'd3@x']);

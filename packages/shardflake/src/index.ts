@@ -22,6 +22,10 @@ export type { LookupHit, LookupHitWithRow, LookupOptions, LookupValue } from './
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
 export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type { ReferenceConfig } from './cluster/reference/config.js';
+export type { ReferenceProblem } from './cluster/reference/verify.js';
+export { checkReferenceTables } from './cluster/reference/verify.js';
+export type { ReferenceSession } from './cluster/reference/write.js';
 export type {
   CatalogEvent,
   FailoverEvent,

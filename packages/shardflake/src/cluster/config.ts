@@ -16,6 +16,7 @@ import {
   tokenize,
 } from './ddl-guard.js';
 import { type LookupDefinition, parseLookups } from './lookups/config.js';
+import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -57,7 +58,7 @@ export interface Migration {
   concurrent?: ConcurrentIndexStatement[];
 }
 
-export interface ClusterConfig {
+export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
   /**
@@ -244,6 +245,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'nextIdLanguage',
     'tables',
     'migrations',
+    ...REFERENCE_FIELDS,
     'lookups',
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
@@ -381,6 +383,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
+    ...referenceConfig(raw, source, { tables, migrations }),
     lookups: parseLookups(
       raw.lookups,
       tables.map((t) => t.name),

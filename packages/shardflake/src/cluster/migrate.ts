@@ -8,6 +8,7 @@ import { closeAll, connectAll, connectServer, primaryUrl } from './connections.j
 import { buildLookups, type LookupBuildReport } from './lookups/build.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
 import { keepHistory } from './migrations.js';
+import { installReference, type ReferenceInstallResult } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 import { settlePreparedOnShards } from './transactions/settle.js';
@@ -76,6 +77,8 @@ export interface MigrateResult {
   failed: ShardFailure[];
   /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
   rebuiltIndexes: { shard: number; server: string; index: string }[];
+  /** What happened to the reference tables (reference/install.ts). */
+  reference: ReferenceInstallResult;
   /** The config's lookups: built by this run, or found built (empty when a shard failed to migrate). */
   lookups: LookupBuildReport[];
   durationMs: number;
@@ -157,6 +160,8 @@ export async function migrateCluster(
     const kept = await keepHistory(catalog, config);
     config = kept.config;
     target = targetVersion(config);
+    // Reference tables first (every server, or none: see reference/install.ts), then the shards.
+    const reference = await installReference(config, clients);
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
     const failed: ShardFailure[] = [];
@@ -355,6 +360,7 @@ export async function migrateCluster(
       alreadyCurrent,
       failed,
       rebuiltIndexes,
+      reference,
       lookups,
       durationMs: performance.now() - started,
     };

@@ -1,6 +1,7 @@
 import { ShardflakeError } from '../errors.js';
 import type { ClusterConfig } from './config.js';
 import { lookupCheck } from './lookups/verify.js';
+import { referenceCheck } from './reference/verify.js';
 import { clusterAccess } from './transactions/cluster-access.js';
 import type { ServerAccess } from './transactions/recovery.js';
 import { transactionChecks } from './transactions/verify.js';
@@ -26,7 +27,7 @@ export interface VerifyCheck {
 }
 
 /** Every check, in the order they run and print. */
-export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks, lookupCheck];
+export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks, referenceCheck, lookupCheck];
 
 export interface VerifyReport {
   ok: boolean;

@@ -1,6 +1,6 @@
 import { kindOf } from '../../arguments.js';
 import { ShardflakeError } from '../../errors.js';
-import { asId, type ShardflakeId } from '../../ids/id.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { qualified, quoteIdent } from '../../postgres/identifier.js';
 import type { RouterContext } from '../router/context.js';
@@ -104,7 +104,8 @@ export function createLookupReader(
         [text],
       );
       for (const row of entries.rows as { id: bigint }[]) {
-        const id = asId(BigInt(row.id));
+        // Entries hold ids the cluster made (its own rows), so they are ids by construction.
+        const id = BigInt(row.id) as ShardflakeId;
         const owner = await routedStatement(
           ctx,
           'get',
@@ -143,7 +144,7 @@ export function createLookupReader(
           `SELECT value, id FROM ${qualified(schema, entryTable(def.name))} WHERE value = ANY(${p}::text[])`,
       );
       // Owners: one statement per server over the candidates' shards; the row must still hold the value.
-      const ids = [...new Set(candidates.map((c) => BigInt(c.id as bigint)))].map((i) => asId(i));
+      const ids = [...new Set(candidates.map((c) => BigInt(c.id as bigint) as ShardflakeId))];
       const byOwnerShard = groupBy(ids, (id) => shardOfIdIn(map, id));
       const column = quoteIdent(def.column, 'column');
       const owners = await perServer(
@@ -156,7 +157,7 @@ export function createLookupReader(
       const held = new Set(owners.map((o) => `${o.value}\0${o.id}`));
       const hit = new Map<string, LookupHit>();
       for (const c of candidates) {
-        const id = asId(BigInt(c.id as bigint));
+        const id = BigInt(c.id as bigint) as ShardflakeId;
         const value = c.value as string;
         if (held.has(`${value}\0${id}`) && !hit.has(value))
           hit.set(value, { id, shard: shardOfIdIn(map, id) });

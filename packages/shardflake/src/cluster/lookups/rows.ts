@@ -1,5 +1,5 @@
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
-import { asId, type ShardflakeId } from '../../ids/id.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import type { InsertManyOptions } from '../router/bulk.js';
 import type { RouterContext } from '../router/context.js';
 import type { InsertOptions, Row } from '../router/rows.js';
@@ -43,7 +43,7 @@ export async function insertKept(
       ctx.statements.insert(session.schema, table, columns),
       columns.map((c) => row[c]),
     );
-    return asId(BigInt((rows[0] as { id: bigint }).id));
+    return BigInt((rows[0] as { id: bigint }).id) as ShardflakeId;
   });
 }
 
@@ -124,7 +124,7 @@ export async function insertManyKept<R extends Row>(
               part.flatMap((r) => columns.map((c) => (rows[r] as R)[c])),
             );
             got.forEach((g, j) => {
-              ids[part[j] as number] = asId(BigInt((g as { id: bigint }).id));
+              ids[part[j] as number] = BigInt((g as { id: bigint }).id) as ShardflakeId;
             });
           }
         });

@@ -15,6 +15,8 @@ import {
 } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
 import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
+import { serverOrder } from '../reference/order.js';
+import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
@@ -125,6 +127,8 @@ export interface Router {
     fn: (session: ShardSession) => Promise<T> | T,
     options?: SessionOptions,
   ): Promise<T>;
+  /** Writes the reference tables on every server's copy, committed on every server or none (see reference/write.ts). */
+  withReference<T>(fn: (session: ReferenceSession) => Promise<T> | T): Promise<T>;
   /**
    * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
    * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
@@ -329,6 +333,7 @@ export async function createRouter(
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
+    withReference: (fn) => withReference(ctx, serverOrder(config), fn),
     withShards: (targets, fn) => withShards(ctx, targets, fn),
     recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),

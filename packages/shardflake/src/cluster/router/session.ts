@@ -16,8 +16,8 @@ import { traced } from './trace.js';
 
 /**
  * Shard sessions: application code running its own SQL in one logical shard, in one transaction on the shard's
- * current primary, with the shard's schema as the whole search_path (see Statements.begin for why that is safe on
- * pooled connections).
+ * current primary, with the shard's schema first on the search_path and the reference tables' schema after it
+ * (see Statements.begin for why that is safe on pooled connections).
  *
  * fn may run more than once: when the shard turns out fenced or moved (or its primary failed over) before COMMIT,
  * the transaction is rolled back and fn runs again from the start on the shard's new home. Once COMMIT is sent
@@ -38,7 +38,7 @@ export interface SessionOptions {
 export interface ShardSession {
   /** The logical shard. */
   readonly shard: number;
-  /** The shard's schema, which is the session's whole search_path. */
+  /** The shard's schema, first on the session's search_path (the reference tables' schema comes after it). */
   readonly schema: string;
   /** The configured server the shard lives on now. */
   readonly server: string;
