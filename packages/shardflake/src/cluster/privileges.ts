@@ -4,6 +4,7 @@ import type { Queryable } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 import type { ClusterConfig } from './config.js';
 import { connectServer } from './connections.js';
+import { FENCED_ROLE } from './fence.js';
 
 /**
  * What each command needs on each server, checked before it changes anything, so that a command run with too few
@@ -105,7 +106,9 @@ export async function roleFacts(
   schemaPrefix: string,
   catalog: boolean,
 ): Promise<RoleFacts> {
-  const shardSchemas = `SELECT oid, nspowner FROM pg_namespace WHERE nspname ~ ('^' || ${quoteLiteral(schemaPrefix)} || '[0-9]{4}$')`;
+  // Sealed old copies of moved shards (owned by shardflake_fenced, fence.ts) are nobody's to use or migrate.
+  const shardSchemas = `SELECT oid, nspowner FROM pg_namespace WHERE nspname ~ ('^' || ${quoteLiteral(schemaPrefix)} || '[0-9]{4}$')
+                          AND nspowner IS DISTINCT FROM (SELECT oid FROM pg_roles WHERE rolname = ${quoteLiteral(FENCED_ROLE)})`;
   const { rows } = await client.query(
     `SELECT current_user::text AS "user",
             (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser,
