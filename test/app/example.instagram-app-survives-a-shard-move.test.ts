@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { createRouter, type RouterEvent, type ShardflakeId } from 'shardflake';
+import { adminReport } from '../../examples/instagram/admin.js';
 import { InstagramApp } from '../../examples/instagram/app.js';
 import { TABLES } from '../../examples/instagram/schema.js';
 import { runWorkload } from '../../examples/instagram/workload.js';
@@ -65,5 +66,37 @@ test('the example app (Kysely on shard sessions) runs its workload through a sha
   // Photos stayed on their user's shard, the moved one included.
   for (const p of stored) assert.equal(router.shardOfId(p.id), router.shardOfId(p.user_id));
   assert.ok(stored.some((p) => router.shardOfId(p.id) === shard));
+
+  // The admin page's cross-shard aggregates (router.sql) agree with what the workload was acknowledged.
+  const report = await adminReport(router, 3);
+  const likesOf = (user: bigint) =>
+    stored.filter((p) => p.user_id === user).reduce((n, p) => n + BigInt(p.like_count as number), 0n);
+  assert.equal(report.totals.users, 24n);
+  assert.equal(report.totals.photos, BigInt(acknowledged.length));
+  assert.equal(
+    report.totals.posters,
+    BigInt([...result.photosOf.values()].filter((l) => l.length > 0).length),
+  );
+  assert.equal(
+    report.totals.likes,
+    stored.reduce((n, p) => n + BigInt(p.like_count as number), 0n),
+  );
+  assert.equal(report.totals.mostLiked, Math.max(...stored.map((p) => p.like_count as number)));
+  const expectedTop = [...result.photosOf.entries()]
+    .filter(([, list]) => list.length > 0)
+    .map(([id, list]) => ({ id, photos: BigInt(list.length), likes: likesOf(id) }))
+    .sort((a, b) => (a.likes === b.likes ? 0 : a.likes > b.likes ? -1 : 1))
+    .slice(0, 3);
+  assert.deepEqual(
+    report.topPosters.map((t) => t.likes),
+    expectedTop.map((t) => t.likes),
+  );
+  // Users were created in order as user0, user1 …: each top poster's photos are the ones acknowledged for them.
+  const ids = [...result.photosOf.keys()];
+  for (const t of report.topPosters) {
+    const id = ids[Number(t.name.slice('user'.length))] as ShardflakeId;
+    assert.equal(t.photos, BigInt(result.photosOf.get(id)?.length ?? -1), `photos of ${t.name}`);
+    assert.equal(t.likes, likesOf(id), `likes of ${t.name}`);
+  }
   await router.close();
 });

@@ -256,14 +256,16 @@ function startFailure(name: string, error: unknown): ShardflakeError {
 }
 
 /**
- * What every embedded server runs with (replicas too: a standby needs at least its primary's connection and
- * replication limits). Loopback TCP only (no Unix socket), and logical WAL with slots and senders enough for
- * shard moves.
+ * What every embedded server runs with (replicas too: a standby needs at least its primary's connection,
+ * prepared-transaction and replication limits). Loopback TCP only (no Unix socket), logical WAL with slots and
+ * senders enough for shard moves, and prepared transactions for transactions across servers (one per connection
+ * is the most that can be in flight).
  */
 export const SERVER_SETTINGS: Readonly<Record<string, string | number>> = {
   listen_addresses: '127.0.0.1',
   unix_socket_directories: '',
   max_connections: 200,
+  max_prepared_transactions: 200,
   wal_level: 'logical',
   max_replication_slots: 32,
   max_wal_senders: 32,

@@ -3,8 +3,10 @@ import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fencedSchemas, fenceSql } from '../cluster/fence.js';
 import { clusterHistory } from '../cluster/migrations.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
+import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
@@ -136,6 +138,8 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
   if (todo.length === 0) return;
   let oid = await subscriptionOid(s.target, s.names.subscription);
   if (oid === null) {
+    // The slot waits for every transaction running on the source, in-doubt prepared ones too.
+    await settlePreparedOnShards(s.config, s.from, 'all', { failWith: 'MOVE_FAILED' });
     await dropSlots(s.source, s.names.slot, null);
     await inTransaction(s.target, async () => {
       await s.target.query('SET LOCAL session_replication_role = replica');
@@ -536,6 +540,10 @@ export async function moveSets(
           : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
       );
     }
+
+    // Reference tables complete on every target before any shard is recorded as moving there (SPEC G2).
+    for (const to of new Set(fresh.map((n) => targetOf.get(n) as string)))
+      await ensureReferenceOn(config, to);
 
     // Fresh sets, one per (source, target) pair: every shard checked, and the servers' replication limits, before
     // any is recorded.

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
+import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
@@ -129,6 +130,8 @@ export async function prepare(s: Session): Promise<void> {
 
 /** prepared → subscribed: the subscription starts the copy. */
 export async function subscribe(s: Session): Promise<void> {
+  // The subscription's slot waits for every transaction running on the source, in-doubt prepared ones too.
+  await settlePreparedOnShards(s.config, s.record.from, 'all', { failWith: 'MOVE_FAILED' });
   const oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.record.from));
   await recordSubscriptionOid(s.catalog, s.record.id, oid);
   s.record = { ...s.record, subscriptionOid: oid };
@@ -204,6 +207,8 @@ export async function cutover(s: Session): Promise<number> {
   const tableList = s.tables.map((t) => qualified(record.schema, t.name)).join(', ');
   const names = s.tables.map((t) => t.name);
   const bySnapshots = s.opts.verify === 'snapshots';
+  // In-doubt prepared transactions hold the tables' locks until settled, by their decision (transactions/settle.ts).
+  await settlePreparedOnShards(s.config, record.from, [record.schema], { failWith: 'MOVE_FAILED' });
   if (bySnapshots) {
     const checked = await verifyOnSnapshots({
       sourceUrl: await primaryUrl(s.config, record.from),

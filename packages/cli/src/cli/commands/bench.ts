@@ -1,11 +1,14 @@
 import type { Command } from 'commander';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
+import { registerBenchCrossCommand } from './bench-cross.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
+import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
+import { registerBenchSqlAcrossCommand } from './bench-sql-across.js';
 
 export function registerBenchCommands(program: Command): void {
   const bench = program
@@ -18,4 +21,7 @@ export function registerBenchCommands(program: Command): void {
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
+  registerBenchSqlAcrossCommand(bench);
+  registerBenchCrossCommand(bench);
+  registerBenchLookupsCommand(bench);
 }

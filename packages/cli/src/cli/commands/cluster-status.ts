@@ -96,6 +96,17 @@ export function formatStatus(status: ClusterStatus, everyShard: boolean): string
       );
     }
   }
+  const tx = status.transactions;
+  if (tx) {
+    const cannot = tx.cannotTakePart.length
+      ? `; cannot take part (max_prepared_transactions = 0): ${tx.cannotTakePart.join(', ')}`
+      : '';
+    lines.push(`transactions across servers: ${tx.inDoubt.length} prepared in doubt${cannot}`);
+    for (const g of tx.inDoubt)
+      lines.push(
+        `  ${g.gid} on ${g.server}: ${(g.ageMs / 1000).toFixed(1)} s old, decision ${g.decision} (on ${g.decisionServer})`,
+      );
+  }
   lines.push(...status.warnings.map((w) => `warning: ${w}`), '');
   return lines.join('\n');
 }
