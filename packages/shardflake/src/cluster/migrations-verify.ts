@@ -6,10 +6,8 @@ import { historyReport } from './migrations.js';
  * The `cluster verify` check of migrations (issue 22): the config's migrations against the history the cluster
  * keeps — missing, changed (checksum), reordered, renamed, other table templates — one problem per difference.
  *
- * Written to the verify command's seam (src/cluster/verify.ts, by the tx helper: `VerifyCheck` = `{ name,
- * run(config, pools) → Problem[] }`, `Problem` = `{ check, where, what }`, `pools.use(server, fn)`), with those
- * shapes restated here so this module builds without it. Registering it is one line in verify.ts's list:
- * `export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks, migrationsCheck];`.
+ * One of verify.ts's checks (`VerifyCheck`: `{ name, run(config, pools) → Problem[] }`); it needs only
+ * `pools.use(server, fn)`, restated here so that the check does not depend on the transactions module.
  */
 export interface MigrationProblem {
   check: string;
