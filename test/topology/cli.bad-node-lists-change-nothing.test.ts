@@ -99,7 +99,7 @@ describe('cluster init refuses bad node lists and changes nothing', () => {
         servers,
         catalog: 'a',
         logicalShards: 4,
-        tables: { t: 'CREATE TABLE t (id bigint)' },
+        tables: { t: 'CREATE TABLE t (id bigint PRIMARY KEY)' },
       });
     assert.throws(parse({ a: [] }), /server a needs a postgres:\/\/ URL or a non-empty list/);
     assert.throws(

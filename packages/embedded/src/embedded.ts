@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, rmdir, stat, unlink, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -287,6 +287,18 @@ export async function startEmbeddedServer(
   let user: ServerUser | undefined;
   let binaries: ServerBinaries;
   let serverDataDir = dataDir;
+  // A start that fails leaves nothing behind in a folder it made itself (initdb alone writes ~40 MB): the server
+  // it may have started is stopped, and the data, wherever it was placed, is removed with the folder.
+  const discard = async (started?: ServerProcess) => {
+    await started?.stop().catch(() => {});
+    if (!ownsDir) return;
+    if (serverDataDir !== dataDir) {
+      await rm(serverDataDir, { recursive: true, force: true }).catch(() => {});
+      // The placed data's own folder, when nothing else is in it (rmdir refuses a folder that is not empty).
+      await rmdir(dirname(serverDataDir)).catch(() => {});
+    }
+    await rm(base, { recursive: true, force: true }).catch(() => {});
+  };
   try {
     user = await serverUser();
     binaries = packagedBinaries();
@@ -297,9 +309,13 @@ export async function startEmbeddedServer(
       await checkServerUserReaches(binaries, serverDataDir);
     }
   } catch (error) {
+    await discard();
     throw startFailure(name, error);
   }
-  const password = await serverPassword(base, name, initialised);
+  const password = await serverPassword(base, name, initialised).catch(async (error: unknown) => {
+    await discard();
+    throw error;
+  });
   const settings: Record<string, string | number> = { ...SERVER_SETTINGS, fsync: 'on', ...options.settings };
   const flags = Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
   const onLog = options.onLog ?? (() => {});
@@ -325,17 +341,23 @@ export async function startEmbeddedServer(
       options.port === undefined ? PORT_ATTEMPTS : 1,
     ));
   } catch (error) {
+    await discard();
     throw startFailure(name, error);
   }
   const database = options.database ?? 'postgres';
   const url = (db: string) => `postgres://postgres:${password}@127.0.0.1:${port}/${db}`;
   if (database !== 'postgres') {
-    const client = await connect(url('postgres'));
     try {
-      const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
-      if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
-    } finally {
-      await client.end();
+      const client = await connect(url('postgres'));
+      try {
+        const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [database]);
+        if (found.rowCount === 0) await client.query(`CREATE DATABASE ${quoteIdent(database)}`);
+      } finally {
+        await client.end();
+      }
+    } catch (error) {
+      await discard(serverProcess);
+      throw error;
     }
   }
   const persistent = options.persistent ?? !ownsDir;

@@ -32,6 +32,10 @@ export const ERROR_CODES = [
   'PREPARED_TRANSACTIONS_DISABLED', // a server a cross-server transaction needs has max_prepared_transactions = 0
   'TRANSACTION_ABORTED', // a cross-server transaction rolled back at commit (recovery took it for abandoned, or a PREPARE failed)
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
+  'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
+  'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
+  'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
+  'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -61,6 +65,49 @@ export class ShardflakeError extends Error {
 
 export function isShardflakeError(error: unknown, code?: ErrorCode): error is ShardflakeError {
   return error instanceof ShardflakeError && (code === undefined || error.code === code);
+}
+
+/**
+ * The SQLSTATE of an error, whatever raised it: a ShardflakeError (`sqlState`), pg's DatabaseError (`code`, as
+ * Kysely passes it on), Drizzle's query error (the pg error is its `cause`), or any wrapper whose `cause` chain
+ * leads to one. Undefined when no SQLSTATE is found. The one way to ask "which database error was it?".
+ */
+export function sqlStateOf(error: unknown): string | undefined {
+  let e = error as { sqlState?: unknown; code?: unknown; cause?: unknown } | undefined;
+  for (let depth = 0; e && typeof e === 'object' && depth < 5; depth++) {
+    if (typeof e.sqlState === 'string') return e.sqlState;
+    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+    e = e.cause as typeof e;
+  }
+  return undefined;
+}
+
+/**
+ * The database error a query client threw, if `error` is one: pg's DatabaseError itself (pg, Kysely) or Drizzle's
+ * DrizzleQueryError around one. Other errors (the application's own, even with a database error as their cause)
+ * are not: they are the application's to shape.
+ */
+export function driverDatabaseError(
+  error: unknown,
+): { code: string; message: string; detail?: string } | undefined {
+  const isPgError = (e: unknown): e is { code: string; message: string; detail?: string } => {
+    const x = e as { code?: unknown; severity?: unknown } | null;
+    return (
+      e instanceof Error &&
+      typeof x?.code === 'string' &&
+      /^[0-9A-Z]{5}$/.test(x.code) &&
+      typeof x.severity === 'string'
+    );
+  };
+  if (isPgError(error)) return error;
+  // Drizzle's DrizzleQueryError keeps the name 'Error'; it is known by its class name or its query and params.
+  const drizzle = error as { query?: unknown; params?: unknown } | null;
+  const isDrizzle =
+    error instanceof Error &&
+    (error.constructor.name === 'DrizzleQueryError' ||
+      (typeof drizzle?.query === 'string' && Array.isArray(drizzle.params)));
+  if (isDrizzle && isPgError(error.cause)) return error.cause;
+  return undefined;
 }
 
 /** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */

@@ -20,6 +20,10 @@ export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
 export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type { ReferenceConfig } from './cluster/reference/config.js';
+export type { ReferenceProblem } from './cluster/reference/verify.js';
+export { checkReferenceTables } from './cluster/reference/verify.js';
+export type { ReferenceSession } from './cluster/reference/write.js';
 export type {
   CatalogEvent,
   FailoverEvent,
@@ -46,6 +50,8 @@ export { createServerNodes } from './cluster/router/server-nodes.js';
 export type { TelemetryOptions } from './cluster/router/telemetry.js';
 export { telemetryHook } from './cluster/router/telemetry.js';
 export type {
+  FeedCommon,
+  FeedKeys,
   FeedOptions,
   FeedPage,
   InsertManyOptions,
@@ -65,16 +71,19 @@ export type {
 export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
+export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
 export type { InDoubtGid, RecoveryReport, SettledGid } from './cluster/transactions/recovery.js';
 export type { TransactionOptions } from './cluster/transactions/state.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
-export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError } from './errors.js';
+export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError, sqlStateOf } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
 export { decodeId, encodeId, idRange } from './ids/codec.js';
 export type { Generator, GeneratorOptions } from './ids/generator.js';
 export { capPerSecond, createGenerator, SequenceState } from './ids/generator.js';
+export type { NotAnId, ShardflakeId } from './ids/id.js';
+export { asId, asIds } from './ids/id.js';
 export type { IdEncoding } from './ids/id-text.js';
 export { formatId, ID_ENCODINGS, parseId } from './ids/id-text.js';
 export type { IdFormat, Inspection, InspectOptions } from './ids/inspect.js';

@@ -1,5 +1,6 @@
 import { startEmbeddedServer } from '@shardflake/embedded';
 import { replicaCaughtUp, startEmbeddedReplica } from '@shardflake/embedded/replica';
+import type { ShardflakeId } from 'shardflake';
 import { validateConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
 import type { OperationEvent } from 'shardflake/internal/cluster/router/events.js';
@@ -85,7 +86,7 @@ const TABLE = 'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), body
 
 async function readLoop(
   router: Router,
-  ids: readonly bigint[],
+  ids: readonly ShardflakeId[],
   clients: number,
   ms: number,
 ): Promise<number> {
@@ -94,7 +95,7 @@ async function readLoop(
   await Promise.all(
     Array.from({ length: clients }, async (_, c) => {
       for (let i = c; performance.now() < until; i += clients) {
-        const id = ids[i % ids.length] as bigint;
+        const id = ids[i % ids.length] as ShardflakeId;
         await router.withShard(
           { id },
           async (s) => (await s.query('SELECT body FROM items WHERE id = $1', [id])).rows,

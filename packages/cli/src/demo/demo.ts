@@ -1,4 +1,5 @@
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
+import type { ShardflakeId } from 'shardflake';
 import { type ClusterConfig, validateConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { createRouter, type Router } from 'shardflake/internal/cluster/router.js';
@@ -131,7 +132,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     // photo's shard (the shard bits of the parent's id), as Instagram colocates a user's data. Routing a
     // generated id by modulo would be a mistake: its low bits are the sequence, mostly 0.
     const run = Date.now().toString(36);
-    const userIds: bigint[] = [];
+    const userIds: ShardflakeId[] = [];
     t = performance.now();
     await inParallel(
       opts.users,
@@ -144,13 +145,13 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     );
     timings.users = ms(t);
     const photoCount = opts.users * opts.photosPerUser;
-    const photoIds: bigint[] = [];
+    const photoIds: ShardflakeId[] = [];
     t = performance.now();
     await inParallel(
       photoCount,
       opts.concurrency,
       async (i) => {
-        const user = userIds[i % opts.users] as bigint;
+        const user = userIds[i % opts.users] as ShardflakeId;
         photoIds[i] = await router.insert(
           'photos',
           { user_id: user, caption: `photo ${i}` },
@@ -165,11 +166,12 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       opts.likes,
       opts.concurrency,
       async (i) => {
-        const photo = photoIds[(i * 7919) % photoCount] as bigint;
+        const photo = photoIds[(i * 7919) % photoCount] as ShardflakeId;
+        // A like lives on its photo's shard (the one in the photo id's bits), as a photo lives on its user's.
         await router.insert(
           'likes',
           { photo_id: photo, user_id: userIds[(i * 31) % opts.users] },
-          { key: photo },
+          { shard: router.shardOfId(photo) },
         );
       },
       (d) => progress('likes', d, opts.likes),

@@ -9,7 +9,13 @@ import {
   type GeneratorLanguage,
 } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
-import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
+import {
+  type CheckedStatement,
+  type ConcurrentIndexStatement,
+  checkShardStatement,
+  tokenize,
+} from './ddl-guard.js';
+import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -50,7 +56,7 @@ export interface Migration {
   concurrent?: ConcurrentIndexStatement[];
 }
 
-export interface ClusterConfig {
+export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
   /**
@@ -168,6 +174,60 @@ function nodeUrls(name: string, value: unknown, source: string): string[] {
   });
 }
 
+/**
+ * The table a statement creates or alters and whether it declares a primary key: CREATE TABLE x (… PRIMARY KEY …)
+ * or ALTER TABLE [IF EXISTS] [ONLY] x ADD [CONSTRAINT c] PRIMARY KEY …. Read from the statement's tokens, so a
+ * "primary key" inside a literal or a comment does not count.
+ */
+function primaryKeyOf(
+  sql: string,
+  where: string,
+): { table: string | undefined; creates: boolean; declares: boolean } {
+  const words = tokenize(sql, where).map((t) => (t.kind === 'word' ? t.text.toLowerCase() : t.text));
+  const declares = words.some((w, i) => w === 'primary' && words[i + 1] === 'key');
+  let at = words[1] === 'unlogged' ? 2 : 1;
+  const creates = words[0] === 'create';
+  if (!(creates || words[0] === 'alter') || words[at] !== 'table')
+    return { table: undefined, creates, declares };
+  at++;
+  if (words[at] === 'if') at += creates ? 3 : 2;
+  if (words[at] === 'only') at++;
+  return { table: words[at], creates, declares };
+}
+
+/**
+ * Every sharded table needs a primary key: a shard move copies tables with logical replication, which can carry a
+ * table's updates and deletes only with a replica identity (the primary key), and the router's get, update and
+ * delete find rows by it. Without one, a move refuses the table much later, on a live cluster.
+ */
+function checkPrimaryKeys(
+  tables: readonly TableTemplate[],
+  migrations: readonly Migration[],
+  source: string,
+): void {
+  const created = new Map<string, string>();
+  const keyed = new Set<string>();
+  const note = (sql: string, where: string) => {
+    const { table, creates, declares } = primaryKeyOf(sql, where);
+    if (table === undefined) return;
+    if (creates && !created.has(table)) created.set(table, where);
+    if (declares) keyed.add(table);
+  };
+  for (const t of tables) {
+    for (const sql of t.statements) note(sql, `tables.${t.name}`);
+  }
+  for (const m of migrations) {
+    for (const sql of m.statements) note(sql, `migrations[${m.version - 1}]`);
+  }
+  for (const [table, where] of created) {
+    if (!keyed.has(table))
+      throw bad(
+        source,
+        `${where}: table ${table} has no primary key; every sharded table needs one (shard moves replicate updates and deletes by it, and get/update/delete find rows by it): add e.g. "id bigint PRIMARY KEY DEFAULT next_id()"`,
+      );
+  }
+}
+
 /** Validates a parsed config object; every problem is an INVALID_CONFIG or UNKNOWN_SERVER with one sentence. */
 export function validateConfig(raw: unknown, source = 'config', now = Date.now()): ClusterConfig {
   if (!isObject(raw)) throw bad(source, 'must be a JSON object');
@@ -181,6 +241,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'nextIdLanguage',
     'tables',
     'migrations',
+    ...REFERENCE_FIELDS,
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
   if (unknown.length > 0)
@@ -304,6 +365,8 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     });
   }
 
+  checkPrimaryKeys(tables, migrations, source);
+
   return {
     servers,
     nodes,
@@ -315,6 +378,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
+    ...referenceConfig(raw, source, { tables, migrations }),
     source,
   };
 }

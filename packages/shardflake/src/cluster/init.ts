@@ -13,6 +13,8 @@ import {
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
+import { keepHistory } from './migrations.js';
+import { installReference } from './reference/install.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 import { installTransactions } from './transactions/install.js';
 
@@ -156,6 +158,10 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    // New shards are made from the history the catalog keeps (recording the config's new migrations first).
+    config = (await keepHistory(catalog, config)).config;
+    // Before any shard: a shard session may join against the reference tables from its first statement.
+    await installReference(config, clients);
     await installTransactions(clients, config.catalog);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));

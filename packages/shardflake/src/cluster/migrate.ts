@@ -6,6 +6,8 @@ import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
+import { keepHistory } from './migrations.js';
+import { installReference, type ReferenceInstallResult } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 import { settlePreparedOnShards } from './transactions/settle.js';
@@ -56,7 +58,13 @@ export interface ShardFailure {
 }
 
 export interface MigrateResult {
+  /** The cluster's schema version after this run: its recorded history plus the config's new migrations. */
   target: number;
+  /**
+   * How the config's migrations differ from the history the cluster keeps, when they differ in a way that is not
+   * refused (a config that lacks recorded migrations, a renamed one); one sentence each.
+   */
+  differences: string[];
   /** Shards this run moved forward. */
   migrated: number;
   /** Shards that were already at the target. */
@@ -64,6 +72,8 @@ export interface MigrateResult {
   failed: ShardFailure[];
   /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
   rebuiltIndexes: { shard: number; server: string; index: string }[];
+  /** What happened to the reference tables (reference/install.ts). */
+  reference: ReferenceInstallResult;
   durationMs: number;
 }
 
@@ -121,7 +131,7 @@ export async function migrateCluster(
   ) as MigrateOptions;
   const opts = { ...DEFAULTS, ...given };
   const started = performance.now();
-  const target = targetVersion(config);
+  let target = targetVersion(config);
   const clients = await connectAll(config, { applicationName: 'shardflake migrate' });
   const extra: pg.Client[] = [];
   try {
@@ -138,14 +148,26 @@ export async function migrateCluster(
         `${config.source}: logicalShards is ${config.logicalShards} but the cluster has ${info.logicalShards}`,
       );
     }
+    // The history the catalog keeps: the config's new migrations are recorded before any shard runs them, a
+    // config that contradicts it is refused, and one that lacks recorded migrations works from the catalog's SQL.
+    const kept = await keepHistory(catalog, config);
+    config = kept.config;
+    target = targetVersion(config);
+    // Reference tables first (every server, or none: see reference/install.ts), then the shards.
+    const reference = await installReference(config, clients);
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
     const failed: ShardFailure[] = [];
     const todo = new Map<string, { shard: number; schema: string }[]>();
     let alreadyCurrent = 0;
+    const ahead = new Map<number, number>();
     for (const s of map.shards) {
       const known = versions.get(s.shard)?.schemaVersion ?? 0;
-      if (known >= target) {
+      if (known > target) {
+        // Only a cluster whose history was never recorded (made before it was kept) can get here: its shards ran
+        // migrations the config no longer lists, and nothing knows their SQL. Said, never called current.
+        ahead.set(known, (ahead.get(known) ?? 0) + 1);
+      } else if (known === target) {
         alreadyCurrent++;
       } else if (s.state === 'moving') {
         failed.push({
@@ -162,7 +184,7 @@ export async function migrateCluster(
       }
     }
     const total = map.shards.length;
-    let done = alreadyCurrent + failed.length;
+    let done = alreadyCurrent + failed.length + [...ahead.values()].reduce((a, b) => a + b, 0);
     let migrated = 0;
     const rebuiltIndexes: MigrateResult['rebuiltIndexes'] = [];
     opts.onProgress?.(done, total);
@@ -311,10 +333,18 @@ export async function migrateCluster(
     failed.sort((a, b) => a.shard - b.shard);
     return {
       target,
+      differences: [
+        ...kept.differences.map((d) => d.text),
+        ...[...ahead].map(
+          ([version, count]) =>
+            `${count} shard${count === 1 ? ' is' : 's are'} at schema version ${version}, above the config's ${target}: the config lacks migrations ${target + 1}–${version}, which the cluster never recorded (it predates kept histories); add them to the config`,
+        ),
+      ],
       migrated,
       alreadyCurrent,
       failed,
       rebuiltIndexes,
+      reference,
       durationMs: performance.now() - started,
     };
   } finally {

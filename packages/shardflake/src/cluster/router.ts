@@ -9,7 +9,14 @@ export type { WriteRetry } from './router/retry.js';
 export type { Router, RouterOptions } from './router/router.js';
 export { createRouter, FENCED_SQLSTATE } from './router/router.js';
 export type { InsertOptions, Row } from './router/rows.js';
-export type { FeedOptions, FeedPage, MergedQuery, ShardQuery } from './router/scatter.js';
+export type {
+  FeedCommon,
+  FeedKeys,
+  FeedOptions,
+  FeedPage,
+  MergedQuery,
+  ShardQuery,
+} from './router/scatter.js';
 export type { Lsn, NodeLease, NodeRole } from './router/server-nodes.js';
 export type { SessionOptions, ShardSession, ShardTarget } from './router/session.js';
 export type { SessionPool, SessionPoolClient } from './router/session-pool.js';

@@ -1,6 +1,7 @@
 import { blake2s } from '@noble/hashes/blake2.js';
 import { kindOf, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
+import type { NotAnId } from '../ids/id.js';
 
 /**
  * Shard key → logical shard.
@@ -13,8 +14,11 @@ import { ShardflakeError } from '../errors.js';
  *   the type of the key decides, never its content.
  *
  * Both rules depend only on the key and the shard count, so every router, language and version agrees.
+ *
+ * A `ShardflakeId` is not a ShardKey (the compiler says "Type 'ShardflakeId' is not assignable to type 'ShardKey'"):
+ * an id routes by the shard in its bits, with `{ id }`, and routing it as a key would pick another shard.
  */
-export type ShardKey = number | bigint | string | Uint8Array;
+export type ShardKey = number | (bigint & NotAnId) | string | Uint8Array;
 
 export function hashKey(key: string | Uint8Array): bigint {
   if (typeof key !== 'string' && !(key instanceof Uint8Array)) {

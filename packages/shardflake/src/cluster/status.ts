@@ -4,6 +4,7 @@ import { connect, describeUrl } from '../postgres/connect.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { serverNodeUrls } from './connections.js';
+import { historyReport } from './migrations.js';
 import { type NodeStatus, readNodes, readShardStats, type ShardStats } from './status-stats.js';
 import { readTransactionsStatus, type TransactionsStatus } from './transactions/cluster-access.js';
 import { TRANSACTION_DEFAULTS } from './transactions/state.js';
@@ -37,7 +38,13 @@ export interface ClusterStatus {
   signedOverflowAt: string | null;
   /** When the layout's time field runs out. */
   exhaustsAt: string;
+  /**
+   * The schema version shards should be at: the cluster's recorded history, or the config's last migration when
+   * the config has newer ones still to apply.
+   */
   targetSchemaVersion: number;
+  /** How the config's migrations differ from the history the cluster keeps (one sentence each; also in warnings). */
+  migrationDifferences: string[];
   /** Schema version → number of shards at it. */
   schemaVersions: Record<string, number>;
   /** `reachable`: the server's primary answers. `nodes`: each node's role, connections and replica lag. */
@@ -82,6 +89,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
     }
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
+    const history = await historyReport(catalog, config);
+    const target = Math.max(history.recordedVersion ?? 0, targetVersion(config));
     const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
     const stats = new Map(
       await Promise.all(
@@ -117,10 +126,14 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
         `${info.logicalShards - shards.length} of ${info.logicalShards} shards are not created yet; run cluster init again`,
       );
     }
-    const behind = shards.filter((s) => s.schemaVersion < targetVersion(config)).length;
+    for (const d of history.differences) warnings.push(`config and cluster migrations differ: ${d.text}`);
+    const behind = shards.filter((s) => s.schemaVersion < target).length;
     if (behind > 0)
+      warnings.push(`${behind} shards are behind schema version ${target}; run cluster migrate`);
+    const ahead = shards.filter((s) => s.schemaVersion > target).length;
+    if (ahead > 0)
       warnings.push(
-        `${behind} shards are behind schema version ${targetVersion(config)}; run cluster migrate`,
+        `${ahead} shards are at a schema version above ${target}: the config lacks migrations they ran, and the cluster recorded no history of them`,
       );
     for (const s of servers.filter((x) => !x.reachable)) warnings.push(`server ${s.name} is unreachable`);
     for (const s of servers) {
@@ -152,7 +165,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       epoch: new Date(info.epochMs).toISOString(),
       signedOverflowAt: overflow ? overflow.toISOString() : null,
       exhaustsAt: layout.exhaustsAt.toISOString(),
-      targetSchemaVersion: targetVersion(config),
+      targetSchemaVersion: target,
+      migrationDifferences: history.differences.map((d) => d.text),
       schemaVersions,
       servers,
       warnings,

@@ -1,5 +1,6 @@
 import { ShardflakeError } from '../errors.js';
 import type { ClusterConfig } from './config.js';
+import { referenceCheck } from './reference/verify.js';
 import { clusterAccess } from './transactions/cluster-access.js';
 import type { ServerAccess } from './transactions/recovery.js';
 import { transactionChecks } from './transactions/verify.js';
@@ -25,7 +26,7 @@ export interface VerifyCheck {
 }
 
 /** Every check, in the order they run and print. */
-export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks];
+export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks, referenceCheck];
 
 export interface VerifyReport {
   ok: boolean;

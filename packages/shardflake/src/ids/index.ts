@@ -5,11 +5,13 @@
  */
 
 export type { ErrorCode, ErrorDetails } from '../errors.js';
-export { ERROR_CODES, isShardflakeError, ShardflakeError } from '../errors.js';
+export { ERROR_CODES, isShardflakeError, ShardflakeError, sqlStateOf } from '../errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './codec.js';
 export { decodeId, encodeId, idRange } from './codec.js';
 export type { Generator, GeneratorOptions } from './generator.js';
 export { capPerSecond, createGenerator, SequenceState } from './generator.js';
+export type { NotAnId, ShardflakeId } from './id.js';
+export { asId, asIds } from './id.js';
 export type { IdEncoding } from './id-text.js';
 export { formatId, ID_ENCODINGS, parseId } from './id-text.js';
 export type { FieldKind, FieldSpec, Layout, LayoutField, LayoutSpec, PresetName } from './layout.js';

@@ -25,7 +25,12 @@ export interface MacChoice {
   mac: string;
 }
 
-type Interfaces = ReturnType<typeof networkInterfaces>;
+/**
+ * What findMac reads: os.networkInterfaces()'s shape, written out here so that the published types of
+ * `shardflake/ids` need no Node type definitions.
+ */
+export type NetworkInterfaces = Record<string, readonly { mac: string; internal: boolean }[] | undefined>;
+type Interfaces = NetworkInterfaces;
 
 /** The MAC address LSID hashes, or null when the machine has none that identifies it. */
 export function findMac(interfaces: Interfaces = networkInterfaces()): MacChoice | null {

@@ -1,5 +1,7 @@
 import type pg from 'pg';
 import type { ClusterConfig } from '../cluster/config.js';
+import { clusterHistory } from '../cluster/migrations.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
@@ -101,6 +103,8 @@ async function moveOne(
   let locked = false;
   let session: Session | undefined;
   try {
+    // The target copy is made from the cluster's recorded history, not from whatever the config still lists.
+    config = await clusterHistory(catalog, config);
     await installMoves(catalog);
     await lockShard(catalog, shard);
     locked = true;
@@ -135,6 +139,7 @@ async function moveOne(
     }
     let tables: SourceTable[];
     if (!record) {
+      await ensureReferenceOn(config, to); // reference tables complete on the target first (SPEC G2)
       tables = await preflight(config, shard, placement.schema, from, to, source, target);
       record = await inTransaction(catalog, async () => {
         const created = await createMove(catalog, {

@@ -77,7 +77,7 @@ export async function preflightSet(
     if (r.v !== wanted) {
       throw new ShardflakeError(
         'NOT_SUPPORTED',
-        `shard ${shards[r.i]?.shard} is at schema version ${r.v ?? 'unknown'} but the config is at ${wanted}; run cluster migrate before moving it`,
+        `shard ${shards[r.i]?.shard} is at schema version ${r.v ?? 'unknown'} but the cluster's schema is at ${wanted}; run cluster migrate before moving it`,
       );
     }
   }

@@ -2,6 +2,8 @@ import { bumpMapVersion } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { clusterHistory } from '../cluster/migrations.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
@@ -499,6 +501,8 @@ export async function moveSets(
     locked.push(shard);
   };
   try {
+    // The target copies are made from the cluster's recorded history, not from whatever the config still lists.
+    config = await clusterHistory(catalog, config);
     await installMoves(catalog);
     for (const shard of [...shards].sort((a, b) => a - b)) await lock(shard);
 
@@ -536,6 +540,10 @@ export async function moveSets(
           : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
       );
     }
+
+    // Reference tables complete on every target before any shard is recorded as moving there (SPEC G2).
+    for (const to of new Set(fresh.map((n) => targetOf.get(n) as string)))
+      await ensureReferenceOn(config, to);
 
     // Fresh sets, one per (source, target) pair: every shard checked, and the servers' replication limits, before
     // any is recorded.

@@ -78,7 +78,7 @@ export async function preflight(
   if (version !== targetVersion(config)) {
     throw new ShardflakeError(
       'NOT_SUPPORTED',
-      `shard ${shard} is at schema version ${version ?? 'unknown'} but the config is at ${targetVersion(config)}; run cluster migrate before moving it`,
+      `shard ${shard} is at schema version ${version ?? 'unknown'} but the cluster's schema is at ${targetVersion(config)}; run cluster migrate before moving it`,
     );
   }
   if (await schemaExists(target, schema)) {

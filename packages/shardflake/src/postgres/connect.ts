@@ -55,7 +55,9 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
     });
   }
   const message = redactSecrets(String(e?.message ?? error));
-  return new ShardflakeError('DATABASE_ERROR', `PostgreSQL${where}: ${message}`, {
+  // SF020: the write guard of the reference tables (cluster/reference/sql.ts) refused a write outside withReference.
+  const code = e?.code === 'SF020' ? 'REFERENCE_READ_ONLY' : 'DATABASE_ERROR';
+  return new ShardflakeError(code, `PostgreSQL${where}: ${message}`, {
     sqlState: e?.code,
     detail: e?.detail,
     cause: error,

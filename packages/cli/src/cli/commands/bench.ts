@@ -7,6 +7,7 @@ import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
+import { registerBenchSqlAcrossCommand } from './bench-sql-across.js';
 
 export function registerBenchCommands(program: Command): void {
   const bench = program
@@ -19,5 +20,6 @@ export function registerBenchCommands(program: Command): void {
   registerBenchMoveCommand(bench);
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
+  registerBenchSqlAcrossCommand(bench);
   registerBenchCrossCommand(bench);
 }

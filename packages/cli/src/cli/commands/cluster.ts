@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { migrateCluster } from 'shardflake/internal/cluster/migrate.js';
+import type { ReferenceInstallResult } from 'shardflake/internal/cluster/reference/install.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
 import { positiveInteger } from '../options.js';
@@ -11,6 +12,7 @@ import { progressBar, toJson } from '../output.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 import { registerRecoverCommand } from './cluster-recover.js';
+import { registerSqlQueryCommand } from './cluster-sql.js';
 import { registerStatusCommand } from './cluster-status.js';
 import { registerVerifyCommand } from './cluster-verify.js';
 
@@ -93,6 +95,8 @@ export function registerClusterCommands(program: Command): void {
         process.stdout.write(
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.differences.map((d) => `warning: config and cluster migrations differ: ${d}`),
+            ...referenceLines(result.reference),
             ...result.rebuiltIndexes.map(
               (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
             ),
@@ -113,4 +117,15 @@ export function registerClusterCommands(program: Command): void {
 
   registerMoveCommands(cluster);
   registerDashboardCommand(cluster);
+  registerSqlQueryCommand(cluster);
+}
+
+/** What migrate did to the reference tables, when it did anything. */
+function referenceLines(r: ReferenceInstallResult): string[] {
+  return [
+    ...(r.changed.length > 0 ? [`  reference tables: created or migrated on ${r.changed.join(', ')}`] : []),
+    ...r.filled.map(
+      (f) => `  reference tables: filled server ${f.server} from server ${f.from} (${f.rows} rows)`,
+    ),
+  ];
 }

@@ -1,4 +1,5 @@
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
 import type { ShardPlacement } from '../catalog.js';
@@ -52,7 +53,7 @@ export async function insertMany<R extends Row>(
   table: string,
   rows: readonly R[],
   options: InsertManyOptions<R>,
-): Promise<bigint[]> {
+): Promise<ShardflakeId[]> {
   quoteIdent(table, 'table');
   if (!Array.isArray(rows))
     throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
@@ -94,7 +95,7 @@ export async function insertMany<R extends Row>(
     if (list) list.push(i);
     else byShard.set(shard, [i]);
   }
-  const ids: bigint[] = new Array(rows.length);
+  const ids: ShardflakeId[] = new Array(rows.length);
   const batches = [...byShard].map(([shard, list]) => ({ shard, rows: list }));
   await traced(ctx.onEvent, 'insertMany', (trace) =>
     writeBatches(ctx, trace, table, columns, rows, batches, ids),
@@ -109,7 +110,7 @@ async function writeBatches(
   columns: readonly string[],
   rows: readonly Row[],
   batches: ShardBatch[],
-  ids: bigint[],
+  ids: ShardflakeId[],
 ): Promise<void> {
   const deadline = performance.now() + ctx.policy.writeRetryMs;
   let backoff = ctx.policy.retryBackoffMs;
@@ -183,10 +184,10 @@ async function writeServer(
   columns: readonly string[],
   rows: readonly Row[],
   parts: { placement: ShardPlacement; batch: ShardBatch }[],
-  ids: bigint[],
+  ids: ShardflakeId[],
 ): Promise<ServerOutcome> {
   const batches = parts.map((p) => p.batch);
-  const landed: [number, bigint][] = [];
+  const landed: [number, ShardflakeId][] = [];
   let lease: Awaited<ReturnType<typeof acquireOn>>;
   try {
     lease = await acquireOn(ctx, server, { intent: 'write' });
@@ -212,7 +213,7 @@ async function writeServer(
         for (const i of chunkRows) for (const c of columns) values.push((rows[i] as Row)[c]);
         const text = insertRowsSql(part.placement.schema, table, columns, chunkRows.length);
         const result = await client.query(text, values);
-        result.rows.forEach((r: { id: bigint }, j) => {
+        result.rows.forEach((r: { id: ShardflakeId }, j) => {
           landed.push([chunkRows[j] as number, r.id]);
         });
       }

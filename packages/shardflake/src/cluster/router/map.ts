@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../../ids/layout.js';
 import { connect, createPool, wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
@@ -270,8 +271,20 @@ export function placementIn(map: MapState, shard: number): ShardPlacement {
   return p;
 }
 
-/** The shard named in an id's shard bits. */
-export function shardOfIdIn(map: MapState, id: bigint): number {
+/**
+ * The shard named in an id's shard bits. Where types cannot reach (JavaScript callers, a value cast to an id), the
+ * bits are checked: an id whose shard bits name a shard outside the cluster is not an id of this cluster — most
+ * often a shard key or another system's number passed as an id — and routing it would read nothing or fail later.
+ */
+export function shardOfIdIn(map: MapState, id: ShardflakeId): number {
   if (typeof id !== 'bigint') throw new ShardflakeError('INVALID_ID', `ids are bigint, not ${typeof id}`);
-  return Number((id >> BigInt(map.shardField.shift)) & map.shardField.max);
+  if (id < 0n)
+    throw new ShardflakeError('INVALID_ID', `${id} is not an id of this cluster: ids are not negative`);
+  const shard = Number((id >> BigInt(map.shardField.shift)) & map.shardField.max);
+  if (shard >= map.logicalShards)
+    throw new ShardflakeError(
+      'INVALID_ID',
+      `${id} is not an id of this cluster: its shard bits name shard ${shard}, and the cluster has ${map.logicalShards} logical shards (a shard key passed as an id?)`,
+    );
+  return shard;
 }

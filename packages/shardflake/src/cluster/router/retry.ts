@@ -1,4 +1,4 @@
-import { isShardflakeError, ShardflakeError } from '../../errors.js';
+import { isShardflakeError, ShardflakeError, sqlStateOf } from '../../errors.js';
 import type { ShardPlacement } from '../catalog.js';
 import { FENCED_SQLSTATE } from '../fence.js';
 import type { RouterContext } from './context.js';
@@ -66,15 +66,7 @@ export interface AttemptInfo {
 }
 
 /** The SQLSTATE of an error, looking through wrappers (ShardflakeError, Drizzle's query error: `cause`). */
-export function sqlStateOf(error: unknown): string | undefined {
-  let e = error as { sqlState?: unknown; code?: unknown; cause?: unknown } | undefined;
-  for (let depth = 0; e && depth < 5; depth++) {
-    if (typeof e.sqlState === 'string') return e.sqlState;
-    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
-    e = e.cause as typeof e;
-  }
-  return undefined;
-}
+export { sqlStateOf };
 
 const MISSING_RELATION = ['42P01', '3F000'];
 /** How a write fails while a cutover holds its shard's tables (see `moving` above). */

@@ -1,10 +1,15 @@
 import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import type { Layout } from '../../ids/layout.js';
 import { connect } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
 import type { ClusterConfig } from '../config.js';
+import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
+import { serverOrder } from '../reference/order.js';
+import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
 import { type TransactionOptions, TransactionState } from '../transactions/state.js';
 import { withShards } from '../transactions/with-shards.js';
@@ -89,12 +94,14 @@ export interface Router {
   /** True while the catalog does not answer and the router serves from its last map. */
   readonly catalogDown: boolean;
   shardFor(key: ShardKey): number;
-  shardOfId(id: bigint): number;
+  /** The shard named in an id's shard bits; INVALID_ID when they name a shard outside the cluster. */
+  shardOfId(id: ShardflakeId): number;
   placement(shard: number): ShardPlacement;
-  insert(table: string, row: Row, options: InsertOptions): Promise<bigint>;
-  get(table: string, id: bigint): Promise<Row | null>;
-  update(table: string, id: bigint, changes: Row): Promise<boolean>;
-  delete(table: string, id: bigint): Promise<boolean>;
+  insert(table: string, row: Row, options: InsertOptions): Promise<ShardflakeId>;
+  /** The row of this id, typed as `R` (like pg's `query<R>`: the type is the caller's word, not checked). */
+  get<R extends object = Row>(table: string, id: ShardflakeId): Promise<R | null>;
+  update(table: string, id: ShardflakeId, changes: Row): Promise<boolean>;
+  delete(table: string, id: ShardflakeId): Promise<boolean>;
   /**
    * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
    * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
@@ -103,14 +110,16 @@ export interface Router {
     table: string,
     rows: readonly R[],
     options: InsertManyOptions<R>,
-  ): Promise<bigint[]>;
-  feed(table: string, options: FeedOptions): Promise<FeedPage>;
+  ): Promise<ShardflakeId[]>;
+  feed<R extends object = Row>(table: string, options: FeedOptions): Promise<FeedPage<R>>;
   /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
   withShard<T>(
     target: ShardTarget,
     fn: (session: ShardSession) => Promise<T> | T,
     options?: SessionOptions,
   ): Promise<T>;
+  /** Writes the reference tables on every server's copy, committed on every server or none (see reference/write.ts). */
+  withReference<T>(fn: (session: ReferenceSession) => Promise<T> | T): Promise<T>;
   /**
    * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
    * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
@@ -122,9 +131,16 @@ export interface Router {
   /** Settles this cluster's in-doubt transactions now (the router also does it by itself in the background). */
   recoverTransactions(): Promise<RecoveryReport>;
   /** A read run in many shards, merged newest first by id, with keyset pagination. */
-  query(query: MergedQuery): Promise<FeedPage>;
+  query<R extends object = Row>(query: MergedQuery): Promise<FeedPage<R>>;
   /** A read run in many shards, its rows per shard. */
-  queryByShard(query: ShardQuery): Promise<Map<number, Row[]>>;
+  queryByShard<R extends object = Row>(query: ShardQuery): Promise<Map<number, R[]>>;
+  /**
+   * One SELECT across every shard (sharded tables by their unqualified names), answered as one database holding
+   * every shard's rows would answer it, or refused with UNSUPPORTED_QUERY. See docs/sql.md.
+   */
+  sql(text: string, values?: readonly unknown[]): Promise<SqlResult>;
+  /** router.sql as an async iterator of rows: an answer without aggregates streams a batch per server at a time. */
+  sqlStream(text: string, values?: readonly unknown[], options?: SqlStreamOptions): AsyncIterable<Row>;
   /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
   readToken(): string;
   /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
@@ -147,8 +163,16 @@ const DEFAULTS = {
   maxRetryBackoffMs: 200,
 };
 
+/** The config's file, when it has one, to start a message with. */
+const sourceOf = (config: Partial<Pick<ClusterConfig, 'source'>>) =>
+  config.source ? `${config.source}: ` : '';
+
+/**
+ * Starts a router. A full config (from loadConfig/validateConfig) is checked against the catalog: a config whose
+ * logicalShards, layout or epoch differ from the cluster's is INVALID_CONFIG (see config-drift.ts).
+ */
 export async function createRouter(
-  config: Pick<ClusterConfig, 'servers' | 'catalog'>,
+  config: Pick<ClusterConfig, 'servers' | 'catalog'> & Partial<ClusterConfig>,
   options: RouterOptions = {},
 ): Promise<Router> {
   const opts = { ...DEFAULTS, ...options };
@@ -240,16 +264,22 @@ export async function createRouter(
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
     insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
-    get: (table, id) => getRow(ctx, table, id),
+    get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
     update: (table, id, changes) => updateRow(ctx, table, id, changes),
     delete: (table, id) => deleteRow(ctx, table, id),
     insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
-    feed: (table, feedOptions) => feed(ctx, table, feedOptions),
+    feed: <R extends object>(table: string, feedOptions: FeedOptions) => feed<R>(ctx, table, feedOptions),
     withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
+    queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
+    // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
+    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values),
+    async *sqlStream(text, values, streamOptions) {
+      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
+    },
+    withReference: (fn) => withReference(ctx, serverOrder(config), fn),
     withShards: (targets, fn) => withShards(ctx, targets, fn),
     recoverTransactions: () => transactions.recover(),
-    query: (query) => queryMerged(ctx, query),
-    queryByShard: (query) => queryByShard(ctx, query),
     readToken: () => ctx.positions.toToken(),
     observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
     async refresh() {
@@ -262,7 +292,9 @@ export async function createRouter(
     },
   };
   try {
-    await map.fresh();
+    const drift = configDrift(config, await map.fresh());
+    if (drift)
+      throw new ShardflakeError('INVALID_CONFIG', `${sourceOf(config)}${drift}; the router does not start`);
   } catch (error) {
     await router.close();
     throw error;

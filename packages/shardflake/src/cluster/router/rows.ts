@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
@@ -88,7 +89,7 @@ export async function insertRow(
   table: string,
   row: Row,
   options: InsertOptions,
-): Promise<bigint> {
+): Promise<ShardflakeId> {
   if (options?.shard === undefined && options?.key === undefined)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
@@ -105,10 +106,14 @@ export async function insertRow(
     (schema) => ctx.statements.insert(schema, table, columns),
     values,
   );
-  return (result.rows[0] as { id: bigint }).id;
+  return (result.rows[0] as { id: ShardflakeId }).id;
 }
 
-export async function getRow(ctx: RouterContext, table: string, id: bigint): Promise<Row | null> {
+export async function getRow<R extends object = Row>(
+  ctx: RouterContext,
+  table: string,
+  id: ShardflakeId,
+): Promise<R | null> {
   const result = await routedStatement(
     ctx,
     'get',
@@ -117,13 +122,13 @@ export async function getRow(ctx: RouterContext, table: string, id: bigint): Pro
     (schema) => ctx.statements.get(schema, table),
     [id],
   );
-  return (result.rows[0] as Row | undefined) ?? null;
+  return (result.rows[0] as R | undefined) ?? null;
 }
 
 export async function updateRow(
   ctx: RouterContext,
   table: string,
-  id: bigint,
+  id: ShardflakeId,
   changes: Row,
 ): Promise<boolean> {
   const columns = Object.keys(changes);
@@ -140,7 +145,7 @@ export async function updateRow(
   return (result.rowCount ?? 0) > 0;
 }
 
-export async function deleteRow(ctx: RouterContext, table: string, id: bigint): Promise<boolean> {
+export async function deleteRow(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
   const result = await routedStatement(
     ctx,
     'delete',

@@ -1,4 +1,5 @@
 import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
@@ -18,29 +19,41 @@ import { type OperationTrace, traced } from './trace.js';
  * Cross-shard reads are not one snapshot: each server answers from its own. A read that races a move may find a
  * schema gone (42P01/3F000); it is run again once the re-read map shows the shard moved.
  */
-export interface FeedOptions {
+export type FeedOptions = FeedCommon & FeedKeys;
+
+/**
+ * What a feed's keys are, said in their type: shard keys (routed like insert keys, modulo / hash), or ids made by
+ * this cluster with `keysAreIds: true` (e.g. user ids: each key's rows live on the shard named in its id bits —
+ * rows colocated with their parent, as Instagram keeps photos on their user's shard). Ids given without
+ * `keysAreIds: true`, or plain bigints with it, do not compile: each would read other shards and find 0 rows.
+ */
+export type FeedKeys =
+  | {
+      /** Ids whose rows to read; each goes to the shard in its id bits. */
+      keys: readonly ShardflakeId[];
+      keysAreIds: true;
+    }
+  | {
+      /** Shard keys whose rows to read; each goes to its shard. */
+      keys?: readonly ShardKey[];
+      keysAreIds?: false;
+    };
+
+export interface FeedCommon {
   /** Column the keys are matched against (e.g. `user_id`); leave out to read whole shards. */
   column?: string;
-  /** Shard keys whose rows to read; each goes to its shard. */
-  keys?: readonly ShardKey[];
-  /**
-   * The keys are ids made by this cluster (e.g. user ids), and each key's rows live on the shard named in its id
-   * bits — rows colocated with their parent, as Instagram keeps photos on their user's shard. Default: keys are
-   * routed like insert keys (modulo / hash).
-   */
-  keysAreIds?: boolean;
   /** Shards to read when no keys are given (default: all). */
   shards?: readonly number[];
   /** Rows per page (default 20). */
   limit?: number;
   /** Keyset pagination: only ids below this (newest first) — pass the previous page's `next`. */
-  before?: bigint;
+  before?: ShardflakeId;
 }
 
-export interface FeedPage {
-  rows: Row[];
+export interface FeedPage<R extends object = Row> {
+  rows: R[];
   /** The `before` of the next page, or null when this page was the last. */
-  next: bigint | null;
+  next: ShardflakeId | null;
 }
 
 /**
@@ -59,14 +72,14 @@ export interface MergedQuery extends ShardQuery {
   /** Rows per page (default 20); the statement's rows need an `id` column, merged newest first. */
   limit?: number;
   /** Keyset pagination: only ids below this — pass the previous page's `next`. */
-  before?: bigint;
+  before?: ShardflakeId;
 }
 
 /** One shard's part of a server's statement: its text given the parameter numbers the server statement uses. */
 interface Part {
   shard: number;
   schema: string;
-  keys?: ShardKey[];
+  keys?: (ShardKey | ShardflakeId)[];
 }
 
 const MISSING_RELATION = ['42P01', '3F000'];
@@ -124,7 +137,7 @@ async function perServer(
 }
 
 /** k-way merge of per-server pages, each newest first, into one page of `limit`. */
-function mergeNewestFirst(pages: Row[][], limit: number): FeedPage {
+function mergeNewestFirst<R extends object>(pages: Row[][], limit: number): FeedPage<R> {
   const heads = pages.map(() => 0);
   const rows: Row[] = [];
   while (rows.length < limit) {
@@ -142,7 +155,7 @@ function mergeNewestFirst(pages: Row[][], limit: number): FeedPage {
     heads[best] = (heads[best] as number) + 1;
   }
   const last = rows[rows.length - 1];
-  return { rows, next: rows.length === limit && last ? (last.id as bigint) : null };
+  return { rows: rows as R[], next: rows.length === limit && last ? (last.id as ShardflakeId) : null };
 }
 
 function checkLimit(limit: number, what: Operation): void {
@@ -154,7 +167,11 @@ function allShards(map: MapState, shards: readonly number[] | undefined): number
   return shards ? [...new Set(shards)] : Array.from({ length: map.logicalShards }, (_, i) => i);
 }
 
-export async function feed(ctx: RouterContext, table: string, options: FeedOptions): Promise<FeedPage> {
+export async function feed<R extends object = Row>(
+  ctx: RouterContext,
+  table: string,
+  options: FeedOptions,
+): Promise<FeedPage<R>> {
   const limit = options.limit ?? 20;
   checkLimit(limit, 'feed');
   quoteIdent(table, 'table');
@@ -163,11 +180,11 @@ export async function feed(ctx: RouterContext, table: string, options: FeedOptio
   if (options.column) quoteIdent(options.column, 'column');
   const pick = (map: MapState): Part[] => {
     if (!options.keys) return allShards(map, options.shards).map((shard) => ({ shard, schema: '' }));
-    const keysByShard = new Map<number, ShardKey[]>();
-    for (const key of options.keys) {
+    const keysByShard = new Map<number, (ShardKey | ShardflakeId)[]>();
+    for (const key of options.keys as readonly (ShardKey | ShardflakeId)[]) {
       const shard = options.keysAreIds
-        ? shardOfIdIn(map, BigInt(key as bigint))
-        : shardForKey(key, map.logicalShards);
+        ? shardOfIdIn(map, key as ShardflakeId)
+        : shardForKey(key as ShardKey, map.logicalShards);
       const list = keysByShard.get(shard);
       if (list) list.push(key);
       else keysByShard.set(shard, [key]);
@@ -190,7 +207,7 @@ export async function feed(ctx: RouterContext, table: string, options: FeedOptio
     return `SELECT * FROM (${selects.join(' UNION ALL ')}) AS page ORDER BY id DESC LIMIT $1`;
   };
   return traced(ctx.onEvent, 'feed', async (trace) =>
-    mergeNewestFirst(await perServer(ctx, trace, pick, build, base), limit),
+    mergeNewestFirst<R>(await perServer(ctx, trace, pick, build, base), limit),
   );
 }
 
@@ -199,7 +216,10 @@ function tableIn(schema: string): (name: string) => string {
 }
 
 /** A read run in many shards, merged newest first by `id`, with keyset pagination. */
-export async function queryMerged(ctx: RouterContext, query: MergedQuery): Promise<FeedPage> {
+export async function queryMerged<R extends object = Row>(
+  ctx: RouterContext,
+  query: MergedQuery,
+): Promise<FeedPage<R>> {
   const limit = query.limit ?? 20;
   checkLimit(limit, 'query');
   if (typeof query.sql !== 'function')
@@ -222,14 +242,17 @@ export async function queryMerged(ctx: RouterContext, query: MergedQuery): Promi
     return `SELECT * FROM (${selects.join(' UNION ALL ')}) AS page ORDER BY id DESC LIMIT ${limitParam}`;
   };
   return traced(ctx.onEvent, 'query', async (trace) =>
-    mergeNewestFirst(await perServer(ctx, trace, pick, build, base), limit),
+    mergeNewestFirst<R>(await perServer(ctx, trace, pick, build, base), limit),
   );
 }
 
 const SHARD_COLUMN = 'shardflake_shard';
 
 /** A read run in many shards, its rows returned per shard. */
-export async function queryByShard(ctx: RouterContext, query: ShardQuery): Promise<Map<number, Row[]>> {
+export async function queryByShard<R extends object = Row>(
+  ctx: RouterContext,
+  query: ShardQuery,
+): Promise<Map<number, R[]>> {
   if (typeof query.sql !== 'function')
     throw new ShardflakeError('INVALID_ARGUMENT', 'query needs sql: (table) => statement text');
   const pick = (map: MapState): Part[] =>
@@ -244,13 +267,13 @@ export async function queryByShard(ctx: RouterContext, query: ShardQuery): Promi
       .join(' UNION ALL ');
   return traced(ctx.onEvent, 'query', async (trace) => {
     const pages = await perServer(ctx, trace, pick, build, query.values ?? []);
-    const byShard = new Map<number, Row[]>();
+    const byShard = new Map<number, R[]>();
     for (const shard of query.shards ?? []) byShard.set(shard, []);
     for (const rows of pages) {
       for (const { [SHARD_COLUMN]: shard, ...row } of rows) {
         const list = byShard.get(shard as number);
-        if (list) list.push(row);
-        else byShard.set(shard as number, [row]);
+        if (list) list.push(row as R);
+        else byShard.set(shard as number, [row as R]);
       }
     }
     return byShard;

@@ -1,5 +1,6 @@
 import type pg from 'pg';
-import { ShardflakeError } from '../../errors.js';
+import { driverDatabaseError, ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
@@ -13,14 +14,14 @@ import { traced } from './trace.js';
 
 /**
  * Shard sessions: application code running its own SQL in one logical shard, in one transaction on the shard's
- * current primary, with the shard's schema as the whole search_path (see Statements.begin for why that is safe on
- * pooled connections).
+ * current primary, with the shard's schema first on the search_path and the reference tables' schema after it
+ * (see Statements.begin for why that is safe on pooled connections).
  *
  * fn may run more than once: when the shard turns out fenced or moved (or its primary failed over) before COMMIT,
  * the transaction is rolled back and fn runs again from the start on the shard's new home. Once COMMIT is sent
  * there is no retry: a connection lost during COMMIT is COMMIT_UNKNOWN.
  */
-export type ShardTarget = { key: ShardKey } | { id: bigint } | { shard: number };
+export type ShardTarget = { key: ShardKey } | { id: ShardflakeId } | { shard: number };
 
 export interface SessionOptions {
   /**
@@ -35,7 +36,7 @@ export interface SessionOptions {
 export interface ShardSession {
   /** The logical shard. */
   readonly shard: number;
-  /** The shard's schema, which is the session's whole search_path. */
+  /** The shard's schema, first on the session's search_path (the reference tables' schema comes after it). */
   readonly schema: string;
   /** The configured server the shard lives on now. */
   readonly server: string;
@@ -54,7 +55,7 @@ export interface ShardSession {
 
 /** The shard a target names, under `map`; a target that is not `{ key }`, `{ id }` or `{ shard }` is refused. */
 export function shardOfTarget(map: MapState, target: ShardTarget): number {
-  const t = target as Partial<{ key: ShardKey; id: bigint; shard: number }> | null;
+  const t = target as Partial<{ key: ShardKey; id: ShardflakeId; shard: number }> | null;
   const given = t && typeof t === 'object' ? ['key', 'id', 'shard'].filter((k) => k in t) : [];
   if (given.length !== 1)
     throw new ShardflakeError(
@@ -62,11 +63,24 @@ export function shardOfTarget(map: MapState, target: ShardTarget): number {
       'a shard session needs exactly one of { key }, { id } or { shard } as its target',
     );
   if (given[0] === 'key') return shardForKey(t?.key as ShardKey, map.logicalShards);
-  if (given[0] === 'id') return shardOfIdIn(map, t?.id as bigint);
+  if (given[0] === 'id') return shardOfIdIn(map, t?.id as ShardflakeId);
   const shard = t?.shard;
   if (typeof shard !== 'number' || !Number.isInteger(shard))
     throw new ShardflakeError('UNKNOWN_SHARD', `shard ${String(shard)} is not a shard number`);
   return shard;
+}
+
+/** fn's error in the session's one shape: a client's database error becomes DATABASE_ERROR; others are kept. */
+function asDatabaseError(error: unknown, node: string): unknown {
+  if (error instanceof ShardflakeError) return error;
+  const database = driverDatabaseError(error);
+  if (!database) return error;
+  const wrapped = wrapPgError(database, node);
+  return new ShardflakeError(wrapped.code, wrapped.message, {
+    sqlState: wrapped.sqlState,
+    detail: wrapped.detail,
+    cause: error,
+  });
 }
 
 function sessionClosed(): ShardflakeError {
@@ -297,7 +311,11 @@ async function runSession<T>(
         { sqlState: (error as { code?: string }).code, cause: error },
       );
     if (gone && phase !== 'commit') info.nodeGone = true;
-    // fn's own error goes back as it is; the router's (BEGIN, COMMIT) are typed.
-    throw phase === 'fn' ? error : wrapPgError(error, lease.node);
+    // One error story (docs/typed-api.md): a database error raised in fn by any client — session.query, pg through
+    // session.client, Kysely, Drizzle — reaches the caller as DATABASE_ERROR with its SQLSTATE in `sqlState` and
+    // what the client threw as `cause`; any other error of fn goes back as it is. The router's own (BEGIN,
+    // COMMIT) are typed too.
+    if (phase !== 'fn') throw wrapPgError(error, lease.node);
+    throw asDatabaseError(error, lease.node);
   }
 }

@@ -9,6 +9,7 @@ import type { TransactionPhase } from '../router/events.js';
 import { acquireOn, isConnectionLost } from '../router/lease.js';
 import type { NodeLease } from '../router/server-nodes.js';
 import { type ShardSession, type SharedConnection, sessionClient } from '../router/session.js';
+import { shardSearchPath } from '../router/statements.js';
 import type { OperationTrace } from '../router/trace.js';
 import { formatGid, newTxid } from './gid.js';
 
@@ -482,7 +483,7 @@ export function openCrossTransaction(
     },
     async join(placement) {
       canJoin();
-      const path = quoteIdent(placement.schema, 'schema');
+      const path = shardSearchPath(placement.schema); // the shard, then the reference tables
       const p = await participant(placement.server, path, placement);
       canJoin();
       const session = makeSession(p, path, placement);
