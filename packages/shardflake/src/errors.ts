@@ -31,6 +31,7 @@ export const ERROR_CODES = [
   'NOT_SUPPORTED', // a feature the target cannot provide
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
   'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
+  'MISSING_PACKAGE', // an optional package a feature needs is not installed (the message says what to install)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
