@@ -42,6 +42,7 @@ export const ERROR_CODES = [
   'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
   'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)
   'INSUFFICIENT_PRIVILEGE', // the role a command runs as lacks a privilege it needs (docs/security.md), or a schema shardflake uses is another role's
+  'MISSING_PACKAGE', // an optional package a feature needs is not installed (the message says what to install)
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
