@@ -32,7 +32,7 @@ const raw = {
   catalog: 'a', // a holds the catalog and shard 0; b shard 1; c shard 2
   logicalShards: 3,
   epoch: '2024-01-01T00:00:00Z',
-  tables: { marks: 'CREATE TABLE marks (tag text NOT NULL)' },
+  tables: { marks: 'CREATE TABLE marks (id bigint PRIMARY KEY DEFAULT next_id(), tag text NOT NULL)' },
 };
 const config = validateConfig(raw, 'test-config');
 const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));
@@ -103,8 +103,8 @@ describe('servers killed -9 in the middle of a commit across servers', () => {
     };
     await assert.rejects(
       router.withShards([{ shard: 0 }, { shard: 1 }], async ([x, y]) => {
-        await x?.query(`INSERT INTO marks VALUES ('k1')`);
-        await y?.query(`INSERT INTO marks VALUES ('k1')`);
+        await x?.query(`INSERT INTO marks (tag) VALUES ('k1')`);
+        await y?.query(`INSERT INTO marks (tag) VALUES ('k1')`);
       }),
       (e) => isShardflakeError(e, 'COMMIT_UNKNOWN'),
     );
@@ -115,8 +115,8 @@ describe('servers killed -9 in the middle of a commit across servers', () => {
 
     // With the catalog down, transactions over other servers commit (their decision is on b) …
     await router.withShards([{ shard: 1 }, { shard: 2 }], async ([y, z]) => {
-      await y?.query(`INSERT INTO marks VALUES ('k1-other')`);
-      await z?.query(`INSERT INTO marks VALUES ('k1-other')`);
+      await y?.query(`INSERT INTO marks (tag) VALUES ('k1-other')`);
+      await z?.query(`INSERT INTO marks (tag) VALUES ('k1-other')`);
     });
     // … and recovery leaves b's gid alone: its decision server a does not answer.
     const report = await router.recoverTransactions();
@@ -140,8 +140,8 @@ describe('servers killed -9 in the middle of a commit across servers', () => {
     };
     // Committed: the decision returned before the kill, and COMMIT PREPARED on b needs nothing from a.
     await router.withShards([{ shard: 0 }, { shard: 1 }], async ([x, y]) => {
-      await x?.query(`INSERT INTO marks VALUES ('k2')`);
-      await y?.query(`INSERT INTO marks VALUES ('k2')`);
+      await x?.query(`INSERT INTO marks (tag) VALUES ('k2')`);
+      await y?.query(`INSERT INTO marks (tag) VALUES ('k2')`);
     });
     onEvent = () => {};
     await killServer(server('a'), pid);

@@ -20,7 +20,7 @@ const config = validateConfig(
     tables: {
       accounts: 'CREATE TABLE accounts (name text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))',
       // A deferred unique constraint fails at COMMIT or PREPARE, after every statement succeeded.
-      late: 'CREATE TABLE late (k int, CONSTRAINT late_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)',
+      late: 'CREATE TABLE late (id bigint PRIMARY KEY DEFAULT next_id(), k int, CONSTRAINT late_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)',
     },
   },
   'test-config',
@@ -131,7 +131,7 @@ describe('withShards commits every session or none', () => {
       router.withShards([{ shard: 0 }, { shard: 2 }], async ([x, y]) => {
         await x?.query(`UPDATE accounts SET balance = balance - 5 WHERE name = 'x'`);
         await y?.query(`UPDATE accounts SET balance = balance + 5 WHERE name = 'x'`);
-        await y?.query('INSERT INTO late VALUES (1), (1)');
+        await y?.query('INSERT INTO late (k) VALUES (1), (1)');
       }),
       (e) => isShardflakeError(e, 'TRANSACTION_ABORTED') && /server b/.test(e.message),
     );
@@ -141,7 +141,7 @@ describe('withShards commits every session or none', () => {
       router.withShards([{ shard: 0 }, { shard: 2 }], async ([x, y]) => {
         await x?.query(`UPDATE accounts SET balance = balance - 5 WHERE name = 'x'`);
         await y?.query(`UPDATE accounts SET balance = balance + 5 WHERE name = 'x'`);
-        await x?.query('INSERT INTO late VALUES (1), (1)');
+        await x?.query('INSERT INTO late (k) VALUES (1), (1)');
       }),
       (e) => isShardflakeError(e, 'DATABASE_ERROR') && e.sqlState === '23505',
     );
