@@ -11,15 +11,7 @@ import {
 } from '../../packages/embedded/src/embedded.js';
 import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import {
-  crashRouterAt,
-  killServer,
-  killServerNow,
-  postmasterPid,
-  preparedGids,
-  restartServer,
-  until,
-} from './support.js';
+import { killServer, killServerNow, postmasterPid, preparedGids, restartServer, until } from './support.js';
 
 // Servers are started here rather than by useServers: the tests kill them and start them again on their data
 // directories, and the instances running at the end are the ones to stop.
@@ -147,17 +139,5 @@ describe('servers killed -9 in the middle of a commit across servers', () => {
     await killServer(server('a'), pid);
     await restart('a');
     assert.deepEqual(await shardsWith('k2'), [0, 1]);
-  });
-
-  it('a participant killed -9 while it holds a prepared transaction comes back with it, and recovery commits it', async () => {
-    await crashRouterAt(configFile, 'after-decision', [0, 1], 'k3');
-    const [gid] = await ours('b');
-    assert.ok(gid);
-    await killServer(server('b'));
-    await restart('b');
-    assert.deepEqual(await ours('b'), [gid], 'the prepared transaction survived the crash of its server');
-    assert.deepEqual(await shardsWith('k3'), [0]);
-    await recoverUntil(async () => (await ours('b')).length === 0);
-    assert.deepEqual(await shardsWith('k3'), [0, 1]);
   });
 });
