@@ -15,6 +15,7 @@ import {
   checkShardStatement,
   tokenize,
 } from './ddl-guard.js';
+import { type LookupDefinition, parseLookups } from './lookups/config.js';
 import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
 
 /**
@@ -30,7 +31,8 @@ import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './refer
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
  *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
- *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
+ *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ],
+ *   "lookups": { "user_email": { "table": "users", "column": "email", "unique": true } }   // see lookups/config.ts
  * }
  * ```
  */
@@ -75,6 +77,8 @@ export interface ClusterConfig extends ReferenceConfig {
   nextIdLanguage: GeneratorLanguage;
   tables: TableTemplate[];
   migrations: Migration[];
+  /** Columns found without their shard key (src/cluster/lookups/). */
+  lookups: LookupDefinition[];
   /** Where the config came from (file path), for messages. */
   source: string;
 }
@@ -242,6 +246,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'tables',
     'migrations',
     ...REFERENCE_FIELDS,
+    'lookups',
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
   if (unknown.length > 0)
@@ -379,6 +384,11 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     tables,
     migrations,
     ...referenceConfig(raw, source, { tables, migrations }),
+    lookups: parseLookups(
+      raw.lookups,
+      tables.map((t) => t.name),
+      source,
+    ),
     source,
   };
 }

@@ -5,6 +5,7 @@ import { quoteLiteral } from '../postgres/identifier.js';
 import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
+import { buildLookups, type LookupBuildReport } from './lookups/build.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
 import { keepHistory } from './migrations.js';
 import { installReference, type ReferenceInstallResult } from './reference/install.js';
@@ -45,6 +46,10 @@ export interface MigrateOptions {
   parallelBuilds?: number;
   /** Called as each CONCURRENTLY statement starts, finishes, fails or is found already done. */
   onIndexBuild?: (event: IndexBuildEvent) => void;
+  /** Lookups being built (see lookups/build.ts): the shards of a lookup whose backfill is done. */
+  onLookupProgress?: (lookup: string, done: number, total: number) => void;
+  /** Rows per batch of a lookup's backfill (default 1000). */
+  lookupBatchSize?: number;
 }
 
 export interface ShardFailure {
@@ -74,6 +79,8 @@ export interface MigrateResult {
   rebuiltIndexes: { shard: number; server: string; index: string }[];
   /** What happened to the reference tables (reference/install.ts). */
   reference: ReferenceInstallResult;
+  /** The config's lookups: built by this run, or found built (empty when a shard failed to migrate). */
+  lookups: LookupBuildReport[];
   durationMs: number;
 }
 
@@ -331,6 +338,15 @@ export async function migrateCluster(
     const stopped = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (stopped) throw stopped.reason;
     failed.sort((a, b) => a.shard - b.shard);
+    // Lookups are built once every shard has its columns (a lookup may be on a column a migration adds).
+    const lookups =
+      failed.length === 0
+        ? await buildLookups(config, {
+            batchSize: opts.lookupBatchSize,
+            onProgress: opts.onLookupProgress,
+            signal: opts.signal,
+          })
+        : [];
     return {
       target,
       differences: [
@@ -345,6 +361,7 @@ export async function migrateCluster(
       failed,
       rebuiltIndexes,
       reference,
+      lookups,
       durationMs: performance.now() - started,
     };
   } finally {

@@ -1,5 +1,7 @@
 import { ShardflakeError } from '../errors.js';
 import type { ClusterConfig } from './config.js';
+import { lookupCheck } from './lookups/verify.js';
+import { migrationsCheck } from './migrations-verify.js';
 import { referenceCheck } from './reference/verify.js';
 import { clusterAccess } from './transactions/cluster-access.js';
 import type { ServerAccess } from './transactions/recovery.js';
@@ -26,7 +28,12 @@ export interface VerifyCheck {
 }
 
 /** Every check, in the order they run and print. */
-export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks, referenceCheck];
+export const VERIFY_CHECKS: VerifyCheck[] = [
+  ...transactionChecks,
+  referenceCheck,
+  lookupCheck,
+  migrationsCheck,
+];
 
 export interface VerifyReport {
   ok: boolean;

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { migrateCluster } from 'shardflake/internal/cluster/migrate.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import type { ReferenceInstallResult } from 'shardflake/internal/cluster/reference/install.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
@@ -41,6 +42,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
     .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'init');
       const bar = progressBar('init   ', !flags.json);
       const result = await initCluster(config, {
         batchSize: flags.batchSize,
@@ -84,11 +86,13 @@ export function registerClusterCommands(program: Command): void {
     )
     .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'migrate');
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,
         parallelBuilds: flags.parallelBuilds,
         onProgress: (done, total) => bar.update(done, total),
+        onLookupProgress: (_lookup, done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson(result)}\n`);
       else {
@@ -103,6 +107,11 @@ export function registerClusterCommands(program: Command): void {
             ...result.failed.map(
               (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
             ),
+            ...result.lookups
+              .filter((l) => !l.alreadyBuilt)
+              .map(
+                (l) => `  lookup ${l.lookup} built: ${l.entriesWritten} entries (${seconds(l.durationMs)})`,
+              ),
             '',
           ].join('\n'),
         );

@@ -3,6 +3,8 @@ import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
+import { applyBeforeLocalCommit } from '../lookups/commit.js';
+import { watchNotices } from '../lookups/maintain.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
@@ -247,6 +249,8 @@ async function runSession<T>(
     broken ??= error;
   };
   client.on('error', onError);
+  // A lookup's capture trigger announces changes with a notice; they are applied before COMMIT (lookups/).
+  const lookupChanges = readOnly ? undefined : watchNotices(client);
   let open = true;
   let phase: 'begin' | 'fn' | 'commit' = 'begin';
   const guarded = sessionClient(client, () => open);
@@ -271,6 +275,8 @@ async function runSession<T>(
     phase = 'fn';
     const result = await fn(session);
     open = false;
+    if (lookupChanges?.pending) await applyBeforeLocalCommit(ctx, placement, client);
+    lookupChanges?.stop();
     phase = 'commit';
     const done = await client.query('COMMIT');
     // COMMIT of a transaction in which a statement failed (fn caught the error) rolls back and says so.
@@ -293,6 +299,7 @@ async function runSession<T>(
     return result;
   } catch (error) {
     open = false;
+    lookupChanges?.stop();
     let lost = broken !== undefined || isConnectionLost(error, client);
     if (phase !== 'commit' && !lost) {
       // A connection that cannot even roll back must not go back to the pool.

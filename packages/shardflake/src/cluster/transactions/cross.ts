@@ -172,7 +172,9 @@ export function openCrossTransaction(
     let entry = participants.get(server);
     if (entry) return entry;
     entry = (async () => {
-      const lease = await acquireOn(ctx, server, { intent: 'write' });
+      // Joined while committing (a beforeCommit hook): from the commit pools, so that a transaction holding
+      // connections never waits for one from the pools it holds (lookups/cross.ts).
+      const lease = await acquireOn(ctx, server, { intent: 'write' }, state === 'hooks');
       options.trace?.lease(server, lease);
       const p: Participant = {
         server,
