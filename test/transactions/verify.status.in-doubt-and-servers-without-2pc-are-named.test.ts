@@ -29,7 +29,7 @@ const raw = {
   catalog: 'a',
   logicalShards: 3,
   epoch: '2024-01-01T00:00:00Z',
-  tables: { marks: 'CREATE TABLE marks (tag text NOT NULL)' },
+  tables: { marks: 'CREATE TABLE marks (id bigint PRIMARY KEY DEFAULT next_id(), tag text NOT NULL)' },
 };
 const config = validateConfig(raw, 'test-config');
 const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));
@@ -128,7 +128,7 @@ describe('in-doubt transactions and servers without prepared transactions are na
     });
     try {
       await traced.withShards([{ shard: 0 }, { shard: 1 }], async (sessions) => {
-        for (const s of sessions) await s.query(`INSERT INTO marks VALUES ('traced')`);
+        for (const s of sessions) await s.query(`INSERT INTO marks (tag) VALUES ('traced')`);
       });
     } finally {
       await traced.close();
