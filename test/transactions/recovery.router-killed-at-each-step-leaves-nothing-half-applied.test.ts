@@ -21,7 +21,7 @@ const raw = {
   catalog: 'a',
   logicalShards: 3,
   epoch: '2024-01-01T00:00:00Z',
-  tables: { marks: 'CREATE TABLE marks (tag text NOT NULL)' },
+  tables: { marks: 'CREATE TABLE marks (tag text NOT NULL, id bigint PRIMARY KEY DEFAULT next_id())' },
 };
 const config = validateConfig(raw, 'test-config');
 const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));

@@ -32,7 +32,7 @@ const raw = {
   catalog: 'a', // a holds the catalog and shard 0; b shard 1; c shard 2
   logicalShards: 3,
   epoch: '2024-01-01T00:00:00Z',
-  tables: { marks: 'CREATE TABLE marks (tag text NOT NULL)' },
+  tables: { marks: 'CREATE TABLE marks (tag text NOT NULL, id bigint PRIMARY KEY DEFAULT next_id())' },
 };
 const config = validateConfig(raw, 'test-config');
 const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));

@@ -20,7 +20,7 @@ const config = validateConfig(
     tables: {
       accounts: 'CREATE TABLE accounts (name text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))',
       // A deferred unique constraint fails at COMMIT or PREPARE, after every statement succeeded.
-      late: 'CREATE TABLE late (k int, CONSTRAINT late_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)',
+      late: 'CREATE TABLE late (k int, CONSTRAINT late_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED, id bigint PRIMARY KEY DEFAULT next_id())',
     },
   },
   'test-config',
