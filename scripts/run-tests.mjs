@@ -12,9 +12,10 @@ function findTests(dir) {
   });
 }
 
-const filter = process.argv[2];
+// Any number of filters: a file runs when its path contains one of them (none: every file).
+const filters = process.argv.slice(2);
 const files = findTests('dist/test')
-  .filter((f) => !filter || f.includes(filter))
+  .filter((f) => filters.length === 0 || filters.some((filter) => f.includes(filter)))
   .sort();
 // A test that hangs (a lock never released, a server that never answers) fails after 4 minutes instead of
 // holding the whole run.

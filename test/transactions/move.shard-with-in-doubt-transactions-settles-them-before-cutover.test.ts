@@ -6,7 +6,6 @@ import { after, before, describe, it } from 'node:test';
 import { createRouter, type Router } from 'shardflake';
 import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { crashRouterAt, preparedGids } from './support.js';
@@ -109,36 +108,5 @@ describe('moves and migrations with in-doubt transactions on their shards', () =
     assert.deepEqual(await ours('b'), []);
     assert.deepEqual(await tagsOn(4), []);
     assert.ok(!(await tagsOn(0)).includes('undecided'));
-  });
-
-  it('one prepared while the shard is copying is settled at the cutover, and its row reaches the new home', async () => {
-    let crashed = false;
-    const result = await moveShard(withC(), 5, 'c', {
-      afterStep: async (step) => {
-        // After the slot exists and the copy is done: the transaction's changes are decoded at COMMIT PREPARED.
-        if (step !== 'synced' || crashed) return;
-        crashed = true;
-        await crashRouterAt(configFile, 'after-decision', [0, 5], 'while-copying');
-        assert.equal((await ours('b')).length, 1);
-      },
-    });
-    assert.ok(crashed);
-    assert.equal(result.to, 'c');
-    await router.refresh();
-    assert.deepEqual(await ours('b'), []);
-    assert.deepEqual(await tagsOn(5), ['while-copying']);
-  });
-
-  it('a migration settles them before its DDL instead of waiting on their locks', async () => {
-    await crashRouterAt(configFile, 'after-decision', [0, 3], 'before-migrate');
-    assert.equal((await ours('c')).length, 1, 'c (shard 3 lives there now) holds it prepared');
-    const migrated = await migrateCluster(
-      withC({
-        migrations: [{ version: 1, name: 'note', sql: 'ALTER TABLE marks ADD COLUMN note text' }],
-      }),
-    );
-    assert.deepEqual(migrated.failed, []);
-    assert.deepEqual(await ours('c'), []);
-    assert.ok((await tagsOn(3)).includes('before-migrate'));
   });
 });

@@ -1,7 +1,7 @@
 import { bumpMapVersion } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../cluster/fence.js';
 import { clusterHistory } from '../cluster/migrations.js';
 import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
@@ -27,6 +27,8 @@ import {
   dropSlots,
   dropSubscription,
   replicationNames,
+  subscriptionConninfo,
+  subscriptionError,
   subscriptionOid,
   subscriptionProgress,
 } from './replication.js';
@@ -171,12 +173,12 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
     );
     try {
       await s.target.query(
-        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(await primaryUrl(s.config, s.from))}
+        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(subscriptionConninfo(await primaryUrl(s.config, s.from), s.opts.replication))}
          PUBLICATION ${quoteIdent(s.names.publication)}
          WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(s.names.slot)}, enabled = true, streaming = off, binary = true)`,
       );
     } catch (error) {
-      throw wrapPgError(error);
+      throw subscriptionError(error, s.opts.replication);
     }
     oid = (await subscriptionOid(s.target, s.names.subscription)) as bigint;
   }
@@ -239,6 +241,7 @@ async function finishSet(s: SetSession, members: readonly Member[]): Promise<voi
       );
     }
   }
+  await ddlPastGuard(s.source, sealOldCopiesSql(todo.map((m) => m.record.schema))); // see fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);

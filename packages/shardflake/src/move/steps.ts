@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
+import { fenceSql, isFenced, sealOldCopiesSql, unfenceSql } from '../cluster/fence.js';
 import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
@@ -16,6 +16,7 @@ import {
   dropPublication,
   dropSlots,
   dropSubscription,
+  grantReplicationRead,
   subscriptionProgress,
 } from './replication.js';
 import {
@@ -132,7 +133,18 @@ export async function prepare(s: Session): Promise<void> {
 export async function subscribe(s: Session): Promise<void> {
   // The subscription's slot waits for every transaction running on the source, in-doubt prepared ones too.
   await settlePreparedOnShards(s.config, s.record.from, 'all', { failWith: 'MOVE_FAILED' });
-  const oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.record.from));
+  await grantReplicationRead(
+    s.source,
+    s.opts.replication,
+    s.record.schema,
+    s.tables.map((t) => t.name),
+  );
+  const oid = await createSubscription(
+    s.target,
+    s.names,
+    await primaryUrl(s.config, s.record.from),
+    s.opts.replication,
+  );
   await recordSubscriptionOid(s.catalog, s.record.id, oid);
   s.record = { ...s.record, subscriptionOid: oid };
   await advance(s, 'subscribed');
@@ -333,6 +345,7 @@ export async function finish(s: Session): Promise<void> {
       ),
     );
   }
+  await ddlPastGuard(s.source, sealOldCopiesSql([s.record.schema])); // owner, rights, ENABLE ALWAYS: fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, s.record.subscriptionOid);

@@ -8,7 +8,7 @@ export function registerBenchCrossCommand(bench: Command): void {
   bench
     .command('cross')
     .description(
-      'transfers across shards: withShards on one server and across two (two-phase commit) vs the same updates in one local transaction',
+      'transfers across shards: withShards on one server and across two (two-phase commit) vs the same updates in one local transaction; (c) a reference-table write on 1, 2 and 4 servers',
     )
     .option('--rounds <n>', 'rounds (sides alternate in each)', positiveInteger('--rounds'), 10)
     .option('--slice-ms <n>', 'milliseconds per side per round', positiveInteger('--slice-ms'), 1000)

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { migrateCluster } from 'shardflake/internal/cluster/migrate.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import type { ReferenceInstallResult } from 'shardflake/internal/cluster/reference/install.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
@@ -41,6 +42,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
     .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'init');
       const bar = progressBar('init   ', !flags.json);
       const result = await initCluster(config, {
         batchSize: flags.batchSize,
@@ -84,6 +86,7 @@ export function registerClusterCommands(program: Command): void {
     )
     .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'migrate');
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,

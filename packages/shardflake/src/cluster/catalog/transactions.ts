@@ -71,11 +71,24 @@ export async function installClusterIdentity(catalog: Queryable): Promise<void> 
   if (rows.length === 0) await catalog.query(clusterIdentitySql());
 }
 
-/** The cluster's identity, creating it on first use; null before `cluster init` wrote the cluster row. */
-export async function readClusterId(catalog: Queryable): Promise<string | null> {
+/**
+ * The cluster's identity; null before `cluster init` wrote the cluster row. A catalog made before identities
+ * existed gets one when `create` is set (a router about to commit across servers); readers (status, verify,
+ * recover) get null instead, which means that no transaction across servers was ever prepared in this cluster.
+ */
+export async function readClusterId(
+  catalog: Queryable,
+  options: { create: boolean } = { create: true },
+): Promise<string | null> {
   const exists = await catalog.query(`SELECT to_regclass('shardflake.cluster') IS NOT NULL AS ok`);
   if (!(exists.rows[0] as { ok: boolean }).ok) return null;
-  await installClusterIdentity(catalog);
+  if (options.create) await installClusterIdentity(catalog);
+  else {
+    const { rows } = await catalog.query(
+      `SELECT 1 FROM pg_attribute WHERE attrelid = 'shardflake.cluster'::regclass AND attname = 'cluster_id' AND NOT attisdropped`,
+    );
+    if (rows.length === 0) return null;
+  }
   const { rows } = await catalog.query('SELECT cluster_id FROM shardflake.cluster WHERE singleton');
   return (rows[0] as { cluster_id: string } | undefined)?.cluster_id ?? null;
 }

@@ -6,6 +6,10 @@ import { unsupported } from './refuse.js';
  * The real PostgreSQL parser (libpg-query: PostgreSQL's own grammar compiled to WebAssembly, no native build) and
  * its printer (pgsql-deparser), loaded on the first `router.sql` only: together they take ≈ 1 s to load and
  * compile, which an application that never asks a cross-shard question should not pay, nor load at import.
+ *
+ * They are optional peer dependencies of `shardflake` (≈ 3 MB that an app without cross-shard reads should not
+ * carry into its image): an app that calls `router.sql` installs them; one that does not gets MISSING_PACKAGE
+ * naming the install command, on the first call and on every later one (a failed load is not remembered as done).
  */
 interface SqlTools {
   parse(text: string): Promise<ParseResult>;
@@ -15,14 +19,36 @@ interface SqlTools {
 let tools: Promise<SqlTools> | undefined;
 
 export function loadSqlTools(): Promise<SqlTools> {
-  tools ??= (async () => {
-    const [parser, printer] = await Promise.all([import('libpg-query'), import('pgsql-deparser')]);
+  tools ??= (async (): Promise<SqlTools> => {
+    const [parser, printer] = await Promise.all([load('libpg-query'), load('pgsql-deparser')]);
     return {
       parse: (text) => parser.parse(text),
       print: (node) => printer.deparseSync(node, { pretty: false }),
     };
-  })();
+  })().catch((error: unknown) => {
+    tools = undefined;
+    throw error;
+  });
   return tools;
+}
+
+/** The versions `shardflake` is tested with (its peerDependencies say the same). */
+export const SQL_PACKAGES = 'libpg-query@18 pgsql-deparser@18';
+
+async function load(name: 'libpg-query'): Promise<typeof import('libpg-query')>;
+async function load(name: 'pgsql-deparser'): Promise<typeof import('pgsql-deparser')>;
+async function load(name: string): Promise<unknown> {
+  try {
+    return name === 'libpg-query' ? await import('libpg-query') : await import('pgsql-deparser');
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') throw error;
+    throw new ShardflakeError(
+      'MISSING_PACKAGE',
+      `router.sql needs the package ${name}, which is not installed: npm install ${SQL_PACKAGES}`,
+      { cause: error },
+    );
+  }
 }
 
 /** The one SELECT of `text`, as a tree; a syntax error is INVALID_ARGUMENT, anything but one SELECT is refused. */

@@ -46,24 +46,30 @@ export function clusterAccess(
   };
 }
 
-/** The cluster's identity, from its catalog. */
-export async function clusterIdOf(access: ServerAccess, catalog: string): Promise<string> {
-  try {
-    const id = await access.use(catalog, (c) => readClusterId(c));
-    if (id === null)
-      throw new ShardflakeError(
-        'INVALID_CONFIG',
-        `the catalog on server ${catalog} holds no cluster; run cluster init first`,
-      );
-    return id;
-  } catch (error) {
-    const e = wrapPgError(error);
-    if (e.code === 'INVALID_CONFIG') throw e;
-    throw new ShardflakeError(e.code, `catalog server ${catalog}: ${e.message}`, {
-      sqlState: e.sqlState,
-      cause: error,
+/**
+ * The cluster's identity, from its catalog, or null when it has none yet (no transaction across servers was ever
+ * prepared). Never creates it: commands that only read or settle have nothing to do without one.
+ */
+export async function clusterIdOf(access: ServerAccess, catalog: string): Promise<string | null> {
+  const exists = await access
+    .use(catalog, async (c) => {
+      const info = await c.query(`SELECT to_regclass('shardflake.cluster') IS NOT NULL AS ok`);
+      if (!(info.rows[0] as { ok: boolean }).ok) return false;
+      return (await c.query('SELECT 1 FROM shardflake.cluster WHERE singleton')).rows.length > 0;
+    })
+    .catch((error: unknown) => {
+      const e = wrapPgError(error);
+      throw new ShardflakeError(e.code, `catalog server ${catalog}: ${e.message}`, {
+        sqlState: e.sqlState,
+        cause: error,
+      });
     });
-  }
+  if (!exists)
+    throw new ShardflakeError(
+      'INVALID_CONFIG',
+      `the catalog on server ${catalog} holds no cluster; run cluster init first`,
+    );
+  return access.use(catalog, (c) => readClusterId(c, { create: false }));
 }
 
 export interface RecoverOptions {
@@ -79,6 +85,7 @@ export async function recoverCluster(
   const access = clusterAccess(config, 'shardflake recover');
   try {
     const id = await clusterIdOf(access, config.catalog);
+    if (id === null) return { committed: [], rolledBack: [], waiting: [], unreachable: [], cleaned: 0 };
     return await recoverTransactions(access, id, {
       inDoubtAfterMs: options.inDoubtAfterMs ?? TRANSACTION_DEFAULTS.inDoubtAfterMs,
     });

@@ -461,6 +461,14 @@ export function openCrossTransaction(
     await Promise.all(commits);
   };
 
+  /** Rolls back every participant still in its local transaction (none is prepared before the decision path). */
+  const rollbackAll = async () => {
+    if (outcome === 'open') outcome = 'rolled-back';
+    // Every join finishes first; one that failed after acquiring its connection still holds it.
+    await Promise.allSettled(participants.values());
+    await Promise.all(joined.filter((p) => !p.ended).map(rollbackLocal));
+  };
+
   const tx: CrossInternals = {
     txid,
     get servers() {
@@ -533,6 +541,10 @@ export function openCrossTransaction(
         if (all.length === 0) outcome = 'committed';
         else if (all.length === 1) await onePhase(all[0] as Participant);
         else await twoPhase(all[0] as Participant, all.slice(1));
+      } catch (error) {
+        // Failed before anything was sent (the cluster's identity could not be read): nothing is prepared.
+        if (outcome === 'open') await rollbackAll();
+        throw error;
       } finally {
         state = 'ended';
         if (outcome === 'open') outcome = 'rolled-back';
@@ -541,10 +553,7 @@ export function openCrossTransaction(
     async rollback() {
       if (state === 'ended') return;
       state = 'ended';
-      if (outcome === 'open') outcome = 'rolled-back';
-      // Every join finishes first; one that failed after acquiring its connection still holds it.
-      await Promise.allSettled(participants.values());
-      await Promise.all(joined.filter((p) => !p.ended).map(rollbackLocal));
+      await rollbackAll();
     },
   };
   return tx;

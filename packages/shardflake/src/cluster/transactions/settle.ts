@@ -51,7 +51,7 @@ export async function settlePreparedOnShards(
   const access = clusterAccess(config, 'shardflake settle');
   try {
     const deadline = performance.now() + timeoutMs;
-    let clusterId: string | undefined;
+    let clusterId: string | null | undefined;
     for (;;) {
       const { rows } = await access.use(server, (c) =>
         schemas === 'all' ? c.query(PREPARED_ON_INSTANCE_SQL) : c.query(PREPARED_ON_SCHEMAS_SQL, [schemas]),
@@ -59,7 +59,7 @@ export async function settlePreparedOnShards(
       const held = rows as { gid: string; age_ms: number }[];
       if (held.length === 0) return settled;
       clusterId ??= await clusterIdOf(access, config.catalog);
-      if (held.some((h) => parseGid(h.gid)?.cluster === clusterId)) {
+      if (clusterId !== null && held.some((h) => parseGid(h.gid)?.cluster === clusterId)) {
         const report = await recoverTransactions(access, clusterId, { inDoubtAfterMs });
         settled.committed.push(...report.committed);
         settled.rolledBack.push(...report.rolledBack);

@@ -15,6 +15,7 @@ const inDoubt: VerifyCheck = {
   name: 'in-doubt transactions',
   async run(config: ClusterConfig, pools: ServerAccess): Promise<Problem[]> {
     const id = await clusterIdOf(pools, config.catalog);
+    if (id === null) return [];
     const { inDoubt: found, unreachable } = await listInDoubt(pools, id);
     const problems: Problem[] = unreachable.map((u) => ({
       check: this.name,

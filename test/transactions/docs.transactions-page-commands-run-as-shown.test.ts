@@ -26,31 +26,6 @@ function shown(i: number): string {
   return next?.code ?? '';
 }
 
-test('docs/transactions.md: every block is an example, a command or the output of the one before', () => {
-  assert.ok(blocks.length >= 4);
-  blocks.forEach((b, i) => {
-    assert.ok(['js', 'sh', 'text'].includes(b.lang), `block ${i} has a language this test runs: ${b.lang}`);
-    if (b.lang === 'text')
-      assert.ok(['js', 'sh'].includes(blocks[i - 1]?.lang ?? ''), `text block ${i} follows code`);
-  });
-});
-
-test('docs/transactions.md: the js examples run and print what the page shows', () => {
-  blocks.forEach((b, i) => {
-    if (b.lang !== 'js') return;
-    // In the package directory, so `import … from 'shardflake'` resolves (Node's self-reference).
-    const file = `.docs-transactions-${process.pid}-${i}.mjs`;
-    writeFileSync(file, b.code);
-    try {
-      const result = spawnSync(process.execPath, [file], { encoding: 'utf8', timeout: 120_000 });
-      assert.equal(result.status, 0, result.stderr);
-      assert.equal(result.stdout, shown(i));
-    } finally {
-      rmSync(file, { force: true });
-    }
-  });
-});
-
 test('docs/transactions.md: the commands run on a cluster and print what the page shows', async () => {
   const servers = await useServers(2);
   const raw = {
