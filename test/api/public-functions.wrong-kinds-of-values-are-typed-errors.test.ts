@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import {
+  asId,
+  asIds,
   capPerSecond,
   createGenerator,
   decodeId,
@@ -26,6 +28,7 @@ import {
   resolveLayout,
   shardForKey,
   shardSchema,
+  sqlStateOf,
   validateConfig,
   validateIdentifier,
   withEpoch,
@@ -128,6 +131,8 @@ const call = (fn: Fn, args: unknown[]) => (fn as (...a: unknown[]) => unknown)(.
  * its own values with (`source` of a config, `what` of an identifier), left at their defaults.
  */
 const PUBLIC: Record<string, [Fn, number]> = {
+  asId: [asId, 1],
+  asIds: [asIds, 1],
   capPerSecond: [capPerSecond, 1],
   decodeId: [decodeId, 2],
   defineLayout: [defineLayout, 1],
@@ -148,6 +153,7 @@ const PUBLIC: Record<string, [Fn, number]> = {
   resolveLayout: [resolveLayout, 1],
   shardForKey: [shardForKey, 2],
   shardSchema: [shardSchema, 2],
+  sqlStateOf: [sqlStateOf, 1],
   validateConfig: [validateConfig, 1],
   validateIdentifier: [validateIdentifier, 1],
   withEpoch: [withEpoch, 2],

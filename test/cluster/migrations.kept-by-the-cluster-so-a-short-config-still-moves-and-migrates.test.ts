@@ -105,9 +105,16 @@ describe('the catalog keeps the cluster migration history', () => {
     assert.equal(result.alreadyCurrent, 4);
     assert.equal(result.differences.length, 2);
     const catalog = await connect(url('a'));
-    const problems = await migrationsCheck.run(short, new Map([['a', catalog]])).finally(() => catalog.end());
-    assert.equal(problems.length, 2);
-    assert.match(problems[0]?.message ?? '', /^config and cluster migrations differ: migration 1 \(likes\)/);
+    const pools = { use: <T>(_server: string, fn: (c: typeof catalog) => Promise<T>) => fn(catalog) };
+    const problems = await migrationsCheck.run(short, pools).finally(() => catalog.end());
+    assert.deepEqual(
+      problems.map((p) => [p.check, p.where]),
+      [
+        ['migrations', 'migration 1'],
+        ['migrations', 'migration 2'],
+      ],
+    );
+    assert.match(problems[0]?.what ?? '', /^config and cluster migrations differ: migration 1 \(likes\)/);
   });
 
   it('the CLI prints the differences as warnings (status and migrate), never a bare "already current"', async () => {

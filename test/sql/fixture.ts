@@ -47,30 +47,44 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
     for (let p = 0; p < i % 4; p++)
       photos.push({ user_id: id, likes: p === 2 ? null : (i * p) % 11, caption: `p${i}-${p}` });
   });
-  const photoIds: bigint[] = [];
-  for (const photo of photos)
-    photoIds.push(await router.insert('photos', photo, { shard: router.shardOfId(photo.user_id) }));
+  // Each user's photos on the user's shard: one insertMany per shard.
+  const byShard = new Map<number, typeof photos>();
+  for (const photo of photos) {
+    const shard = router.shardOfId(photo.user_id);
+    byShard.set(shard, [...(byShard.get(shard) ?? []), photo]);
+  }
+  const placed: { id: bigint; photo: (typeof photos)[number] }[] = [];
+  for (const [shard, list] of byShard) {
+    const photoIds = await router.insertMany('photos', list, { shard });
+    for (const [i, photo] of list.entries()) placed.push({ id: photoIds[i] as bigint, photo });
+  }
   const plain = await connect(servers[0]?.url as string);
   await plain.query('CREATE SCHEMA plain');
   await plain.query('SET search_path TO plain');
   for (const text of Object.values(TABLES)) await plain.query(text.replace(' DEFAULT next_id()', ''));
-  for (const [i, u] of users.entries())
-    await plain.query('INSERT INTO users VALUES ($1, $2, $3, $4, $5, $6, $7)', [
-      ids[i],
-      u.country,
-      u.age,
-      u.score,
-      u.active,
-      u.big,
-      u.ratio,
-    ]);
-  for (const [i, p] of photos.entries())
-    await plain.query('INSERT INTO photos VALUES ($1, $2, $3, $4)', [
-      photoIds[i],
-      p.user_id,
-      p.likes,
-      p.caption,
-    ]);
+  // The same rows, one statement per table (arrays unnested into rows).
+  await plain.query(
+    `INSERT INTO users SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::numeric[], $5::boolean[],
+       $6::bigint[], $7::double precision[])`,
+    [
+      ids,
+      users.map((u) => u.country),
+      users.map((u) => u.age),
+      users.map((u) => u.score),
+      users.map((u) => u.active),
+      users.map((u) => u.big),
+      users.map((u) => u.ratio),
+    ],
+  );
+  await plain.query(
+    'INSERT INTO photos SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[])',
+    [
+      placed.map((p) => p.id),
+      placed.map((p) => p.photo.user_id),
+      placed.map((p) => p.photo.likes),
+      placed.map((p) => p.photo.caption),
+    ],
+  );
   const configFile = {
     servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
     catalog: 'a',

@@ -17,9 +17,15 @@ export type { InitOptions, InitResult } from './cluster/init.js';
 export { initCluster, planPlacement } from './cluster/init.js';
 export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
+export type { LookupDefinition } from './cluster/lookups/config.js';
+export type { LookupHit, LookupHitWithRow, LookupOptions, LookupValue } from './cluster/lookups/read.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
 export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type { ReferenceConfig } from './cluster/reference/config.js';
+export type { ReferenceProblem } from './cluster/reference/verify.js';
+export { checkReferenceTables } from './cluster/reference/verify.js';
+export type { ReferenceSession } from './cluster/reference/write.js';
 export type {
   CatalogEvent,
   FailoverEvent,
@@ -30,8 +36,10 @@ export type {
   RetryReason,
   RouterEvent,
   RouterEventHook,
+  TransactionEvent,
+  TransactionPhase,
 } from './cluster/router/events.js';
-export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export { OPERATIONS, RETRY_REASONS, TRANSACTION_PHASES } from './cluster/router/events.js';
 export type {
   AcquireOptions,
   Lsn,
@@ -68,6 +76,8 @@ export { hashKey, shardForKey } from './cluster/shard-key.js';
 export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
+export type { InDoubtGid, RecoveryReport, SettledGid } from './cluster/transactions/recovery.js';
+export type { TransactionOptions } from './cluster/transactions/state.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
 export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError, sqlStateOf } from './errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';

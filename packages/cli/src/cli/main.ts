@@ -39,9 +39,15 @@ export async function buildProgram(argv: string[]): Promise<Command> {
 
 function exitCodeFor(error: unknown): number {
   if (error instanceof ShardflakeError) {
-    return ['SERVER_UNREACHABLE', 'DATABASE_ERROR', 'MOVE_FAILED', 'MIGRATION_FAILED', 'NO_PRIMARY'].includes(
-      error.code,
-    )
+    return [
+      'SERVER_UNREACHABLE',
+      'DATABASE_ERROR',
+      'MOVE_FAILED',
+      'MIGRATION_FAILED',
+      'NO_PRIMARY',
+      'PREPARED_TRANSACTIONS_DISABLED',
+      'TRANSACTION_ABORTED',
+    ].includes(error.code)
       ? 3
       : 2;
   }

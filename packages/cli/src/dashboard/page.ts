@@ -60,6 +60,8 @@ export function dashboardPage(options: { refreshMs: number }): string {
     <table id="moves" hidden><thead><tr><th>move</th><th>shard</th><th>from → to</th><th>phase</th><th>progress</th><th>time</th><th>error</th></tr></thead><tbody></tbody></table></section>
   <section><h2>Shard map <span id="map-caption" class="muted"></span> <select id="colour-by" hidden><option value="">colour: server</option></select></h2><div id="legend"></div><canvas id="map" width="0" height="0"></canvas></section>
   <section><h2>Schema versions</h2><div id="versions"></div><ul id="warnings"></ul></section>
+  <section><h2>Transactions across servers</h2><p id="tx-summary" class="muted"></p>
+    <table id="in-doubt" hidden><thead><tr><th>gid</th><th>server</th><th>age</th><th>decision</th></tr></thead><tbody></tbody></table></section>
 </main>
 <div id="tip" hidden></div>
 <script>
@@ -217,6 +219,17 @@ function renderStatus(status) {
   renderServers(status);
   $("versions").replaceChildren(...Object.entries(status.schemaVersions || {}).map(([v, n]) => el("div", {}, "v" + v + ": " + n + " shards")));
   $("warnings").replaceChildren(...(status.warnings || []).map((w) => el("li", {}, w)));
+  renderTransactions(status.transactions);
+}
+
+/** In-doubt (prepared) transactions and the servers that cannot take part in transactions across servers. */
+function renderTransactions(tx) {
+  if (!tx) { $("tx-summary").textContent = ""; $("in-doubt").hidden = true; return; }
+  const cannot = tx.cannotTakePart.length ? " · cannot take part (max_prepared_transactions = 0): " + tx.cannotTakePart.join(", ") : "";
+  $("tx-summary").textContent = tx.inDoubt.length + " prepared transaction" + (tx.inDoubt.length === 1 ? "" : "s") + " in doubt" + cannot;
+  $("in-doubt").hidden = tx.inDoubt.length === 0;
+  $("in-doubt").tBodies[0].replaceChildren(...tx.inDoubt.map((g) =>
+    el("tr", {}, el("td", {}, g.gid), el("td", {}, g.server), el("td", {}, (g.ageMs / 1000).toFixed(1) + " s"), el("td", {}, g.decision))));
 }
 
 async function tick() {

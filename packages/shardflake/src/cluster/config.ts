@@ -16,6 +16,8 @@ import {
   checkShardStatement,
   tokenize,
 } from './ddl-guard.js';
+import { type LookupDefinition, parseLookups } from './lookups/config.js';
+import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -30,7 +32,8 @@ import {
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
  *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
- *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
+ *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ],
+ *   "lookups": { "user_email": { "table": "users", "column": "email", "unique": true } }   // see lookups/config.ts
  * }
  * ```
  */
@@ -56,7 +59,7 @@ export interface Migration {
   concurrent?: ConcurrentIndexStatement[];
 }
 
-export interface ClusterConfig {
+export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
   /**
@@ -75,6 +78,8 @@ export interface ClusterConfig {
   nextIdLanguage: GeneratorLanguage;
   tables: TableTemplate[];
   migrations: Migration[];
+  /** Columns found without their shard key (src/cluster/lookups/). */
+  lookups: LookupDefinition[];
   /** Where the config came from (file path), for messages. */
   source: string;
 }
@@ -242,6 +247,8 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'nextIdLanguage',
     'tables',
     'migrations',
+    ...REFERENCE_FIELDS,
+    'lookups',
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
   if (unknown.length > 0)
@@ -378,6 +385,12 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
+    ...referenceConfig(raw, source, { tables, migrations }),
+    lookups: parseLookups(
+      raw.lookups,
+      tables.map((t) => t.name),
+      source,
+    ),
     source,
   };
 }

@@ -6,27 +6,28 @@ import { historyReport } from './migrations.js';
  * The `cluster verify` check of migrations (issue 22): the config's migrations against the history the cluster
  * keeps — missing, changed (checksum), reordered, renamed, other table templates — one problem per difference.
  *
- * Shaped for the verify command's list of checks (`{ name, run(config, servers) → problems }`, src/cluster/verify.ts
- * by the tx helper); until that list exists this module stands alone and registers nothing. `servers` maps each
- * configured server to a connection (a client or a pool); only the catalog's is used.
+ * One of verify.ts's checks (`VerifyCheck`: `{ name, run(config, pools) → Problem[] }`); it needs only
+ * `pools.use(server, fn)`, restated here so that the check does not depend on the transactions module.
  */
 export interface MigrationProblem {
-  check: 'migrations';
-  /** Where: the catalog server. */
-  server: string;
-  message: string;
+  check: string;
+  where: string;
+  what: string;
+}
+
+/** What a check gets from verify: a connection to any configured server's primary, shared by every check. */
+export interface VerifyServers {
+  use<T>(server: string, fn: (client: Queryable) => Promise<T>): Promise<T>;
 }
 
 export const migrationsCheck = {
-  name: 'migrations' as const,
-  async run(config: ClusterConfig, servers: ReadonlyMap<string, Queryable>): Promise<MigrationProblem[]> {
-    const catalog = servers.get(config.catalog);
-    if (!catalog) return [];
-    const { differences } = await historyReport(catalog, config);
+  name: 'migrations',
+  async run(config: ClusterConfig, pools: VerifyServers): Promise<MigrationProblem[]> {
+    const { differences } = await pools.use(config.catalog, (catalog) => historyReport(catalog, config));
     return differences.map((d) => ({
-      check: 'migrations' as const,
-      server: config.catalog,
-      message: `config and cluster migrations differ: ${d.text}`,
+      check: 'migrations',
+      where: d.version === 0 ? 'tables (version 0)' : `migration ${d.version}`,
+      what: `config and cluster migrations differ: ${d.text}`,
     }));
   },
 };

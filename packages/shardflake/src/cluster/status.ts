@@ -6,6 +6,8 @@ import { type ClusterConfig, targetVersion } from './config.js';
 import { serverNodeUrls } from './connections.js';
 import { historyReport } from './migrations.js';
 import { type NodeStatus, readNodes, readShardStats, type ShardStats } from './status-stats.js';
+import { readTransactionsStatus, type TransactionsStatus } from './transactions/cluster-access.js';
+import { TRANSACTION_DEFAULTS } from './transactions/state.js';
 
 export type { NodeStatus, ShardStats } from './status-stats.js';
 
@@ -49,6 +51,11 @@ export interface ClusterStatus {
   servers: { name: string; url: string; shards: number; reachable: boolean; nodes: NodeStatus[] }[];
   warnings: string[];
   shards: ShardStatus[];
+  /**
+   * Transactions across servers: servers that cannot take part (max_prepared_transactions = 0), and this
+   * cluster's prepared transactions now with what their decision servers say (see transactions/cross.ts).
+   */
+  transactions: TransactionsStatus;
 }
 
 export async function clusterStatus(config: ClusterConfig, now = Date.now()): Promise<ClusterStatus> {
@@ -133,6 +140,19 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       for (const n of s.nodes.filter((x) => s.reachable && !x.reachable))
         warnings.push(`server ${s.name}: node ${n.node} is unreachable`);
     }
+    const transactions = await readTransactionsStatus(
+      config,
+      servers.filter((x) => x.reachable && x.url !== '(not in config)').map((x) => x.name),
+    );
+    if (names.length > 1)
+      for (const name of transactions.cannotTakePart)
+        warnings.push(
+          `server ${name} has max_prepared_transactions = 0: its shards cannot take part in transactions across servers`,
+        );
+    for (const g of transactions.inDoubt.filter((t) => t.ageMs >= TRANSACTION_DEFAULTS.inDoubtAfterMs))
+      warnings.push(
+        `in-doubt transaction ${g.gid} on server ${g.server} (${Math.round(g.ageMs / 1000)} s, decision: ${g.decision}); run cluster recover`,
+      );
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -151,6 +171,7 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       servers,
       warnings,
       shards,
+      transactions,
     };
   } finally {
     await catalog.end().catch(() => {});

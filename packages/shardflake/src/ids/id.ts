@@ -57,5 +57,16 @@ export function asId(value: bigint | string): ShardflakeId {
 
 /** Claims many ids at once (see asId). */
 export function asIds(values: readonly (bigint | string)[]): ShardflakeId[] {
-  return values.map((v) => asId(v));
+  if (!Array.isArray(values))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `asIds needs a list of ids, not ${values === null ? 'null' : typeof values}`,
+    );
+  return values.map((v, i) => {
+    try {
+      return asId(v);
+    } catch (error) {
+      throw new ShardflakeError('INVALID_ID', `ids[${i}]: ${(error as Error).message}`);
+    }
+  });
 }

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { ClusterConfig } from '../cluster/config.js';
 import { clusterHistory } from '../cluster/migrations.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
@@ -138,6 +139,7 @@ async function moveOne(
     }
     let tables: SourceTable[];
     if (!record) {
+      await ensureReferenceOn(config, to); // reference tables complete on the target first (SPEC G2)
       tables = await preflight(config, shard, placement.schema, from, to, source, target);
       record = await inTransaction(catalog, async () => {
         const created = await createMove(catalog, {

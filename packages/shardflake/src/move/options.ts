@@ -1,5 +1,6 @@
 import type { Throttle } from './copy-stream.js';
 import type { MovePhase } from './phases.js';
+import type { ReplicationLogin } from './replication.js';
 
 /** What a caller can ask of a move, what it reports while it runs, and what it returns; defaults in one place. */
 export interface MoveOptions {
@@ -31,6 +32,8 @@ export interface MoveOptions {
    *   move-snapshots.ts), then only row counts in the cutover pause. For big shards.
    */
   verify?: VerifyMode;
+  /** How the subscription logs in to the source: its role and a passfile on the target (replication.ts). */
+  replication?: ReplicationLogin;
 }
 
 export const VERIFY_MODES = ['in-pause', 'snapshots'] as const;

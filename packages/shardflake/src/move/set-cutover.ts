@@ -3,6 +3,7 @@ import { bumpMapVersion } from '../cluster/catalog.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fencedSchemas, fenceSql, unfenceSql } from '../cluster/fence.js';
 import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
+import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
@@ -142,6 +143,13 @@ export async function cutoverGroup(s: SetSession, group: Member[]): Promise<void
   const toFence = group.filter((m) => m.record.phase === 'synced' && !already.has(m.record.schema));
   let lockAt = performance.now();
   const bySnapshots = s.opts.verify === 'snapshots';
+  // In-doubt prepared transactions hold the tables' locks until settled, by their decision (transactions/settle.ts).
+  await settlePreparedOnShards(
+    s.config,
+    s.from,
+    toFence.map((m) => m.record.schema),
+    { failWith: 'MOVE_FAILED' },
+  );
   if (bySnapshots) {
     // Checksums on snapshots pinned in a short pause of each shard (snapshots.ts: the one apply worker applies in
     // commit order, so the barrier works for a set as for one shard); the group's pause then compares counts.

@@ -1,10 +1,12 @@
 import { bumpMapVersion } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../cluster/fence.js';
 import { clusterHistory } from '../cluster/migrations.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
+import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
@@ -25,6 +27,8 @@ import {
   dropSlots,
   dropSubscription,
   replicationNames,
+  subscriptionConninfo,
+  subscriptionError,
   subscriptionOid,
   subscriptionProgress,
 } from './replication.js';
@@ -136,6 +140,8 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
   if (todo.length === 0) return;
   let oid = await subscriptionOid(s.target, s.names.subscription);
   if (oid === null) {
+    // The slot waits for every transaction running on the source, in-doubt prepared ones too.
+    await settlePreparedOnShards(s.config, s.from, 'all', { failWith: 'MOVE_FAILED' });
     await dropSlots(s.source, s.names.slot, null);
     await inTransaction(s.target, async () => {
       await s.target.query('SET LOCAL session_replication_role = replica');
@@ -167,12 +173,12 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
     );
     try {
       await s.target.query(
-        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(await primaryUrl(s.config, s.from))}
+        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(subscriptionConninfo(await primaryUrl(s.config, s.from), s.opts.replication))}
          PUBLICATION ${quoteIdent(s.names.publication)}
          WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(s.names.slot)}, enabled = true, streaming = off, binary = true)`,
       );
     } catch (error) {
-      throw wrapPgError(error);
+      throw subscriptionError(error, s.opts.replication);
     }
     oid = (await subscriptionOid(s.target, s.names.subscription)) as bigint;
   }
@@ -235,6 +241,7 @@ async function finishSet(s: SetSession, members: readonly Member[]): Promise<voi
       );
     }
   }
+  await ddlPastGuard(s.source, sealOldCopiesSql(todo.map((m) => m.record.schema))); // see fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);
@@ -536,6 +543,10 @@ export async function moveSets(
           : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
       );
     }
+
+    // Reference tables complete on every target before any shard is recorded as moving there (SPEC G2).
+    for (const to of new Set(fresh.map((n) => targetOf.get(n) as string)))
+      await ensureReferenceOn(config, to);
 
     // Fresh sets, one per (source, target) pair: every shard checked, and the servers' replication limits, before
     // any is recorded.

@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fenceSql, isFenced, unfenceSql } from '../cluster/fence.js';
+import { fenceSql, isFenced, sealOldCopiesSql, unfenceSql } from '../cluster/fence.js';
+import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
@@ -15,6 +16,7 @@ import {
   dropPublication,
   dropSlots,
   dropSubscription,
+  grantReplicationRead,
   subscriptionProgress,
 } from './replication.js';
 import {
@@ -129,7 +131,20 @@ export async function prepare(s: Session): Promise<void> {
 
 /** prepared → subscribed: the subscription starts the copy. */
 export async function subscribe(s: Session): Promise<void> {
-  const oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.record.from));
+  // The subscription's slot waits for every transaction running on the source, in-doubt prepared ones too.
+  await settlePreparedOnShards(s.config, s.record.from, 'all', { failWith: 'MOVE_FAILED' });
+  await grantReplicationRead(
+    s.source,
+    s.opts.replication,
+    s.record.schema,
+    s.tables.map((t) => t.name),
+  );
+  const oid = await createSubscription(
+    s.target,
+    s.names,
+    await primaryUrl(s.config, s.record.from),
+    s.opts.replication,
+  );
   await recordSubscriptionOid(s.catalog, s.record.id, oid);
   s.record = { ...s.record, subscriptionOid: oid };
   await advance(s, 'subscribed');
@@ -204,6 +219,8 @@ export async function cutover(s: Session): Promise<number> {
   const tableList = s.tables.map((t) => qualified(record.schema, t.name)).join(', ');
   const names = s.tables.map((t) => t.name);
   const bySnapshots = s.opts.verify === 'snapshots';
+  // In-doubt prepared transactions hold the tables' locks until settled, by their decision (transactions/settle.ts).
+  await settlePreparedOnShards(s.config, record.from, [record.schema], { failWith: 'MOVE_FAILED' });
   if (bySnapshots) {
     const checked = await verifyOnSnapshots({
       sourceUrl: await primaryUrl(s.config, record.from),
@@ -328,6 +345,7 @@ export async function finish(s: Session): Promise<void> {
       ),
     );
   }
+  await ddlPastGuard(s.source, sealOldCopiesSql([s.record.schema])); // owner, rights, ENABLE ALWAYS: fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, s.record.subscriptionOid);

@@ -1,8 +1,10 @@
 import type { Command } from 'commander';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
+import { registerBenchCrossCommand } from './bench-cross.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
+import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
@@ -20,4 +22,6 @@ export function registerBenchCommands(program: Command): void {
   registerBenchReplicasCommand(bench);
   registerBenchAppCommand(bench);
   registerBenchSqlAcrossCommand(bench);
+  registerBenchCrossCommand(bench);
+  registerBenchLookupsCommand(bench);
 }

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
 import { parseThrottle } from 'shardflake/internal/move/copy-stream.js';
@@ -24,6 +25,8 @@ interface Flags {
 }
 
 interface MoveFlags {
+  replicationUser?: string;
+  replicationPassfile?: string;
   throttle?: string;
   copyWorkers?: number;
   streamsPerServer?: number;
@@ -36,6 +39,7 @@ function setOptions(flags: MoveFlags): SetMoveOptions {
     copyWorkers: flags.copyWorkers,
     streamsPerServer: flags.streamsPerServer,
     afterStep: holdHook(),
+    replication: { user: flags.replicationUser, passfile: flags.replicationPassfile },
   };
 }
 
@@ -118,6 +122,11 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
     .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
     .option(
+      '--replication-user <role>',
+      "the source role the subscription logs in as (default: the URL's user)",
+    )
+    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
+    .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1)',
       positiveInteger('--streams-per-server'),
@@ -129,6 +138,7 @@ export function registerMoveCommands(cluster: Command): void {
       const options = setOptions(flags);
       const config = await loadConfig(flags.config);
       checkShardList(config, shards, flags.to);
+      await checkPrivileges(config, 'move');
       const bar = progressBar('move   ', !flags.json);
       const results = await moveShards(config, shards, flags.to, {
         ...options,
@@ -156,7 +166,7 @@ export function registerMoveCommands(cluster: Command): void {
     )
     .option(
       '--weight-sql <sql>',
-      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number",
+      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number; trusted input, run as the config's role (docs/security.md)",
     )
     .option('--decommission <server[,server…]>', 'move every shard off these servers (they receive none)')
     .option('--dry-run', 'print the plan without moving anything')
@@ -166,6 +176,11 @@ export function registerMoveCommands(cluster: Command): void {
       'tables copied at once per set (default 2)',
       positiveInteger('--copy-workers'),
     )
+    .option(
+      '--replication-user <role>',
+      "the source role the subscription logs in as (default: the URL's user)",
+    )
+    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
     .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1); distinct server pairs move in parallel',
@@ -184,6 +199,7 @@ export function registerMoveCommands(cluster: Command): void {
           );
         }
         const config = await loadConfig(flags.config);
+        if (!flags.dryRun) await checkPrivileges(config, 'rebalance');
         const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
         const move = setOptions(flags);
         const result = await rebalanceCluster(config, {
@@ -243,6 +259,7 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--json', 'print the result as JSON')
     .action(async (flags: Flags & { dryRun?: boolean }) => {
       const config = await loadConfig(flags.config);
+      if (!flags.dryRun) await checkPrivileges(config, 'cleanup');
       const result = await cleanupCluster(config, { dryRun: flags.dryRun });
       if (flags.json) {
         process.stdout.write(`${toJson(result)}\n`);

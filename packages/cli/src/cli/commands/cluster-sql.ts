@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import type { Row } from 'shardflake/internal/cluster/router/rows.js';
 import { createRouter } from 'shardflake/internal/cluster/router.js';
 import type { SqlColumn } from 'shardflake/internal/cluster/sql/index.js';
@@ -66,6 +67,8 @@ export function registerSqlQueryCommand(cluster: Command): void {
     .option('--json', 'print { columns, rows } as JSON')
     .action(async (query: string, flags: { config: string; param: string[]; json?: boolean }) => {
       const config = await loadConfig(flags.config);
+      // The router reads the catalog, as status does; reading the shards is the servers' own check.
+      await checkPrivileges(config, 'status', { servers: [] });
       const router = await createRouter(config, { listen: false, telemetry: false });
       try {
         const { rows, columns } = await router.sql(query, flags.param);

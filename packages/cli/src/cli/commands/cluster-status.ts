@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import { type ClusterStatus, clusterStatus } from 'shardflake/internal/cluster/status.js';
 import { positiveInteger } from '../options.js';
 import { toJson } from '../output.js';
@@ -22,6 +23,7 @@ export function registerStatusCommand(cluster: Command): void {
           ? 2000
           : 1000 * positiveInteger('--watch')(String(flags.watch));
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'status', { servers: [] });
       const render = (status: ClusterStatus) =>
         flags.json ? `${toJson(status)}\n` : formatStatus(status, flags.shards === true);
       if (flags.watch === undefined || !process.stdout.isTTY) {
@@ -95,6 +97,17 @@ export function formatStatus(status: ClusterStatus, everyShard: boolean): string
         `${String(s.shard).padEnd(7)} ${s.server.padEnd(8)} ${String(s.rows ?? '?').padStart(5)} ${size(s.bytes).padStart(9)} ${String(s.inserts ?? '?').padStart(8)} ${String(s.updates ?? '?').padStart(8)} ${String(s.deletes ?? '?').padStart(8)}`,
       );
     }
+  }
+  const tx = status.transactions;
+  if (tx) {
+    const cannot = tx.cannotTakePart.length
+      ? `; cannot take part (max_prepared_transactions = 0): ${tx.cannotTakePart.join(', ')}`
+      : '';
+    lines.push(`transactions across servers: ${tx.inDoubt.length} prepared in doubt${cannot}`);
+    for (const g of tx.inDoubt)
+      lines.push(
+        `  ${g.gid} on ${g.server}: ${(g.ageMs / 1000).toFixed(1)} s old, decision ${g.decision} (on ${g.decisionServer})`,
+      );
   }
   lines.push(...status.warnings.map((w) => `warning: ${w}`), '');
   return lines.join('\n');

@@ -1,3 +1,4 @@
+import type { TransactionState } from '../transactions/state.js';
 import type { RouterEventHook } from './events.js';
 import type { ShardMapCache } from './map.js';
 import type { ReadPositions } from './positions.js';
@@ -12,8 +13,16 @@ export interface RouterContext {
   readonly positions: ReadPositions;
   readonly policy: RetryPolicy;
   readonly onEvent: RouterEventHook | undefined;
+  /** Cross-server transactions: cluster identity, ready servers, recovery (transactions/state.ts). */
+  readonly transactions: TransactionState;
   /** The nodes of a configured server (created on first use). */
   nodes(server: string): ServerNodes;
+  /**
+   * A second set of pools, for participants a cross transaction joins while it commits (a lookup's entry
+   * shards, joined by its beforeCommit hook after the transaction already holds connections): see
+   * lookups/cross.ts for why one pool set for both could deadlock.
+   */
+  commitNodes?(server: string): ServerNodes;
 }
 
 export interface RetryPolicy {

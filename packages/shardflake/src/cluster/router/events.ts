@@ -17,6 +17,8 @@ export const OPERATIONS = [
   'feed',
   'query', // a cross-shard read
   'sql', // router.sql: one SELECT across every shard
+  'withShards', // an atomic write across shards (transactions/)
+  'withReference', // a write of the reference tables on every server (reference/)
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
 
@@ -79,5 +81,38 @@ export interface FailoverEvent {
   error?: ShardflakeError;
 }
 
-export type RouterEvent = OperationEvent | RetryEvent | MapEvent | CatalogEvent | FailoverEvent;
+/**
+ * One step of a cross-server commit (transactions/cross.ts) or of recovery (transactions/recovery.ts): `start`
+ * just before the statement is sent, then `done` or `failed`. Emitted synchronously, in protocol order.
+ */
+export const TRANSACTION_PHASES = [
+  'prepare', // PREPARE TRANSACTION on a participant
+  'decide', // the last agent's COMMIT, which carries the decision row
+  'commit-prepared',
+  'rollback-prepared',
+  'recover-commit', // recovery committed a prepared transaction that has a commit decision
+  'recover-rollback', // recovery rolled back one without (its coordinator gone, or an abort decision)
+] as const;
+export type TransactionPhase = (typeof TRANSACTION_PHASES)[number];
+
+export interface TransactionEvent {
+  type: 'transaction';
+  phase: TransactionPhase;
+  step: 'start' | 'done' | 'failed';
+  txid: string;
+  /** The configured server the step ran on. */
+  server: string;
+  gid?: string;
+  /** For `done` and `failed`: how long the step took. */
+  ms?: number;
+  error?: ShardflakeError;
+}
+
+export type RouterEvent =
+  | OperationEvent
+  | RetryEvent
+  | MapEvent
+  | CatalogEvent
+  | FailoverEvent
+  | TransactionEvent;
 export type RouterEventHook = (event: RouterEvent) => void;

@@ -3,6 +3,8 @@ import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog.js';
+import { applyBeforeLocalCommit } from '../lookups/commit.js';
+import { watchNotices } from '../lookups/maintain.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
@@ -14,8 +16,8 @@ import { traced } from './trace.js';
 
 /**
  * Shard sessions: application code running its own SQL in one logical shard, in one transaction on the shard's
- * current primary, with the shard's schema as the whole search_path (see Statements.begin for why that is safe on
- * pooled connections).
+ * current primary, with the shard's schema first on the search_path and the reference tables' schema after it
+ * (see Statements.begin for why that is safe on pooled connections).
  *
  * fn may run more than once: when the shard turns out fenced or moved (or its primary failed over) before COMMIT,
  * the transaction is rolled back and fn runs again from the start on the shard's new home. Once COMMIT is sent
@@ -36,7 +38,7 @@ export interface SessionOptions {
 export interface ShardSession {
   /** The logical shard. */
   readonly shard: number;
-  /** The shard's schema, which is the session's whole search_path. */
+  /** The shard's schema, first on the session's search_path (the reference tables' schema comes after it). */
   readonly schema: string;
   /** The configured server the shard lives on now. */
   readonly server: string;
@@ -90,24 +92,38 @@ function sessionClosed(): ShardflakeError {
   );
 }
 
+let savepointNumber = 0;
 const TRANSACTION_CONTROL = /^\s*(begin|start\s+transaction|commit|end|rollback|abort)\b/i;
+
+/**
+ * A connection that several sessions share (shards of one server in a cross-shard transaction, see
+ * transactions/cross.ts): their statements run one at a time in call order (`tail`), each after a switch of the
+ * search_path to its own session's when the last statement was another's (`path`).
+ */
+export interface SharedConnection {
+  tail: Promise<unknown>;
+  path: string;
+}
 
 /**
  * The session's view of its leased connection: refuses use after fn returned and turns transaction control into
  * savepoints (a second BEGIN would only warn, and a COMMIT would end the session's transaction early — with it
- * the search_path and the guarantee that a retry re-runs everything).
+ * the search_path and the guarantee that a retry re-runs everything). `shared` and `ownPath` are given for a
+ * session on a shared connection (see SharedConnection).
  */
-function sessionClient(
+export function sessionClient(
   client: pg.PoolClient,
   isOpen: () => boolean,
+  shared?: SharedConnection,
+  ownPath?: string,
 ): { query: pg.PoolClient['query']; proxy: () => pg.PoolClient } {
   const savepoints: string[] = [];
-  let next = 0;
   const control = (text: string): string | undefined => {
     const verb = TRANSACTION_CONTROL.exec(text)?.[1]?.toLowerCase().replace(/\s+/g, ' ');
     if (verb === undefined) return undefined;
     if (verb === 'begin' || verb === 'start transaction') {
-      const name = `shardflake_nested_${++next}`;
+      // Numbered across sessions: sessions sharing a connection must not release each other's savepoints.
+      const name = `shardflake_nested_${++savepointNumber}`;
       savepoints.push(name);
       return `SAVEPOINT ${name}`;
     }
@@ -123,6 +139,31 @@ function sessionClient(
   };
   const query = (...args: unknown[]) => {
     if (!isOpen()) throw sessionClosed();
+    if (!shared || ownPath === undefined) return send(args);
+    const switchPath = async () => {
+      if (shared.path === ownPath) return;
+      await client.query(`SET LOCAL search_path TO ${ownPath}`);
+      shared.path = ownPath;
+    };
+    const first = args[0] as { submit?: unknown } | undefined;
+    const callback = args.find((a) => typeof a === 'function') as ((...r: unknown[]) => void) | undefined;
+    if (typeof first?.submit === 'function') {
+      // A submittable (a cursor, a stream) reports to its own listeners; it is sent in turn.
+      shared.tail = shared.tail.then(switchPath).then(() => send(args));
+      shared.tail.catch(() => {});
+      return first;
+    }
+    const plain = args.filter((a) => typeof a !== 'function');
+    const result = shared.tail.then(switchPath).then(() => send(plain) as Promise<unknown>);
+    shared.tail = result.catch(() => {});
+    if (!callback) return result;
+    result.then(
+      (r) => callback(null, r),
+      (e: unknown) => callback(e),
+    );
+    return undefined;
+  };
+  const send = (args: unknown[]) => {
     const first = args[0] as string | { text?: string } | undefined;
     const text = typeof first === 'string' ? first : first?.text;
     const values = args[1];
@@ -208,6 +249,8 @@ async function runSession<T>(
     broken ??= error;
   };
   client.on('error', onError);
+  // A lookup's capture trigger announces changes with a notice; they are applied before COMMIT (lookups/).
+  const lookupChanges = readOnly ? undefined : watchNotices(client);
   let open = true;
   let phase: 'begin' | 'fn' | 'commit' = 'begin';
   const guarded = sessionClient(client, () => open);
@@ -232,6 +275,8 @@ async function runSession<T>(
     phase = 'fn';
     const result = await fn(session);
     open = false;
+    if (lookupChanges?.pending) await applyBeforeLocalCommit(ctx, placement, client);
+    lookupChanges?.stop();
     phase = 'commit';
     const done = await client.query('COMMIT');
     // COMMIT of a transaction in which a statement failed (fn caught the error) rolls back and says so.
@@ -254,6 +299,7 @@ async function runSession<T>(
     return result;
   } catch (error) {
     open = false;
+    lookupChanges?.stop();
     let lost = broken !== undefined || isConnectionLost(error, client);
     if (phase !== 'commit' && !lost) {
       // A connection that cannot even roll back must not go back to the pool.

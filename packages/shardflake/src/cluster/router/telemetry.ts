@@ -20,6 +20,10 @@ import type { OperationEvent, RouterEvent, RouterEventHook } from './events.js';
  * - `shardflake.router.failover.events` (counter): server, event (`node-suspect`, `roles-found`)
  * - `shardflake.router.catalog.outages` (counter): server — one per `catalog-down`
  * - `shardflake.router.map.changes` (counter)
+ * - `shardflake.router.transaction.steps` (counter): phase (`prepare`, `decide`, `commit-prepared`, …), outcome
+ *
+ * Each step of a cross-server commit (and of recovery) that ends is also a span, `shardflake 2pc <phase>`, with
+ * the server, the txid and the gid: a slow or failed PREPARE or COMMIT PREPARED shows on its own.
  */
 export interface TelemetryOptions {
   /** Default: `trace.getTracer('shardflake', VERSION)` from the globally installed provider (if any). */
@@ -72,6 +76,7 @@ interface Instruments {
   failovers: Counter;
   outages: Counter;
   mapChanges: Counter;
+  transactionSteps: Counter;
 }
 
 function instruments(meter: Meter): Instruments {
@@ -95,6 +100,9 @@ function instruments(meter: Meter): Instruments {
       description: 'Times the catalog stopped answering',
     }),
     mapChanges: meter.createCounter('shardflake.router.map.changes', { description: 'Shard map refreshes' }),
+    transactionSteps: meter.createCounter('shardflake.router.transaction.steps', {
+      description: 'Steps of commits across servers and of their recovery, by phase and outcome',
+    }),
   };
 }
 
@@ -195,6 +203,33 @@ export function telemetryHook(options: TelemetryOptions = {}): RouterEventHook {
       case 'map':
         m.mapChanges.add(1);
         return;
+      case 'transaction': {
+        if (event.step === 'start') return;
+        tracer ??= otel().trace.getTracer('shardflake', VERSION);
+        const end = Date.now();
+        const span = tracer.startSpan(`shardflake 2pc ${event.phase}`, {
+          kind: otel().SpanKind.CLIENT,
+          startTime: end - (event.ms ?? 0),
+        });
+        if (span.isRecording()) {
+          span.setAttributes({
+            'db.system.name': 'postgresql',
+            'shardflake.transaction.phase': event.phase,
+            'shardflake.transaction.txid': event.txid,
+            'shardflake.server': event.server,
+            ...(event.gid === undefined ? {} : { 'shardflake.transaction.gid': event.gid }),
+            ...(event.error ? { 'error.type': event.error.code } : {}),
+          });
+          if (event.step === 'failed')
+            span.setStatus({ code: otel().SpanStatusCode.ERROR, message: event.error?.message ?? 'failed' });
+        }
+        span.end(end);
+        m.transactionSteps.add(1, {
+          'shardflake.transaction.phase': event.phase,
+          'shardflake.outcome': event.step === 'done' ? 'ok' : (event.error?.code ?? 'failed'),
+        });
+        return;
+      }
     }
   };
 }

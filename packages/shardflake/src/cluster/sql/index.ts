@@ -191,9 +191,7 @@ async function groupsAnswer(
   const groups = new Map<string, Group>();
   for (const answer of answers) {
     for (const row of answer.rows) {
-      const key = JSON.stringify(
-        plan.keys.map((k) => [row[k] ?? null, oids[k]]).map(([c, o]) => groupKey(c, o)),
-      );
+      const key = JSON.stringify(plan.keys.map((k) => equalityKey(row[k] ?? null, oids[k] as number)));
       let group = groups.get(key);
       if (!group) {
         group = { row, states: newStates(plan.slots) };
@@ -235,9 +233,6 @@ async function groupsAnswer(
   for await (const row of cut(stream, resolveCut(plan.limits, values))) out.push(row.slice(0, plan.outputs));
   return { rows: out, columns: finalColumns.slice(0, plan.outputs) };
 }
-
-const groupKey = (cell: Cell | number | undefined, oid: Cell | number | undefined) =>
-  equalityKey(cell as Cell, oid as number);
 
 async function* fromArray<T>(rows: T[]): AsyncGenerator<T> {
   yield* rows;

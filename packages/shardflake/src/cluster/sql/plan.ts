@@ -253,6 +253,9 @@ function planRows(
   let server: Template | undefined;
   if (serverOrder.length > 0 || limit) {
     const outer: SelectStmt = {
+      // With DISTINCT the server removes its shards' duplicates before its LIMIT: LIMIT n of rows that repeat
+      // across shards could otherwise hold fewer than n distinct rows (the property test found this).
+      distinctClause: distinct ? [{} as Node] : undefined,
       targetList: [{ ResTarget: { val: { ColumnRef: { fields: [{ A_Star: {} }] } } } }],
       fromClause: [
         { RangeVar: { relname: holes.marker, inh: true, alias: { aliasname: 'shardflake_rows' } } },

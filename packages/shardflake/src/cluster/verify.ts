@@ -1,0 +1,72 @@
+import { ShardflakeError } from '../errors.js';
+import type { ClusterConfig } from './config.js';
+import { lookupCheck } from './lookups/verify.js';
+import { migrationsCheck } from './migrations-verify.js';
+import { referenceCheck } from './reference/verify.js';
+import { clusterAccess } from './transactions/cluster-access.js';
+import type { ServerAccess } from './transactions/recovery.js';
+import { transactionChecks } from './transactions/verify.js';
+
+/**
+ * `shardflake cluster verify`: the cluster's consistency checks, one list that each feature appends its own to
+ * (one line below per module: transactions, reference tables, lookups, …). A check reads, never changes anything,
+ * and names what is wrong and where; a check that cannot run (a server down) reports that as its problem.
+ */
+export interface Problem {
+  /** The check that found it. */
+  check: string;
+  /** Where: a server, a shard, a table, a gid … as a reader would look for it. */
+  where: string;
+  /** What is wrong, and what to do about it when there is something to do. */
+  what: string;
+}
+
+export interface VerifyCheck {
+  name: string;
+  /** `pools`: a connection to any configured server's primary, opened on first use and shared by every check. */
+  run(config: ClusterConfig, pools: ServerAccess): Promise<Problem[]>;
+}
+
+/** Every check, in the order they run and print. */
+export const VERIFY_CHECKS: VerifyCheck[] = [
+  ...transactionChecks,
+  referenceCheck,
+  lookupCheck,
+  migrationsCheck,
+];
+
+export interface VerifyReport {
+  ok: boolean;
+  checks: { name: string; problems: number; ms: number }[];
+  problems: Problem[];
+}
+
+export async function verifyCluster(
+  config: ClusterConfig,
+  options: { checks?: readonly VerifyCheck[] } = {},
+): Promise<VerifyReport> {
+  const pools = clusterAccess(config, 'shardflake verify');
+  const report: VerifyReport = { ok: true, checks: [], problems: [] };
+  try {
+    for (const check of options.checks ?? VERIFY_CHECKS) {
+      const started = performance.now();
+      let problems: Problem[];
+      try {
+        problems = await check.run(config, pools);
+      } catch (error) {
+        const message = error instanceof ShardflakeError ? error.message : String(error);
+        problems = [{ check: check.name, where: 'cluster', what: `the check could not run: ${message}` }];
+      }
+      report.checks.push({
+        name: check.name,
+        problems: problems.length,
+        ms: Math.round(performance.now() - started),
+      });
+      report.problems.push(...problems);
+    }
+  } finally {
+    await pools.close();
+  }
+  report.ok = report.problems.length === 0;
+  return report;
+}
