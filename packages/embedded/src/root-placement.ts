@@ -3,7 +3,7 @@ import { cp, lstat, mkdir, readFile, realpath, rename, rm, stat, symlink } from 
 import { dirname, join } from 'node:path';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { unreachableBy } from './folder-access.js';
-import type { ServerBinaries } from './server-process.js';
+import { packagedBinaries, type ServerBinaries, type ServerUser } from './server-process.js';
 
 /**
  * Where a server's files go when root runs it. PostgreSQL refuses to run as root, so its processes run as the
@@ -18,6 +18,17 @@ import type { ServerBinaries } from './server-process.js';
  */
 export const BINARY_CACHE = '/var/cache/shardflake';
 export const DATA_HOME = '/var/lib/shardflake/data';
+
+/**
+ * The binaries a server run as `user` starts from: the packaged ones for the caller's own user, or, as root (the
+ * server runs as `postgres`), a copy that user can reach. Every place that starts a PostgreSQL binary asks here
+ * (embedded servers, the streaming-replica harness, tests that start a server process themselves), so a clone in a
+ * private folder works for all of them or for none.
+ */
+export async function binariesFor(user: ServerUser | undefined): Promise<ServerBinaries> {
+  const binaries = packagedBinaries();
+  return user ? reachableBinaries(binaries) : binaries;
+}
 
 /** A folder root creates for shared use: root-owned and writable by root alone, or refused. */
 async function rootOwnedFolder(path: string): Promise<void> {

@@ -9,6 +9,7 @@ import {
   type GeneratorLanguage,
 } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
+import { expandEnv } from './config-env.js';
 import {
   type CheckedStatement,
   type ConcurrentIndexStatement,
@@ -165,8 +166,9 @@ function nodeUrls(name: string, value: unknown, source: string): string[] {
       `server ${name} needs a postgres:// URL or a non-empty list of node URLs (a primary and its replicas)`,
     );
   }
-  return list.map((url, i) => {
+  return list.map((written, i) => {
     const where = Array.isArray(value) ? `server ${name} node ${i + 1}` : `server ${name}`;
+    const url = typeof written === 'string' ? expandEnv(written, `${where}'s URL`, source) : written;
     if (typeof url !== 'string' || !/^postgres(ql)?:\/\//.test(url))
       throw bad(source, `${where} needs a postgres:// URL`);
     try {
