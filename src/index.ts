@@ -136,8 +136,8 @@ export {
   planRebalanceByWeight,
   rebalanceCluster,
 } from './move/rebalance.js';
-export { isInterrupted as isMoveInterrupted } from './move/session.js';
-export { moveSets } from './move/set.js';
+export { isInterrupted as isMoveInterrupted } from './move/connections.js';
+export { moveSets } from './move/move.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';

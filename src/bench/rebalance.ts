@@ -9,7 +9,7 @@ import { cleanupCluster } from '../move/cleanup.js';
 import { moveShard } from '../move/move.js';
 import type { MoveResult, VerifyMode } from '../move/options.js';
 import { rebalanceCluster } from '../move/rebalance.js';
-import { moveSets } from '../move/set.js';
+import { moveSets } from '../move/move.js';
 import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.js';
 import { qualified } from '../postgres/identifier.js';

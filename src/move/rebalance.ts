@@ -5,8 +5,9 @@ import { connectServer } from '../cluster/connections.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
+import { checkSetOptions } from './checks.js';
+import { moveSets } from './engine.js';
 import type { MoveResult, SetMoveOptions } from './options.js';
-import { checkSetOptions, moveSets } from './set.js';
 
 /**
  * `cluster rebalance`: spreads the logical shards evenly over the servers the config names, e.g. after a third

@@ -92,29 +92,9 @@ export async function installMoves(catalog: Queryable): Promise<void> {
   }
 }
 
-export async function unfinishedMove(catalog: Queryable, shard: number): Promise<MoveRecord | null> {
-  const { rows } = await catalog.query(
-    `SELECT ${COLUMNS} FROM shardflake.moves WHERE shard = $1 AND phase NOT IN ('done', 'rolled_back')`,
-    [shard],
-  );
-  return rows[0] ? toRecord(rows[0]) : null;
-}
-
 export async function listMoves(catalog: Queryable): Promise<MoveRecord[]> {
   const { rows } = await catalog.query(`SELECT ${COLUMNS} FROM shardflake.moves ORDER BY id`);
   return rows.map(toRecord);
-}
-
-export async function createMove(
-  catalog: Queryable,
-  move: { shard: number; schema: string; from: string; to: string; owner: string },
-): Promise<MoveRecord> {
-  const { rows } = await catalog.query(
-    `INSERT INTO shardflake.moves (shard, schema_name, from_server, to_server, phase, owner)
-     VALUES ($1, $2, $3, $4, 'planned', $5) RETURNING ${COLUMNS}`,
-    [move.shard, move.schema, move.from, move.to, move.owner],
-  );
-  return toRecord(rows[0]);
 }
 
 export async function recordPhase(
@@ -137,10 +117,6 @@ export async function recordPhase(
       extra.pauseMs ?? null,
     ],
   );
-}
-
-export async function recordSubscriptionOid(catalog: Queryable, id: bigint, oid: bigint): Promise<void> {
-  await catalog.query('UPDATE shardflake.moves SET subscription_oid = $2 WHERE id = $1', [id, oid]);
 }
 
 export async function markOldCopyDropped(catalog: Queryable, id: bigint): Promise<void> {

@@ -14,7 +14,7 @@ import {
 } from '../../move/options.js';
 import { MOVE_PHASES } from '../../move/phases.js';
 import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../move/rebalance.js';
-import { checkShardList } from '../../move/set.js';
+import { checkShardList } from '../../move/checks.js';
 import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 
