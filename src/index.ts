@@ -12,9 +12,11 @@ export type {
   SqlBenchVariantResult,
 } from './bench/sql.js';
 export { runSqlBench } from './bench/sql.js';
+export type { MovePhase } from './cluster/catalog/moves.js';
+export { MOVE_PHASES } from './cluster/catalog/moves.js';
 // cluster
-export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog.js';
-export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog.js';
+export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog/shards.js';
+export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog/shards.js';
 export type { ClusterConfig, Migration, TableTemplate } from './cluster/config.js';
 export {
   loadConfig,
@@ -106,9 +108,10 @@ export { findMac, workerIdFromMac } from './ids/worker-id.js';
 // shard moves
 export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
 export { cleanupCluster } from './move/cleanup.js';
+export { isInterrupted as isMoveInterrupted } from './move/connections.js';
 export type { Throttle } from './move/copy-stream.js';
 export { parseThrottle } from './move/copy-stream.js';
-export { moveShard, moveShards } from './move/move.js';
+export { moveSets, moveShard, moveShards } from './move/move.js';
 export type {
   MoveOptions,
   MoveProgress,
@@ -119,8 +122,6 @@ export type {
   VerifyMode,
 } from './move/options.js';
 export { VERIFY_MODES } from './move/options.js';
-export type { MovePhase } from './move/phases.js';
-export { MOVE_PHASES } from './move/phases.js';
 export type {
   MoveEstimate,
   PlannedMove,
@@ -136,8 +137,6 @@ export {
   planRebalanceByWeight,
   rebalanceCluster,
 } from './move/rebalance.js';
-export { isInterrupted as isMoveInterrupted } from './move/connections.js';
-export { moveSets } from './move/move.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { EmbeddedOptions, EmbeddedServer } from './postgres/embedded.js';

@@ -1,7 +1,7 @@
 import { cpus } from 'node:os';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import { readShardMap } from '../cluster/catalog.js';
+import { readShardMap } from '../cluster/catalog/shards.js';
 import { validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
 import { createRouter } from '../cluster/router.js';

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { readShardMap } from '../cluster/catalog.js';
+import { readShardMap } from '../cluster/catalog/shards.js';
 import { validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
 import { createRouter } from '../cluster/router.js';

@@ -1,7 +1,7 @@
 import { ShardflakeError } from '../errors.js';
 import { resolveLayout, withEpoch } from '../ids/layout.js';
 import { connect, describeUrl } from '../postgres/connect.js';
-import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog.js';
+import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog/shards.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { serverNodeUrls } from './connections.js';
 import { type NodeStatus, readNodes, readShardStats, type ShardStats } from './status-stats.js';

@@ -1,12 +1,11 @@
 import type pg from 'pg';
-import { readShardMap } from '../cluster/catalog.js';
+import { installMoves, isFinal, listMoves, markOldCopyDropped, streamId } from '../cluster/catalog/moves.js';
+import { readShardMap } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { isFenced } from '../cluster/fence.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
-import { isFinal } from './phases.js';
-import { installMoves, listMoves, markOldCopyDropped, streamId } from './record.js';
 import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
 import { settleMove } from './settle.js';
 import { dropSchema } from './tables.js';

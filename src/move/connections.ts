@@ -1,5 +1,4 @@
 import type pg from 'pg';
-import { bumpMapVersion, type ShardState } from '../cluster/catalog.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { ShardflakeError } from '../errors.js';
@@ -52,24 +51,6 @@ export function kill(client: pg.Client | undefined): void {
   stream?.destroy();
 }
 
-export async function readPlacement(
-  catalog: pg.Client,
-  shard: number,
-): Promise<{ server: string; schema: string; state: ShardState }> {
-  const { rows } = await catalog.query(
-    'SELECT server, schema_name, state FROM shardflake.shards WHERE shard = $1',
-    [shard],
-  );
-  const row = rows[0] as { server: string; schema_name: string; state: ShardState } | undefined;
-  if (!row) {
-    throw new ShardflakeError(
-      'UNKNOWN_SHARD',
-      `shard ${shard} is not in the shard map; run cluster init first`,
-    );
-  }
-  return { server: row.server, schema: row.schema_name, state: row.state };
-}
-
 export async function inTransaction<T>(client: pg.Client, work: () => Promise<T>): Promise<T> {
   await client.query('BEGIN');
   try {
@@ -80,13 +61,4 @@ export async function inTransaction<T>(client: pg.Client, work: () => Promise<T>
     await client.query('ROLLBACK').catch(() => {});
     throw error;
   }
-}
-
-export async function setShardState(catalog: pg.Client, shard: number, state: ShardState, server?: string) {
-  const version = await bumpMapVersion(catalog);
-  await catalog.query(
-    'UPDATE shardflake.shards SET state = $2, server = coalesce($3, server), changed_in_version = $4 WHERE shard = $1',
-    [shard, state, server ?? null, version],
-  );
-  return version;
 }

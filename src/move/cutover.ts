@@ -1,5 +1,6 @@
 import type pg from 'pg';
-import { bumpMapVersion } from '../cluster/catalog.js';
+import { recordSwitched } from '../cluster/catalog/moves.js';
+import { setShardsState } from '../cluster/catalog/shards.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fencedSchemas, fenceSql, unfenceSql } from '../cluster/fence.js';
 import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
@@ -269,10 +270,11 @@ async function verifyOnPinnedSnapshots(s: Run, toFence: readonly Member[]): Prom
 async function switchCatalog(s: Run, switching: Member[], pausedAt: number | null): Promise<void> {
   await s.target.query(switching.map((m) => unfenceSql(m.record.schema)).join(';\n'));
   await inTransaction(s.catalog, async () => {
-    const version = await bumpMapVersion(s.catalog);
-    await s.catalog.query(
-      `UPDATE shardflake.shards SET state = 'active', server = $2, changed_in_version = $3 WHERE shard = ANY($1::int[])`,
-      [switching.map((m) => m.record.shard), s.to, version],
+    const version = await setShardsState(
+      s.catalog,
+      switching.map((m) => m.record.shard),
+      'active',
+      s.to,
     );
     const pauseMs = pausedAt === null ? null : performance.now() - pausedAt;
     for (const m of switching) {
@@ -283,16 +285,9 @@ async function switchCatalog(s: Run, switching: Member[], pausedAt: number | nul
         m.pauseSteps = { ...m.pauseSteps, switch: round(pauseMs - counted) };
       }
     }
-    await s.catalog.query(
-      `UPDATE shardflake.moves AS m SET phase = 'switched', updated_at = now(), rows_copied = x.rows,
-              pause_ms = coalesce(x.pause, m.pause_ms)
-         FROM unnest($1::bigint[], $2::bigint[], $3::float8[]) AS x(id, rows, pause)
-        WHERE m.id = x.id`,
-      [
-        switching.map((m) => String(m.record.id)),
-        switching.map((m) => String(m.rows)),
-        switching.map((m) => m.pauseMs),
-      ],
+    await recordSwitched(
+      s.catalog,
+      switching.map((m) => ({ id: m.record.id, rows: m.rows, pauseMs: m.pauseMs })),
     );
   });
   for (const m of switching) m.record = { ...m.record, phase: 'switched' };

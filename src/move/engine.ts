@@ -1,4 +1,13 @@
-import { bumpMapVersion } from '../cluster/catalog.js';
+import {
+  createBatch,
+  installMoves,
+  type MoveRecord,
+  reached,
+  streamId,
+  unfinishedBatch,
+  unfinishedMoves,
+} from '../cluster/catalog/moves.js';
+import { readPlacements, setShardsState } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fenceSql } from '../cluster/fence.js';
@@ -7,21 +16,12 @@ import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
-import { checkMoveList, preflightSet, readPlacements } from './checks.js';
+import { checkMoveList, preflightSet } from './checks.js';
 import { inTransaction, MoveInterrupted, openServer, sleep } from './connections.js';
 import { cutoverGroup, cutoverGroups } from './cutover.js';
 import { guardSchemas } from './ddl-guard.js';
 import { finishMembers } from './finish.js';
 import { DEFAULTS, type MoveResult, SET_DEFAULTS, type SetMoveOptions } from './options.js';
-import { reached } from './phases.js';
-import {
-  createBatch,
-  installMoves,
-  type MoveRecord,
-  streamId,
-  unfinishedBatch,
-  unfinishedMoves,
-} from './record.js';
 import {
   createPublication,
   createSubscription,
@@ -43,7 +43,7 @@ export { cutoverGroups } from './cutover.js';
 
 /**
  * The one move engine. A move takes a set of shards from one server to another (a single shard's move is a set of
- * one) through the phases of phases.ts, each recorded per shard in `shardflake.moves` after it happened:
+ * one) through the phases of catalog/moves.ts, each recorded per shard in `shardflake.moves` after it happened:
  *
  * - prepare: empty, fenced target copies made from the config's templates; one publication on the source
  *   (`FOR TABLES IN SCHEMA` every shard of the set); the DDL guard on the source's schemas.
@@ -588,11 +588,7 @@ export async function moveSets(
           })),
           owner(opts),
         );
-        const version = await bumpMapVersion(catalog);
-        await catalog.query(
-          `UPDATE shardflake.shards SET state = 'moving', changed_in_version = $2 WHERE shard = ANY($1::int[])`,
-          [pair.shards, version],
-        );
+        await setShardsState(catalog, pair.shards, 'moving');
         return made;
       });
       sets.push({ from: pair.from, to: pair.to, records, tables, resumed: false });

@@ -1,5 +1,5 @@
+import type { MovePhase } from '../cluster/catalog/moves.js';
 import type { Throttle } from './copy-stream.js';
-import type { MovePhase } from './phases.js';
 
 /** What a caller can ask of a move, what it reports while it runs, and what it returns; defaults in one place. */
 export interface MoveOptions {

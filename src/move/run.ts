@@ -1,9 +1,9 @@
 import type pg from 'pg';
+import type { MovePhase } from '../cluster/catalog/moves.js';
+import { type MoveRecord, recordPhases } from '../cluster/catalog/moves.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { kill, MoveInterrupted } from './connections.js';
 import type { MoveStep, Options, SET_DEFAULTS, SetMoveOptions } from './options.js';
-import type { MovePhase } from './phases.js';
-import { type MoveRecord, recordPhases } from './record.js';
 import type { ReplicationNames } from './replication.js';
 import type { SnapshotCopyResult } from './snapshot-copy.js';
 import type { SourceTable } from './tables.js';

@@ -1,13 +1,13 @@
 import type pg from 'pg';
+import { type MoveRecord, reached, recordPhase, streamId } from '../cluster/catalog/moves.js';
+import { readPlacement, setShardsState } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { isFenced, unfenceSql } from '../cluster/fence.js';
 import { ShardflakeError } from '../errors.js';
-import { inTransaction, openServer, readPlacement, setShardState } from './connections.js';
+import { inTransaction, openServer } from './connections.js';
 import { ddlPastGuard, unguardSchemas } from './ddl-guard.js';
 import { finishMembers } from './finish.js';
 import { DEFAULTS, SET_DEFAULTS } from './options.js';
-import { reached } from './phases.js';
-import { type MoveRecord, recordPhase, streamId } from './record.js';
 import { dropPublication, dropSlots, dropSubscription, replicationNames } from './replication.js';
 import type { Run } from './run.js';
 import { dropSchema, listTables } from './tables.js';
@@ -54,7 +54,7 @@ export async function rollBackMove(
     await dropSlots(source, names.slot, record.subscriptionOid);
     await unguardSchemas(source, [record.schema]);
     await inTransaction(catalog, async () => {
-      if (placement.state !== 'active') await setShardState(catalog, record.shard, 'active');
+      if (placement.state !== 'active') await setShardsState(catalog, [record.shard], 'active');
       await recordPhase(catalog, record.id, 'rolled_back', {
         error: [reason, ...leftovers.map((l) => `left: ${l}`)].join('; '),
       });

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
-import { bumpMapVersion } from '../../src/cluster/catalog.js';
+import { bumpMapVersion } from '../../src/cluster/catalog/shards.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';

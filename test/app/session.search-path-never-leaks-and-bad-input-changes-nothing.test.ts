@@ -7,7 +7,7 @@ import {
   type RouterEvent,
   type ShardSession,
 } from 'shardflake';
-import { bumpMapVersion } from '../../src/cluster/catalog.js';
+import { bumpMapVersion } from '../../src/cluster/catalog/shards.js';
 import { shardSchema } from '../../src/cluster/config.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { connect } from '../../src/postgres/connect.js';

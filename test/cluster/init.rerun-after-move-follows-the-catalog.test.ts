@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { readShardMap } from '../../src/cluster/catalog.js';
+import { readShardMap } from '../../src/cluster/catalog/shards.js';
 import { isFenced } from '../../src/cluster/fence.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { moveShard } from '../../src/move/move.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { readShardMap } from '../../src/cluster/catalog.js';
+import { readShardMap } from '../../src/cluster/catalog/shards.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { clusterStatus } from '../../src/cluster/status.js';
 import { connect } from '../../src/postgres/connect.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { bumpMapVersion } from '../../src/cluster/catalog.js';
+import { bumpMapVersion } from '../../src/cluster/catalog/shards.js';
 import { initCluster } from '../../src/cluster/init.js';
 import { createRouter, type Router, type WriteRetry } from '../../src/cluster/router.js';
 import { connect } from '../../src/postgres/connect.js';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { readShardMap } from '../../src/cluster/catalog.js';
+import { readShardMap } from '../../src/cluster/catalog/shards.js';
 import { shardSchema, validateConfig } from '../../src/cluster/config.js';
 import { cleanupCluster } from '../../src/move/cleanup.js';
 import { moveSets } from '../../src/move/move.js';

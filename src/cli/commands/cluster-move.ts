@@ -1,6 +1,8 @@
 import type { Command } from 'commander';
+import { MOVE_PHASES } from '../../cluster/catalog/moves.js';
 import { loadConfig } from '../../cluster/config.js';
 import { ShardflakeError } from '../../errors.js';
+import { checkShardList } from '../../move/checks.js';
 import { cleanupCluster } from '../../move/cleanup.js';
 import { parseThrottle } from '../../move/copy-stream.js';
 import { moveShards } from '../../move/move.js';
@@ -12,9 +14,7 @@ import {
   VERIFY_MODES,
   type VerifyMode,
 } from '../../move/options.js';
-import { MOVE_PHASES } from '../../move/phases.js';
 import { BALANCE_BY, type BalanceBy, rebalanceCluster } from '../../move/rebalance.js';
-import { checkShardList } from '../../move/checks.js';
 import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 

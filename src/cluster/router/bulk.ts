@@ -1,7 +1,7 @@
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RouterContext } from './context.js';
 import type { RetryReason } from './events.js';

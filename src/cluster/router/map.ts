@@ -3,7 +3,7 @@ import { ShardflakeError } from '../../errors.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../../ids/layout.js';
 import { connect, createPool, wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
-import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog.js';
+import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { RouterEvent } from './events.js';
 
 /**

@@ -1,5 +1,5 @@
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { FENCED_SQLSTATE } from '../fence.js';
 import type { RouterContext } from './context.js';
 import type { Operation, RetryReason } from './events.js';

@@ -1,6 +1,6 @@
 import { ShardflakeError } from '../../errors.js';
 import type { Layout } from '../../ids/layout.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { wrapPgError } from '../../postgres/connect.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RouterContext } from './context.js';
 import type { Operation } from './events.js';

@@ -1,6 +1,63 @@
-import { SHARD_LOCK_CLASS } from '../cluster/shard-lock.js';
-import type { Queryable } from '../postgres/connect.js';
-import { MOVE_PHASES, type MovePhase, parseMovePhase } from './phases.js';
+import { ShardflakeError } from '../../errors.js';
+import type { Queryable } from '../../postgres/connect.js';
+import { SHARD_LOCK_CLASS } from './shards.js';
+
+/**
+ * The steps of an online shard move, in order. Each name says what is already true once the catalog records it,
+ * so a rerun after a crash knows exactly which actions have happened (the action of the next phase may have
+ * started, which is why every action is idempotent):
+ *
+ * - `planned`     the move row exists, input was checked, the shard is marked `moving` (migrations refuse it).
+ * - `prepared`    the target holds the shard's schema, generator and empty tables; the source has a publication.
+ * - `subscribed`  the target's subscription (and the source's replication slot) exist; the initial copy runs.
+ * - `synced`      every table finished its initial copy and the target is caught up to within a few MB.
+ * - `fenced`      writes were paused, the target caught up to the source's last LSN, both copies verified equal,
+ *                 the generator moved, and the source fenced for good (SF001) — in one source transaction.
+ * - `switched`    the catalog places the shard on the target (new map version, NOTIFY sent).
+ * - `done`        subscription, publication and slots are dropped; the fenced old copy waits for `cluster cleanup`.
+ * - `rolled_back` the move was undone: target copy and replication objects removed, shard active on its source.
+ *
+ * Before `switched` a failed or interrupted move rolls back (or resumes, if rerun towards the same target); from
+ * `switched` on it only rolls forward, because the target is then the one writable copy.
+ */
+export const MOVE_PHASES = [
+  'planned',
+  'prepared',
+  'subscribed',
+  'synced',
+  'fenced',
+  'switched',
+  'done',
+  'rolled_back',
+] as const;
+export type MovePhase = (typeof MOVE_PHASES)[number];
+
+/** Phases after which the move has ended, one way or the other. */
+export const FINAL_PHASES = ['done', 'rolled_back'] as const satisfies readonly MovePhase[];
+
+export function isMovePhase(value: unknown): value is MovePhase {
+  return typeof value === 'string' && (MOVE_PHASES as readonly string[]).includes(value);
+}
+
+export function parseMovePhase(value: unknown): MovePhase {
+  if (!isMovePhase(value)) {
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `${JSON.stringify(value)} is not a move phase (phases: ${MOVE_PHASES.join(', ')})`,
+    );
+  }
+  return value;
+}
+
+export function isFinal(phase: MovePhase): boolean {
+  return (FINAL_PHASES as readonly string[]).includes(phase);
+}
+
+/** True when `phase` is at or after `than` in the forward order (rolled_back is after nothing but itself). */
+export function reached(phase: MovePhase, than: MovePhase): boolean {
+  if (phase === 'rolled_back' || than === 'rolled_back') return phase === than;
+  return MOVE_PHASES.indexOf(phase) >= MOVE_PHASES.indexOf(than);
+}
 
 /**
  * The catalog's record of shard moves: one row per move in `shardflake.moves`, its phase written after each step,
@@ -184,4 +241,79 @@ export async function recordPhases(
       WHERE id = ANY($1::bigint[])`,
     [ids.map(String), phase, extra.subscriptionOid ?? null],
   );
+}
+
+/**
+ * The unfinished move of a shard, for messages; null when none. Throws when no move ever ran (the table does not
+ * exist yet): callers treat that as none.
+ */
+export async function runningMove(
+  catalog: Queryable,
+  shard: number,
+): Promise<{ id: bigint; to: string; phase: string } | null> {
+  const { rows } = await catalog.query(
+    `SELECT id, to_server AS to, phase FROM shardflake.moves
+      WHERE shard = $1 AND phase NOT IN ('done', 'rolled_back')`,
+    [shard],
+  );
+  const row = rows[0] as { id: bigint; to: string; phase: string } | undefined;
+  return row ? { id: BigInt(row.id), to: row.to, phase: row.phase } : null;
+}
+
+/**
+ * Records the switch of a cutover group: each move `switched`, with the rows verified and the pause it took (null
+ * keeps what an earlier run recorded). Call in the transaction that places the shards on the target.
+ */
+export async function recordSwitched(
+  catalog: Queryable,
+  moves: readonly { id: bigint; rows: bigint; pauseMs: number | null }[],
+): Promise<void> {
+  await catalog.query(
+    `UPDATE shardflake.moves AS m SET phase = 'switched', updated_at = now(), rows_copied = x.rows,
+            pause_ms = coalesce(x.pause, m.pause_ms)
+       FROM unnest($1::bigint[], $2::bigint[], $3::float8[]) AS x(id, rows, pause)
+      WHERE m.id = x.id`,
+    [moves.map((m) => String(m.id)), moves.map((m) => String(m.rows)), moves.map((m) => m.pauseMs)],
+  );
+}
+
+/** Finished moves grouped by stream (a set, or a move of its own): shards, rows copied, seconds from start to end. */
+export async function finishedStreams(
+  catalog: Queryable,
+): Promise<{ shards: number; rows: number; seconds: number }[]> {
+  const { rows } = await catalog.query(
+    `SELECT count(*)::float8 AS shards, coalesce(sum(rows_copied), 0)::float8 AS rows,
+            extract(epoch FROM max(updated_at) - min(started_at))::float8 AS seconds
+       FROM shardflake.moves WHERE phase = 'done'
+      GROUP BY coalesce(batch_id, id)`,
+  );
+  return rows as { shards: number; rows: number; seconds: number }[];
+}
+
+/**
+ * The move rows as the dashboard shows them: every column as JSON (so columns newer code adds show up), unfinished
+ * first (oldest first), then the `recent` latest finished; and the phase order from the table's CHECK constraint.
+ * Before the first move (no table): no phases, no rows.
+ */
+export async function readMoveRows(
+  catalog: Queryable,
+  recent: number,
+): Promise<{ phases: string[]; rows: { row: Record<string, unknown>; finished: boolean }[] }> {
+  const exists = await catalog.query("SELECT to_regclass('shardflake.moves') IS NOT NULL AS ok");
+  if (!(exists.rows[0] as { ok: boolean }).ok) return { phases: [], rows: [] };
+  const constraint = await catalog.query(
+    `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint
+     WHERE conrelid = 'shardflake.moves'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%phase%'`,
+  );
+  const def = (constraint.rows[0] as { def: string } | undefined)?.def ?? '';
+  const phases = [...def.matchAll(/'([a-z_]+)'/g)].map((m) => m[1] as string);
+  const { rows } = await catalog.query(
+    `(SELECT to_jsonb(m) AS row, false AS finished FROM shardflake.moves m
+      WHERE phase <> ALL ($1::text[]) ORDER BY id)
+     UNION ALL
+     (SELECT to_jsonb(m), true FROM shardflake.moves m
+      WHERE phase = ANY ($1::text[]) ORDER BY id DESC LIMIT $2)`,
+    [FINAL_PHASES, recent],
+  );
+  return { phases, rows: rows as { row: Record<string, unknown>; finished: boolean }[] };
 }
