@@ -32,6 +32,8 @@ export { acquireLease, leasedGenerator } from './cluster/leases.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
 export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type { InsertManyOptions } from './cluster/router/bulk.js';
+export type { WriteRetry } from './cluster/router/context.js';
 export type {
   CatalogEvent,
   FailoverEvent,
@@ -44,6 +46,19 @@ export type {
   RouterEventHook,
 } from './cluster/router/events.js';
 export { OPERATIONS, RETRY_REASONS } from './cluster/router/events.js';
+export type { Router, RouterOptions } from './cluster/router/router.js';
+export { createRouter, FENCED_SQLSTATE } from './cluster/router/router.js';
+export type { InsertOptions, Row } from './cluster/router/rows.js';
+export type { FeedOptions, FeedPage, MergedQuery, ShardQuery } from './cluster/router/scatter.js';
+export type { SessionOptions, ShardSession, ShardTarget } from './cluster/router/session.js';
+export type { SessionPool, SessionPoolClient } from './cluster/router/session-pool.js';
+export { sessionPool } from './cluster/router/session-pool.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
+export type { ShardKey } from './cluster/shard-key.js';
+export { hashKey, shardForKey } from './cluster/shard-key.js';
+export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
+export { clusterStatus } from './cluster/status.js';
 export type {
   AcquireOptions,
   Lsn,
@@ -51,32 +66,8 @@ export type {
   NodeRole,
   ServerNodes,
   ServerNodesOptions,
-} from './cluster/router/server-nodes.js';
-export { createServerNodes } from './cluster/router/server-nodes.js';
-export type { TelemetryOptions } from './cluster/router/telemetry.js';
-export { telemetryHook } from './cluster/router/telemetry.js';
-export type {
-  FeedOptions,
-  FeedPage,
-  InsertManyOptions,
-  InsertOptions,
-  MergedQuery,
-  Router,
-  RouterOptions,
-  Row,
-  SessionOptions,
-  SessionPool,
-  SessionPoolClient,
-  ShardQuery,
-  ShardSession,
-  ShardTarget,
-  WriteRetry,
-} from './cluster/router.js';
-export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
-export type { ShardKey } from './cluster/shard-key.js';
-export { hashKey, shardForKey } from './cluster/shard-key.js';
-export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
-export { clusterStatus } from './cluster/status.js';
+} from './cluster/topology/nodes.js';
+export { createServerNodes } from './cluster/topology/server-nodes.js';
 // dashboard
 export type { Dashboard, DashboardOptions } from './dashboard/server.js';
 export { serveDashboard } from './dashboard/server.js';

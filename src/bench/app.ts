@@ -4,7 +4,7 @@ import type pg from 'pg';
 import { readShardMap } from '../cluster/catalog/shards.js';
 import { validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
-import { createRouter } from '../cluster/router.js';
+import { createRouter } from '../cluster/router/router.js';
 import { shardForKey } from '../cluster/shard-key.js';
 import { connect, createPool } from '../postgres/connect.js';
 import { copyFrom } from '../postgres/copy-streams.js';

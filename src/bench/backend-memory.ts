@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { validateConfig } from '../cluster/config.js';
 import { initCluster } from '../cluster/init.js';
-import { createRouter } from '../cluster/router.js';
+import { createRouter } from '../cluster/router/router.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
 
 /**

@@ -2,7 +2,7 @@ import { cpus } from 'node:os';
 import { type ClusterConfig, shardSchema, validateConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { initCluster } from '../cluster/init.js';
-import { createRouter } from '../cluster/router.js';
+import { createRouter } from '../cluster/router/router.js';
 import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from '../move/move.js';
 import { startEmbeddedServers } from '../postgres/embedded.js';
 import type { ReportSection } from './report.js';

@@ -4,7 +4,7 @@ import type pg from 'pg';
 import { type ClusterConfig, shardSchema, validateConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { initCluster } from '../cluster/init.js';
-import { createRouter } from '../cluster/router.js';
+import { createRouter } from '../cluster/router/router.js';
 import { cleanupCluster } from '../move/cleanup.js';
 import { moveSets, moveShard } from '../move/move.js';
 import type { MoveResult, VerifyMode } from '../move/options.js';

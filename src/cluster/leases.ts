@@ -74,7 +74,6 @@ function leaseField(layout: Layout, field?: string) {
   return f;
 }
 
-
 export async function acquireLease(catalog: Queryable, options: LeaseOptions = {}): Promise<Lease> {
   const layout = resolveLayout(options.layout ?? 'snowflake');
   const field = leaseField(layout, options.field);

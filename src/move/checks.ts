@@ -9,7 +9,7 @@ import { existingSchemas, listTablesOfSchemas, requirePrimaryKeys, type SourceTa
 
 /** What is checked before a set starts: the list of moves, the options, each shard's placement and schema. */
 /**
- * The checks of a single move's preflight (steps.ts), for a whole set in a few queries: logical WAL on the source,
+ * The preflight of a move, for a whole set in a few queries: logical WAL on the source,
  * every schema there with primary keys on every table and at the config's schema version, none on the target yet.
  * (Replication slots and workers are checked for the whole plan by checkReplicationLimits.)
  */

@@ -28,7 +28,7 @@ export interface MoveOptions {
    * - `in-pause`: counts and checksums of every table while writes are paused, right before the switch. Safest;
    *   the pause grows with the shard's size (about 1 ms per 1,000 rows on a small machine).
    * - `snapshots`: checksums on consistent snapshots pinned during a short earlier pause (VDiff-style, see
-   *   move-snapshots.ts), then only row counts in the cutover pause. For big shards.
+   *   snapshots.ts), then a barrier in the cutover pause. For big shards.
    */
   verify?: VerifyMode;
 }

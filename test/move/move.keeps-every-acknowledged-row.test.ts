@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema } from '../../src/cluster/config.js';
-import { createRouter } from '../../src/cluster/router.js';
+import { createRouter } from '../../src/cluster/router/router.js';
 import { moveShard } from '../../src/move/move.js';
 import { connect } from '../../src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';

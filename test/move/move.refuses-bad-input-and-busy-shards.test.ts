@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema, validateConfig } from '../../src/cluster/config.js';
 import { migrateCluster } from '../../src/cluster/migrate.js';
-import { createRouter } from '../../src/cluster/router.js';
+import { createRouter } from '../../src/cluster/router/router.js';
 import { isShardflakeError } from '../../src/errors.js';
 import { moveShard } from '../../src/move/move.js';
 import { useServers } from '../support/postgres.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import pg from 'pg';
 import type { FailoverEvent } from '../../src/cluster/router/events.js';
-import { createServerNodes } from '../../src/cluster/router/server-nodes.js';
+import { createServerNodes } from '../../src/cluster/topology/server-nodes.js';
 import { isShardflakeError } from '../../src/errors.js';
 import type { EmbeddedServer } from '../../src/postgres/embedded.js';
 import { useServers } from '../support/postgres.js';

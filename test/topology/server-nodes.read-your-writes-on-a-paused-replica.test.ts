@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
-import { createServerNodes } from '../../src/cluster/router/server-nodes.js';
+import { createServerNodes } from '../../src/cluster/topology/server-nodes.js';
 import type { EmbeddedServer } from '../../src/postgres/embedded.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, type Replica, startReplica } from '../support/replicas.js';

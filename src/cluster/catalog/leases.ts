@@ -62,9 +62,8 @@ export async function releaseLease(
   catalog: Queryable,
   lease: { namespace: string; worker: number; token: bigint },
 ): Promise<void> {
-  await catalog.query('DELETE FROM shardflake.worker_leases WHERE namespace = $1 AND worker = $2 AND token = $3', [
-    lease.namespace,
-    lease.worker,
-    lease.token,
-  ]);
+  await catalog.query(
+    'DELETE FROM shardflake.worker_leases WHERE namespace = $1 AND worker = $2 AND token = $3',
+    [lease.namespace, lease.worker, lease.token],
+  );
 }

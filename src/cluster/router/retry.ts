@@ -26,15 +26,6 @@ import type { OperationTrace } from './trace.js';
  *   could apply it twice.
  * Each retry runs the whole attempt again: a new lease, the current map, fn from the start.
  */
-export interface WriteRetry {
-  shard: number;
-  /** 1 for the first retry. */
-  attempt: number;
-  reason: 'fenced' | 'moving';
-  /** What ended the wait: a newer map (from NOTIFY or another refresh), or the backoff timeout. */
-  woke: 'map' | 'timeout';
-}
-
 /**
  * The wait before a retry. Fenced or moving: until a map newer than `version` arrives (the cutover's NOTIFY), or
  * the backoff ends, after which the map is re-read anyway (a notification may have been lost, or LISTEN is off).

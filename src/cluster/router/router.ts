@@ -4,12 +4,13 @@ import type { ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
+import { createServerNodes } from '../topology/server-nodes.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
-import type { RetryPolicy, RouterContext } from './context.js';
+import type { RetryPolicy, RouterContext, WriteRetry } from './context.js';
 import type { RouterEventHook } from './events.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
 import { ReadPositions } from './positions.js';
-import type { WriteRetry } from './retry.js';
 import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
 import {
   type FeedOptions,
@@ -20,7 +21,6 @@ import {
   queryMerged,
   type ShardQuery,
 } from './scatter.js';
-import { createServerNodes, type ServerNodes, type ServerNodesOptions } from './server-nodes.js';
 import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
 import { Statements } from './statements.js';
 import { telemetryHook, telemetryInstalled } from './telemetry.js';
