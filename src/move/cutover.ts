@@ -10,6 +10,7 @@ import { qualified } from '../postgres/identifier.js';
 import { inTransaction, openServer, sleep } from './connections.js';
 import { bypassGuardSql } from './ddl-guard.js';
 import { moveGeneratorStates } from './generator.js';
+import { waitFenceOnReplicas } from './replica-fence.js';
 import { currentLsn, subscriptionProgress } from './replication.js';
 import { advanceAll, checkpoint, type Member, type Run, reportPhase, round } from './run.js';
 import { verifyOnSnapshots } from './snapshots.js';
@@ -27,8 +28,9 @@ import { compareDigests, digestSchemas, verificationError } from './verify.js';
  * 4. `fence`: the old copies refuse writes (SF001), in the same transaction.
  * 5. `commit`: the source transaction commits; the phase `fenced` is recorded. Everything from 1 to 5 is one
  *    source transaction, so a crash anywhere in it releases the lock and leaves the source the one writable copy.
- * 6. `switch`: the target copies are opened and one catalog transaction names the target for the group (one map
- *    version, one NOTIFY). Writers that waited on the lock hit the fence; the router refreshes and retries them.
+ * 6. `switch`: every replica of the source has replayed the fence (bounded wait; past it the move rolls back), the
+ *    target copies are opened and one catalog transaction names the target for the group (one map version, one
+ *    NOTIFY). Writers that waited on the lock hit the fence; the router refreshes and retries them.
  *
  * Between 5 and 6 both copies refuse writes, so a crash there pauses writes (SF001) until a rerun or `cluster
  * cleanup` finishes (or rolls back) the move.
@@ -266,8 +268,18 @@ async function verifyOnPinnedSnapshots(s: Run, toFence: readonly Member[]): Prom
   }
 }
 
-/** Step 6: the target copies opened, then one catalog transaction names the target for the group. */
+/**
+ * Step 6: the fence on every replica of the source (replica-fence.ts), then the target copies opened, then one
+ * catalog transaction names the target for the group.
+ */
 async function switchCatalog(s: Run, switching: Member[], pausedAt: number | null): Promise<void> {
+  const replicas = await waitFenceOnReplicas(s);
+  if (replicas.replicas > 0) {
+    for (const m of switching) {
+      if (Object.keys(m.pauseSteps).length > 0)
+        m.pauseSteps = { ...m.pauseSteps, replicas: round(replicas.waitedMs) };
+    }
+  }
   await s.target.query(switching.map((m) => unfenceSql(m.record.schema)).join(';\n'));
   await inTransaction(s.catalog, async () => {
     const version = await setShardsState(

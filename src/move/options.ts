@@ -21,6 +21,13 @@ export interface MoveOptions {
   cutoverTimeoutMs?: number;
   /** Longest wait for the initial copy and catch-up (default 30 minutes). */
   syncTimeoutMs?: number;
+  /**
+   * Longest wait, between the fence's commit and the switch (writes paused), for every replica the config lists for
+   * the source to replay the fence (default 5000 ms); past it the move rolls back instead of switching.
+   */
+  replicaFenceTimeoutMs?: number;
+  /** Replicas of the source declared out (host:port as messages print them, or their URL): not waited for. */
+  skipReplicas?: readonly string[];
   /** Names this process in the move record (default host:pid). */
   owner?: string;
   /**
@@ -84,6 +91,7 @@ export const DEFAULTS = {
   cutoverAttempts: 3,
   cutoverTimeoutMs: 10_000,
   syncTimeoutMs: 30 * 60_000,
+  replicaFenceTimeoutMs: 5000,
   pollMs: 20,
 };
 
