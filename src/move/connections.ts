@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { ShardflakeError } from '../errors.js';
-import { wrapPgError } from '../postgres/connect.js';
+import { type Queryable, wrapPgError } from '../postgres/connect.js';
 
 /**
  * The move's connections to the servers (each to a server's primary, failures naming the server), the way a test
@@ -51,7 +51,7 @@ export function kill(client: pg.Client | undefined): void {
   stream?.destroy();
 }
 
-export async function inTransaction<T>(client: pg.Client, work: () => Promise<T>): Promise<T> {
+export async function inTransaction<T>(client: Queryable, work: () => Promise<T>): Promise<T> {
   await client.query('BEGIN');
   try {
     const result = await work();

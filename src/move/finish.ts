@@ -1,8 +1,11 @@
+import { recordVerifiedDigests } from '../cluster/catalog/moves.js';
 import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { inTransaction } from './connections.js';
 import { movedMessage } from './cutover.js';
 import { ddlPastGuard, unguardSchemas } from './ddl-guard.js';
 import { dropPublication, dropSlots, dropSubscription } from './replication.js';
 import { advanceAll, type Member, type Run } from './run.js';
+import { digestSchemas } from './verify.js';
 
 /**
  * The last step of a move, for the run itself and for `cluster cleanup` settling a switched move: the fence must
@@ -28,6 +31,17 @@ export async function finishMembers(s: Run, members: readonly Member[]): Promise
       );
     }
   }
+  // What the fenced old copies hold now, for `cluster cleanup` to compare before it drops them (leftovers.ts).
+  const digests = await inTransaction(s.source, () =>
+    digestSchemas(
+      s.source,
+      todo.map((m) => ({ schema: m.record.schema, tables: m.tables.map((t) => t.name) })),
+    ),
+  );
+  await recordVerifiedDigests(
+    s.catalog,
+    todo.map((m, k) => ({ id: m.record.id, tables: digests[k] ?? [] })),
+  );
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);

@@ -258,10 +258,24 @@ export function registerMoveCommands(cluster: Command): void {
             (c) =>
               `${verb} ${c.fenced ? 'fenced old copy' : 'leftover copy'} ${c.schema} of shard ${c.shard} on ${c.server}`,
           ),
+          ...result.fencedOnDiscovery.map(
+            (c) => `fenced writable leftover copy ${c.schema} of shard ${c.shard} on ${c.server}`,
+          ),
+          ...result.conflicts.map(
+            (c) =>
+              `kept ${c.schema} of shard ${c.shard} on ${c.server}: it changed after move #${c.moveId} fenced it (${c.differences.join('; ')}); reconcile ${c.rowsToReconcile.length > 0 ? c.rowsToReconcile.join(', ') : 'its rows'} with the shard's home, then drop it by hand`,
+          ),
           ...result.droppedReplication.map((r) => `${verb} ${r.kind} ${r.name} on ${r.server}`),
           ...result.skipped.map((s) => `skipped: ${s}`),
-          result.settled.length + result.droppedCopies.length + result.droppedReplication.length === 0
-            ? 'nothing to clean up'
+          result.settled.length +
+            result.droppedCopies.length +
+            result.droppedReplication.length +
+            result.fencedOnDiscovery.length +
+            result.conflicts.length ===
+          0
+            ? result.skipped.length > 0
+              ? 'nothing cleaned up on the servers reached; run again once the skipped ones answer'
+              : 'nothing to clean up'
             : '',
         ]
           .filter((l) => l !== '')

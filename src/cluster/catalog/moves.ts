@@ -65,8 +65,11 @@ export function reached(phase: MovePhase, than: MovePhase): boolean {
  * move per shard, and the shard lock (src/cluster/shard-lock.ts, held by the catalog connection of the running
  * move) tells a live move from a crashed one: the lock disappears with the crashed process's connection.
  */
-/** 2: `batch_id`, the set of shards a move shares one replication stream with. */
-export const MOVES_SQL_VERSION = 2;
+/**
+ * 2: `batch_id`, the set of shards a move shares one replication stream with. 3: `verified_digest`, the old copy's
+ * row counts and checksums per table once fenced, so `cluster cleanup` can tell a copy that took writes later.
+ */
+export const MOVES_SQL_VERSION = 3;
 
 export function movesSql(): string {
   const phases = MOVE_PHASES.map((p) => `'${p}'`).join(', ');
@@ -91,6 +94,8 @@ CREATE TABLE IF NOT EXISTS shardflake.moves (
 -- id of its first move). NULL: a move of its own (named after its own id).
 ALTER TABLE shardflake.moves ADD COLUMN IF NOT EXISTS batch_id bigint;
 CREATE INDEX IF NOT EXISTS moves_batch ON shardflake.moves (batch_id) WHERE batch_id IS NOT NULL;
+-- The fenced old copy's digest (per table: rows, checksum), written when the move finishes.
+ALTER TABLE shardflake.moves ADD COLUMN IF NOT EXISTS verified_digest jsonb;
 CREATE UNIQUE INDEX IF NOT EXISTS moves_one_unfinished_per_shard
   ON shardflake.moves (shard) WHERE phase NOT IN ('done', 'rolled_back');`;
 }
@@ -108,6 +113,16 @@ export interface MoveRecord {
   subscriptionOid: bigint | null;
   /** The set this move belongs to (the id of the set's first move), or null for a move of its own. */
   batchId: bigint | null;
+  /** Rows the copies held when they were compared (null before the switch). */
+  rowsCopied: bigint | null;
+  /** The fenced old copy's per-table rows and checksum, recorded when the move finished (null before). */
+  verifiedDigest: VerifiedTable[] | null;
+}
+
+export interface VerifiedTable {
+  table: string;
+  rows: bigint;
+  checksum: bigint;
 }
 
 /** The id that names a move's replication objects: its set's, or its own. */
@@ -116,7 +131,7 @@ export function streamId(record: Pick<MoveRecord, 'id' | 'batchId'>): bigint {
 }
 
 const COLUMNS =
-  'id, shard, schema_name, from_server, to_server, phase, error, old_copy_dropped_at, subscription_oid, batch_id';
+  'id, shard, schema_name, from_server, to_server, phase, error, old_copy_dropped_at, subscription_oid, batch_id, rows_copied, verified_digest';
 
 function toRecord(row: Record<string, unknown>): MoveRecord {
   return {
@@ -133,6 +148,15 @@ function toRecord(row: Record<string, unknown>): MoveRecord {
         ? null
         : BigInt(row.subscription_oid as bigint),
     batchId: row.batch_id === null || row.batch_id === undefined ? null : BigInt(row.batch_id as bigint),
+    rowsCopied:
+      row.rows_copied === null || row.rows_copied === undefined ? null : BigInt(row.rows_copied as bigint),
+    verifiedDigest: Array.isArray(row.verified_digest)
+      ? (row.verified_digest as { table: string; rows: string; checksum: string }[]).map((t) => ({
+          table: t.table,
+          rows: BigInt(t.rows),
+          checksum: BigInt(t.checksum),
+        }))
+      : null,
   };
 }
 
@@ -316,4 +340,24 @@ export async function readMoveRows(
     [FINAL_PHASES, recent],
   );
   return { phases, rows: rows as { row: Record<string, unknown>; finished: boolean }[] };
+}
+
+/** Records the fenced old copies' digests (per move: each table's rows and checksum). */
+export async function recordVerifiedDigests(
+  catalog: Queryable,
+  digests: readonly { id: bigint; tables: readonly VerifiedTable[] }[],
+): Promise<void> {
+  if (digests.length === 0) return;
+  await catalog.query(
+    `UPDATE shardflake.moves AS m SET verified_digest = x.d
+       FROM unnest($1::bigint[], $2::jsonb[]) AS x(id, d) WHERE m.id = x.id`,
+    [
+      digests.map((d) => String(d.id)),
+      digests.map((d) =>
+        JSON.stringify(
+          d.tables.map((t) => ({ table: t.table, rows: String(t.rows), checksum: String(t.checksum) })),
+        ),
+      ),
+    ],
+  );
 }
