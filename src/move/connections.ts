@@ -23,10 +23,27 @@ export function isInterrupted(error: unknown): boolean {
 }
 
 /**
+ * The bound on what a frozen or vanished mover can hold (`pauseBoundMs`, default 10 s): a mover's session that
+ * sits in an open transaction longer than that is ended by the server (idle_in_transaction_session_timeout), which
+ * releases the cutover's table locks, so writes resume on the source (still the one writable copy: the fence had
+ * not committed); no statement of the mover waits longer than that for a lock (lock_timeout), so writers never
+ * queue behind a mover's DDL for longer; and inside the write pause no statement runs longer (statement_timeout,
+ * set there). A rerun resumes the move.
+ */
+export function boundedSessionSql(pauseBoundMs: number): string {
+  const ms = Math.max(1, Math.round(pauseBoundMs));
+  return `SET idle_in_transaction_session_timeout = ${ms}; SET lock_timeout = ${ms}`;
+}
+
+/**
  * One connection of the move to a server's primary (through the cluster's connections, which find the primary);
  * failures name the server.
  */
-export async function openServer(config: ClusterConfig, server: string): Promise<pg.Client> {
+export async function openServer(
+  config: ClusterConfig,
+  server: string,
+  pauseBoundMs?: number,
+): Promise<pg.Client> {
   if (!(server in config.servers)) {
     throw new ShardflakeError(
       'UNKNOWN_SERVER',
@@ -34,10 +51,12 @@ export async function openServer(config: ClusterConfig, server: string): Promise
     );
   }
   try {
-    return await connectServer(config, server, {
+    const client = await connectServer(config, server, {
       applicationName: 'shardflake move',
       connectTimeoutMs: 5000,
     });
+    if (pauseBoundMs !== undefined) await client.query(boundedSessionSql(pauseBoundMs));
+    return client;
   } catch (error) {
     const e = wrapPgError(error);
     throw new ShardflakeError(e.code, `server ${server}: ${e.message}`, { cause: error });

@@ -91,7 +91,7 @@ async function barrierBefore(s: Run, m: Member): Promise<Barrier> {
     );
   }
   return {
-    marker: await openServer(s.config, s.from),
+    marker: await openServer(s.config, s.from, s.opts.pauseBoundMs),
     schema: m.record.schema,
     version: row.version,
     xmin: row.x,
@@ -174,7 +174,7 @@ async function lockTables(s: Run, toFence: readonly Member[]): Promise<PauseCloc
     await s.source.query('BEGIN');
     try {
       await s.source.query(
-        `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; ${bypassGuardSql()}`,
+        `SET LOCAL lock_timeout = ${Math.max(1, Math.round(s.opts.lockTimeoutMs))}; SET LOCAL statement_timeout = ${Math.max(1, Math.round(s.opts.pauseBoundMs))}; ${bypassGuardSql()}`,
       );
       await s.source.query(`LOCK TABLE ${tableList} IN EXCLUSIVE MODE`);
       const clock = new PauseClock(lockAt);
@@ -262,6 +262,7 @@ async function verifyOnPinnedSnapshots(s: Run, toFence: readonly Member[]): Prom
       tables: m.tables.map((t) => t.name),
       lockTimeoutMs: s.opts.lockTimeoutMs,
       timeoutMs: s.opts.cutoverTimeoutMs,
+      pauseBoundMs: s.opts.pauseBoundMs,
     });
     m.snapshot = { pauseMs: checked.pauseMs, compareMs: checked.compareMs };
     m.rows = checked.rows;
@@ -307,6 +308,24 @@ async function switchCatalog(s: Run, switching: Member[], pausedAt: number | nul
   await checkpoint(s, 'switched');
 }
 
+/**
+ * Step 0, before any pause: the apply worker streams and has received the source's WAL up to now. A rerun after
+ * the source restarted waits here for the worker to reconnect, with writes flowing, instead of inside the pause.
+ */
+async function streamingBeforePause(s: Run): Promise<void> {
+  const lsn = await currentLsn(s.source);
+  const deadline = performance.now() + s.opts.syncTimeoutMs;
+  while (!(await subscriptionProgress(s.target, s.names.subscription, lsn)).receivedUpTo) {
+    if (performance.now() > deadline) {
+      throw new ShardflakeError(
+        'MOVE_FAILED',
+        `the subscription on server ${s.to} is not streaming from server ${s.from} (waited ${s.opts.syncTimeoutMs} ms)`,
+      );
+    }
+    await sleep(s.opts.pollMs);
+  }
+}
+
 /** synced → fenced → switched for one group (a resumed group skips what a previous run did). */
 export async function cutoverGroup(s: Run, group: Member[]): Promise<void> {
   const already = await fencedSchemas(
@@ -316,6 +335,7 @@ export async function cutoverGroup(s: Run, group: Member[]): Promise<void> {
   const toFence = group.filter((m) => m.record.phase === 'synced' && !already.has(m.record.schema));
   let pausedAt: number | null = null;
   if (toFence.length > 0) {
+    await streamingBeforePause(s);
     if (s.opts.verify === 'snapshots') await verifyOnPinnedSnapshots(s, toFence);
     pausedAt = await pauseAndFence(s, toFence);
   }

@@ -280,12 +280,12 @@ async function runSet(
   const id = streamId(first);
   // A connection of its own for the set's catalog transactions: sets may run side by side, and the shard locks
   // stay on the caller's connection.
-  const catalog = await openServer(config, config.catalog);
-  const source = await openServer(config, first.from).catch(async (error) => {
+  const catalog = await openServer(config, config.catalog, opts.pauseBoundMs);
+  const source = await openServer(config, first.from, opts.pauseBoundMs).catch(async (error) => {
     await catalog.end().catch(() => {});
     throw error;
   });
-  const target = await openServer(config, first.to).catch(async (error) => {
+  const target = await openServer(config, first.to, opts.pauseBoundMs).catch(async (error) => {
     await Promise.all([source.end().catch(() => {}), catalog.end().catch(() => {})]);
     throw error;
   });

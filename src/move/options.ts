@@ -28,6 +28,11 @@ export interface MoveOptions {
   replicaFenceTimeoutMs?: number;
   /** Replicas of the source declared out (host:port as messages print them, or their URL): not waited for. */
   skipReplicas?: readonly string[];
+  /**
+   * The longest a frozen or vanished mover can keep a shard's writes paused (default 10 000 ms): its sessions end
+   * a transaction left idle that long, wait no longer for a lock, and run no statement in the pause longer.
+   */
+  pauseBoundMs?: number;
   /** Names this process in the move record (default host:pid). */
   owner?: string;
   /**
@@ -92,6 +97,7 @@ export const DEFAULTS = {
   cutoverTimeoutMs: 10_000,
   syncTimeoutMs: 30 * 60_000,
   replicaFenceTimeoutMs: 5000,
+  pauseBoundMs: 10_000,
   pollMs: 20,
 };
 

@@ -27,6 +27,9 @@ interface MoveFlags {
   throttle?: string;
   copyWorkers?: number;
   streamsPerServer?: number;
+  pauseBound?: number;
+  replicaFenceTimeout?: number;
+  skipReplica?: string;
 }
 
 /** The flags every command that moves shards shares, as set options. */
@@ -35,6 +38,9 @@ function setOptions(flags: MoveFlags): SetMoveOptions {
     throttle: flags.throttle === undefined ? undefined : parseThrottle(flags.throttle),
     copyWorkers: flags.copyWorkers,
     streamsPerServer: flags.streamsPerServer,
+    pauseBoundMs: flags.pauseBound,
+    replicaFenceTimeoutMs: flags.replicaFenceTimeout,
+    skipReplicas: flags.skipReplica?.split(',').map((r) => r.trim()),
     afterStep: holdHook(),
   };
 }
@@ -116,11 +122,25 @@ export function registerMoveCommands(cluster: Command): void {
       'in-pause',
     )
     .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
-    .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
+    .option('--copy-workers <n>', 'tables copied at once (default 4)', positiveInteger('--copy-workers'))
     .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1)',
       positiveInteger('--streams-per-server'),
+    )
+    .option(
+      '--pause-bound <ms>',
+      'longest a frozen or vanished mover can keep writes paused: its sessions end after this (default 10000)',
+      positiveInteger('--pause-bound'),
+    )
+    .option(
+      '--replica-fence-timeout <ms>',
+      "longest wait for the source's replicas to replay the fence before the switch; past it the move rolls back (default 5000)",
+      positiveInteger('--replica-fence-timeout'),
+    )
+    .option(
+      '--skip-replica <host:port[,…]>',
+      'replicas of the source declared out (gone for good): not waited for at the switch',
     )
     .option('--json', 'print the results as JSON')
     .action(async (flags: Flags & MoveFlags & { shard: string; to: string; verify: string }) => {
@@ -163,13 +183,27 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--throttle <rate>', "limit each set's initial copy: 5000rows/s, 20MB/s, …")
     .option(
       '--copy-workers <n>',
-      'tables copied at once per set (default 2)',
+      'tables copied at once per set (default 4)',
       positiveInteger('--copy-workers'),
     )
     .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1); distinct server pairs move in parallel',
       positiveInteger('--streams-per-server'),
+    )
+    .option(
+      '--pause-bound <ms>',
+      'longest a frozen or vanished mover can keep writes paused: its sessions end after this (default 10000)',
+      positiveInteger('--pause-bound'),
+    )
+    .option(
+      '--replica-fence-timeout <ms>',
+      "longest wait for the source's replicas to replay the fence before the switch; past it the move rolls back (default 5000)",
+      positiveInteger('--replica-fence-timeout'),
+    )
+    .option(
+      '--skip-replica <host:port[,…]>',
+      'replicas of the source declared out (gone for good): not waited for at the switch',
     )
     .option('--json', 'print the plan and results as JSON')
     .action(

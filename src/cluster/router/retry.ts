@@ -87,6 +87,7 @@ export async function routed<T>(
   const { policy } = ctx;
   const deadline = performance.now() + policy.writeRetryMs;
   let backoff = policy.retryBackoffMs;
+  let finalTry = false;
   for (let n = 1; ; n++) {
     const map = await ctx.map.fresh();
     const shard = shardOf(map);
@@ -98,6 +99,21 @@ export async function routed<T>(
     } catch (error) {
       const reason = await retryReason(ctx, error, placement, write, info);
       if (!reason) throw error;
+      if (performance.now() >= deadline && reason === 'fenced' && !finalTry) {
+        // A write that waited on a cutover's lock longer than writeRetryMs and then hit the fence changed nothing;
+        // if the shard has moved meanwhile (the switch follows the fence within the move's bounded pause), it
+        // tries the new home once before failing.
+        finalTry = true;
+        if ((await ctx.map.newerMap(map.version, Math.max(policy.maxRetryBackoffMs, 1000))) === 'timeout')
+          ctx.map.markStale();
+        const now = placementIn(await ctx.map.fresh(), shard);
+        if (now.server !== placement.server) {
+          policy.onRetry?.({ shard, attempt: n, reason, woke: 'map' });
+          trace?.retryReasons.push(reason);
+          ctx.onEvent?.({ type: 'retry', operation, shard, attempt: n, reason, woke: 'map' });
+          continue;
+        }
+      }
       if (performance.now() >= deadline) {
         if (reason === 'fenced' || reason === 'moving')
           throw new ShardflakeError(
