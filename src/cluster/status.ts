@@ -4,6 +4,7 @@ import { connect, describeUrl } from '../postgres/connect.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog/shards.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { serverNodeUrls } from './connections.js';
+import { type MoveStatus, moveWarnings, readMoveStatus } from './status-moves.js';
 import { type NodeStatus, readNodes, readShardStats, type ShardStats } from './status-stats.js';
 
 export type { NodeStatus, ShardStats } from './status-stats.js';
@@ -41,6 +42,8 @@ export interface ClusterStatus {
   /** `reachable`: the server's primary answers. `nodes`: each node's role, connections and replica lag. */
   servers: { name: string; url: string; shards: number; reachable: boolean; nodes: NodeStatus[] }[];
   warnings: string[];
+  /** Unfinished (and abandoned) moves, leftover copies on any node (status-moves.ts). */
+  moves: MoveStatus;
   shards: ShardStatus[];
 }
 
@@ -120,6 +123,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       for (const n of s.nodes.filter((x) => s.reachable && !x.reachable))
         warnings.push(`server ${s.name}: node ${n.node} is unreachable`);
     }
+    const moves = await readMoveStatus(catalog, map, urls, config.schemaPrefix);
+    warnings.push(...moveWarnings(moves));
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -136,6 +141,7 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       schemaVersions,
       servers,
       warnings,
+      moves,
       shards,
     };
   } finally {

@@ -2,10 +2,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema } from '../../src/cluster/config.js';
 import { FENCE_FUNCTION, unfenceSql } from '../../src/cluster/fence.js';
+import { clusterStatus } from '../../src/cluster/status.js';
 import { cleanupCluster } from '../../src/move/cleanup.js';
-import { moveShards } from '../../src/move/move.js';
+import { isInterrupted, moveShard, moveShards } from '../../src/move/move.js';
 import { useServers } from '../support/postgres.js';
-import { countRows, makeCluster, placement, schemaOn, withClient } from './fixture.js';
+import { countRows, makeCluster, placement, schemaOn, sleep, withClient } from './fixture.js';
 
 /**
  * Issue 21, item 2: the fault the failover test found, reproduced without the failover. Two shards move a → b.
@@ -14,7 +15,7 @@ import { countRows, makeCluster, placement, schemaOn, withClient } from './fixtu
  * fences it on discovery, compares it with the state the move verified, keeps it and names the row to reconcile,
  * while the untouched old copy of the other shard is dropped as before.
  */
-test('cleanup fences a writable leftover copy, keeps one that took writes after its fence and names the rows to reconcile, and drops the one that still matches its move', async () => {
+test('status names an abandoned move and every leftover copy (fenced or not); cleanup fences a writable leftover copy, keeps one that took writes after its fence and names the rows to reconcile, and drops the one that still matches its move', async () => {
   const servers = await useServers(2);
   const config = await makeCluster(servers, 4);
   const [a, b] = [config.servers.a as string, config.servers.b as string];
@@ -38,7 +39,42 @@ test('cleanup fences a writable leftover copy, keeps one that took writes after 
     return String((rows[0] as { id: bigint }).id);
   });
 
+  // Status tells the truth first: a move abandoned after its fence, and both leftovers, one of them writable.
+  await assert.rejects(moveShard(config, 2, 'a', { stopAfter: 'fenced' }), (e) => isInterrupted(e));
+  let status = await clusterStatus(config);
+  for (let i = 0; i < 50 && !status.moves.unfinished[0]?.abandoned; i++) {
+    await sleep(100);
+    status = await clusterStatus(config);
+  }
+  assert.deepEqual(
+    status.moves.unfinished.map((m) => [m.shard, m.phase, m.abandoned]),
+    [[2, 'fenced', true]],
+  );
+  assert.deepEqual(
+    status.moves.leftovers.map((l) => [l.shard, l.server, l.role, l.fenced]),
+    [
+      [touched, 'a', 'primary', false],
+      [clean, 'a', 'primary', true],
+    ],
+  );
+  assert.ok(
+    status.warnings.some((w) =>
+      /move #\d+ of shard 2 .*abandoned in phase fenced: the shard refuses writes/.test(w),
+    ),
+    status.warnings.join('\n'),
+  );
+  assert.ok(
+    status.warnings.some((w) =>
+      new RegExp(`leftover copy ${schema} of shard ${touched} .* is NOT fenced`).test(w),
+    ),
+    status.warnings.join('\n'),
+  );
+
   const result = await cleanupCluster(config);
+  assert.deepEqual(
+    result.settled.map((m) => [m.shard, m.outcome]),
+    [[2, 'rolled_back']],
+  );
   assert.deepEqual(
     result.fencedOnDiscovery.map((c) => [c.server, c.shard]),
     [['a', touched]],
@@ -70,6 +106,12 @@ test('cleanup fences a writable leftover copy, keeps one that took writes after 
   assert.equal(await countRows(b, schema), 300);
   assert.equal(await schemaOn(a, shardSchema(config, clean)), false);
 
+  const after = await clusterStatus(config);
+  assert.deepEqual(
+    after.moves.leftovers.map((l) => [l.shard, l.fenced]),
+    [[touched, true]],
+    'the kept copy is listed, fenced',
+  );
   // A second run changes nothing: the conflict stays reported until someone reconciles it.
   const again = await cleanupCluster(config);
   assert.deepEqual(again.fencedOnDiscovery, []);

@@ -361,3 +361,26 @@ export async function recordVerifiedDigests(
     ],
   );
 }
+
+/**
+ * Every unfinished move with whether a live process holds its shard's lock (cluster/shard-lock.ts: a session
+ * advisory lock on the catalog, gone with the process): `abandoned` when none does. Empty before the first move.
+ */
+export async function unfinishedMovesWithOwners(
+  catalog: Queryable,
+): Promise<(MoveRecord & { owner: string | null; abandoned: boolean })[]> {
+  const exists = await catalog.query("SELECT to_regclass('shardflake.moves') IS NOT NULL AS ok");
+  if (!(exists.rows[0] as { ok: boolean }).ok) return [];
+  const { rows } = await catalog.query(
+    `SELECT ${COLUMNS}, owner,
+            NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+                          AND l.classid = $1::oid AND l.objid = m.shard::oid AND l.objsubid = 2) AS abandoned
+       FROM shardflake.moves m WHERE phase NOT IN ('done', 'rolled_back') ORDER BY id`,
+    [SHARD_LOCK_CLASS],
+  );
+  return rows.map((r: Record<string, unknown>) => ({
+    ...toRecord(r),
+    owner: (r.owner as string | null) ?? null,
+    abandoned: r.abandoned as boolean,
+  }));
+}
