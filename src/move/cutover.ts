@@ -10,7 +10,7 @@ import { qualified } from '../postgres/identifier.js';
 import { inTransaction, openServer, sleep } from './connections.js';
 import { bypassGuardSql } from './ddl-guard.js';
 import { moveGeneratorStates } from './generator.js';
-import { waitFenceOnReplicas } from './replica-fence.js';
+import { openReplicaChecks, type ReplicaChecks, waitFenceOnReplicas } from './replica-fence.js';
 import { currentLsn, subscriptionProgress } from './replication.js';
 import { advanceAll, checkpoint, type Member, type Run, reportPhase, round } from './run.js';
 import { verifyOnSnapshots } from './snapshots.js';
@@ -273,8 +273,13 @@ async function verifyOnPinnedSnapshots(s: Run, toFence: readonly Member[]): Prom
  * Step 6: the fence on every replica of the source (replica-fence.ts), then the target copies opened, then one
  * catalog transaction names the target for the group.
  */
-async function switchCatalog(s: Run, switching: Member[], pausedAt: number | null): Promise<void> {
-  const replicas = await waitFenceOnReplicas(s);
+async function switchCatalog(
+  s: Run,
+  switching: Member[],
+  pausedAt: number | null,
+  checks: ReplicaChecks,
+): Promise<void> {
+  const replicas = await waitFenceOnReplicas(s, checks);
   if (replicas.replicas > 0) {
     for (const m of switching) {
       if (Object.keys(m.pauseSteps).length > 0)
@@ -334,13 +339,18 @@ export async function cutoverGroup(s: Run, group: Member[]): Promise<void> {
   );
   const toFence = group.filter((m) => m.record.phase === 'synced' && !already.has(m.record.schema));
   let pausedAt: number | null = null;
-  if (toFence.length > 0) {
-    await streamingBeforePause(s);
-    if (s.opts.verify === 'snapshots') await verifyOnPinnedSnapshots(s, toFence);
-    pausedAt = await pauseAndFence(s, toFence);
+  const checks = await openReplicaChecks(s);
+  try {
+    if (toFence.length > 0) {
+      await streamingBeforePause(s);
+      if (s.opts.verify === 'snapshots') await verifyOnPinnedSnapshots(s, toFence);
+      pausedAt = await pauseAndFence(s, toFence);
+    }
+    const fenced = group.filter((m) => m.record.phase === 'synced');
+    if (fenced.length > 0) await advanceAll(s, fenced, 'fenced');
+    const switching = group.filter((m) => m.record.phase === 'fenced');
+    if (switching.length > 0) await switchCatalog(s, switching, pausedAt, checks);
+  } finally {
+    await checks.close();
   }
-  const fenced = group.filter((m) => m.record.phase === 'synced');
-  if (fenced.length > 0) await advanceAll(s, fenced, 'fenced');
-  const switching = group.filter((m) => m.record.phase === 'fenced');
-  if (switching.length > 0) await switchCatalog(s, switching, pausedAt);
 }

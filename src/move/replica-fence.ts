@@ -22,56 +22,79 @@ import type { Run } from './run.js';
  * switching. An operator who knows a replica is gone for good declares it out (`skipReplicas`, CLI
  * `--skip-replica`); it then gets the fence on discovery (fence-strays.ts) if it is ever promoted.
  */
-export async function waitFenceOnReplicas(s: Run): Promise<{ replicas: number; waitedMs: number }> {
+/** Connections to the source's replicas, opened before the pause so that waiting in it costs only the replay. */
+export interface ReplicaChecks {
+  nodes: { node: string; client: pg.Client | null; error: string | null }[];
+  close(): Promise<void>;
+}
+
+/** Opens a connection to every replica the config lists for the source (none for a server of one node). */
+export async function openReplicaChecks(s: Run): Promise<ReplicaChecks> {
   const urls = serverNodeUrls(s.config, s.from);
-  if (urls.length < 2) return { replicas: 0, waitedMs: 0 };
-  const started = performance.now();
   const skipped = new Set(s.opts.skipReplicas ?? []);
+  const nodes: ReplicaChecks['nodes'] = [];
+  if (urls.length > 1) {
+    await Promise.all(
+      urls.map(async (url) => {
+        const node = describeUrl(url);
+        if (skipped.has(node) || skipped.has(url)) return;
+        const client = await connect(url, {
+          connectTimeoutMs: Math.max(500, Math.min(5000, s.opts.replicaFenceTimeoutMs)),
+          applicationName: 'shardflake move fence check',
+        }).catch((error: unknown) => {
+          nodes.push({ node, client: null, error: (error as Error).message });
+          return null;
+        });
+        if (client) nodes.push({ node, client, error: null });
+      }),
+    );
+  }
+  return {
+    nodes,
+    close: () => Promise.all(nodes.map((n) => n.client?.end().catch(() => {}))).then(() => {}),
+  };
+}
+
+/**
+ * Waits until every node of `checks` that is a replica has replayed the source primary's WAL up to now (at or
+ * after the fence's commit); throws MOVE_FAILED naming the replica past `replicaFenceTimeoutMs`.
+ */
+export async function waitFenceOnReplicas(
+  s: Run,
+  checks: ReplicaChecks,
+): Promise<{ replicas: number; waitedMs: number }> {
+  if (checks.nodes.length === 0) return { replicas: 0, waitedMs: 0 };
+  const started = performance.now();
   const target = lsnToBigint(await currentLsn(s.source));
   const deadline = started + s.opts.replicaFenceTimeoutMs;
-  const clients: { node: string; client: pg.Client | null; error: string | null }[] = [];
-  try {
-    for (const url of urls) {
-      const node = describeUrl(url);
-      if (skipped.has(node) || skipped.has(url)) continue;
-      const client = await connect(url, {
-        connectTimeoutMs: Math.max(500, Math.min(5000, s.opts.replicaFenceTimeoutMs)),
-        applicationName: 'shardflake move fence check',
-      }).catch((error: unknown) => {
-        clients.push({ node, client: null, error: (error as Error).message });
-        return null;
-      });
-      if (client) clients.push({ node, client, error: null });
+  const down = checks.nodes.find((c) => c.client === null);
+  if (down) throw behind(s, down.node, `unreachable (${down.error})`);
+  let waiting = checks.nodes;
+  let replicas = 0;
+  for (let round = 0; ; round++) {
+    const next: typeof waiting = [];
+    for (const c of waiting) {
+      const { rows } = await (c.client as pg.Client).query(
+        'SELECT pg_is_in_recovery() AS replica, pg_last_wal_replay_lsn()::text AS replayed',
+      );
+      const row = rows[0] as { replica: boolean; replayed: string | null };
+      if (round === 0 && row.replica) replicas++;
+      // The primary itself (whichever node it is now) has the fence: it committed there.
+      if (!row.replica) continue;
+      if (row.replayed === null || lsnToBigint(row.replayed) < target) next.push(c);
     }
-    const down = clients.find((c) => c.client === null);
-    if (down) throw behind(s, down.node, `unreachable (${down.error})`);
-    let waiting = clients;
-    for (;;) {
-      const next: typeof clients = [];
-      for (const c of waiting) {
-        const { rows } = await (c.client as pg.Client).query(
-          `SELECT pg_is_in_recovery() AS replica, pg_last_wal_replay_lsn()::text AS replayed`,
-        );
-        const row = rows[0] as { replica: boolean; replayed: string | null };
-        // The primary itself (whichever node it is now) has the fence: it committed there.
-        if (!row.replica) continue;
-        if (row.replayed === null || lsnToBigint(row.replayed) < target) next.push(c);
-      }
-      if (next.length === 0) break;
-      if (performance.now() > deadline) {
-        throw behind(
-          s,
-          next.map((c) => c.node).join(', '),
-          `has not replayed the fence within ${s.opts.replicaFenceTimeoutMs} ms`,
-        );
-      }
-      waiting = next;
-      await sleep(Math.max(5, s.opts.pollMs / 2));
+    if (next.length === 0) break;
+    if (performance.now() > deadline) {
+      throw behind(
+        s,
+        next.map((c) => c.node).join(', '),
+        `has not replayed the fence within ${s.opts.replicaFenceTimeoutMs} ms`,
+      );
     }
-    return { replicas: clients.length - 1, waitedMs: performance.now() - started };
-  } finally {
-    await Promise.all(clients.map((c) => c.client?.end().catch(() => {})));
+    waiting = next;
+    await sleep(2);
   }
+  return { replicas, waitedMs: performance.now() - started };
 }
 
 function behind(s: Run, nodes: string, what: string): ShardflakeError {
