@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { expectObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
+import { recordServers } from './catalog/servers.js';
 import {
   bumpMapVersion,
   installCatalog,
@@ -157,6 +158,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     }
 
     await ensureClusterRow(catalog, config);
+    await recordServers(catalog, config.nodes);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {

@@ -7,6 +7,7 @@ import {
   unfinishedBatch,
   unfinishedMoves,
 } from '../cluster/catalog/moves.js';
+import { recordServers } from '../cluster/catalog/servers.js';
 import { readPlacements, setShardsState } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
@@ -486,6 +487,8 @@ export async function moveSets(
   };
   try {
     await installMoves(catalog);
+    // Routers on an older config learn the servers of this move from the catalog (catalog/servers.ts).
+    await recordServers(catalog, config.nodes);
     for (const shard of [...shards].sort((a, b) => a - b)) await lock(shard);
 
     // Unfinished moves of these shards: sets towards the same target are resumed whole (every shard of the set,

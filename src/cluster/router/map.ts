@@ -3,6 +3,7 @@ import { ShardflakeError } from '../../errors.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../../ids/layout.js';
 import { connect, createPool, wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
+import { readServers } from '../catalog/servers.js';
 import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { RouterEvent } from './events.js';
 
@@ -30,6 +31,8 @@ export interface MapState {
   layout: Layout;
   shardField: LayoutField;
   shards: ShardPlacement[];
+  /** The servers the catalog knows (catalog/servers.ts): node addresses without passwords. */
+  servers: Map<string, string[]>;
 }
 
 export interface ShardMapOptions {
@@ -85,6 +88,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
           `no cluster on catalog server ${options.catalogServer}; run cluster init first`,
         );
       const map = await readShardMap(catalogPool);
+      const servers = await readServers(catalogPool);
       const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
       const shardField = layout.fields.find((f) => f.kind === 'shard');
       if (!shardField)
@@ -92,7 +96,14 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       const shards: ShardPlacement[] = [];
       for (const s of map.shards) shards[s.shard] = s;
       const previous = state?.version ?? 0n;
-      state = { version: map.version, logicalShards: info.logicalShards, layout, shardField, shards };
+      state = {
+        version: map.version,
+        logicalShards: info.logicalShards,
+        layout,
+        shardField,
+        shards,
+        servers,
+      };
       options.onMapChange?.(map.version);
       if (options.emit && map.version !== previous)
         options.emit({ type: 'map', version: map.version, previous });

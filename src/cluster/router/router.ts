@@ -178,7 +178,7 @@ export async function createRouter(
     nodes(server) {
       let nodes = servers.get(server);
       if (!nodes) {
-        nodes = createServerNodes(server, serverNodeUrls(config, server), {
+        nodes = createServerNodes(server, nodeUrlsOf(config, map.state, server), {
           poolSize: opts.poolSize,
           maxUses: opts.maxUses,
           maxLifetimeSeconds: opts.maxLifetimeSeconds,
@@ -235,4 +235,25 @@ export async function createRouter(
     throw error;
   }
   return router;
+}
+
+/**
+ * A server's node URLs: from the config, or, for a server the config lacks (added for a rebalance after this
+ * router started), from the catalog's server list. Those addresses carry no password: node-postgres takes it from
+ * PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows is one line naming it and what to add.
+ */
+function nodeUrlsOf(
+  config: Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>,
+  state: MapState | undefined,
+  server: string,
+): string[] {
+  if (server in config.servers) return serverNodeUrls(config, server);
+  const known = state?.servers.get(server);
+  if (!known || known.length === 0) {
+    throw new ShardflakeError(
+      'UNKNOWN_SERVER',
+      `the shard map places a shard on server ${server}, which neither this router's config nor the catalog's server list knows; add server ${server} to the config`,
+    );
+  }
+  return known;
 }
