@@ -1,13 +1,11 @@
 // Makes docs/dashboard.png: three embedded servers, 1024 shards on a and b, shard 3 (20,000 rows) moving to c and
 // held after its initial copy while headless Chromium takes the picture. Run after `npx tsc -p tsconfig.json`:
 //   node scripts/dashboard-screenshot.mjs [shards] [out.png]
+
+import { serveDashboard } from '@shardflake/cli';
+import { startEmbeddedServers } from '@shardflake/embedded';
 import { chromium } from 'playwright-core';
-import { validateConfig } from '../dist/src/cluster/config.js';
-import { initCluster } from '../dist/src/cluster/init.js';
-import { serveDashboard } from '../dist/src/dashboard/server.js';
-import { moveShard } from '../dist/src/index.js';
-import { connect } from '../dist/src/postgres/connect.js';
-import { startEmbeddedServers } from '../dist/src/postgres/embedded.js';
+import { connect, initCluster, moveShard, validateConfig } from 'shardflake';
 
 const shards = Number(process.argv[2] ?? 1024);
 const out = process.argv[3] ?? 'docs/dashboard.png';

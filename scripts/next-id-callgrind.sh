@@ -30,7 +30,7 @@ v3=$here/test/postgres/fixtures/generator-v3-shard-g3.sql
 for schema in g_plpgsql g_sql g3 s_plpgsql s_sql s3; do
   case $schema in
     g3 | s3) sed "s/g3/$schema/g" "$v3" >"$dir/g.sql" ;;
-    *) node "$here/dist/src/cli/main.js" sql generator --schema "$schema" --shard 1 --language "${schema#*_}" >"$dir/g.sql" ;;
+    *) node "$here/packages/cli/dist/cli/main.js" sql generator --schema "$schema" --shard 1 --language "${schema#*_}" >"$dir/g.sql" ;;
   esac
   sql -f "$dir/g.sql"
   sql -c "CREATE TABLE $schema.t (id bigint PRIMARY KEY DEFAULT $schema.next_id(), v int)"

@@ -1,5 +1,5 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
-import { type Router, type ShardSession, type ShardTarget, sessionPool } from 'shardflake';
+import { type Router, type ShardflakeId, type ShardSession, type ShardTarget, sessionPool } from 'shardflake';
 import type { ShardDB } from './schema.js';
 
 /**
@@ -9,8 +9,8 @@ import type { ShardDB } from './schema.js';
  * start — it is, because an interrupted run was rolled back.
  */
 export interface Photo {
-  id: bigint;
-  user_id: bigint;
+  id: ShardflakeId;
+  user_id: ShardflakeId;
   caption: string;
   like_count: number;
 }
@@ -26,7 +26,7 @@ export class InstagramApp {
   }
 
   /** A new user on the shard of their name; the id carries that shard, so everything of theirs can follow it. */
-  async createUser(name: string): Promise<bigint> {
+  async createUser(name: string): Promise<ShardflakeId> {
     const row = await this.inShard({ key: name }, (db) =>
       db.insertInto('users').values({ name }).returning('id').executeTakeFirstOrThrow(),
     );
@@ -34,7 +34,7 @@ export class InstagramApp {
   }
 
   /** Stored on the follower's shard: the list a feed reads. Following twice is one follow. */
-  async follow(follower: bigint, followee: bigint): Promise<void> {
+  async follow(follower: ShardflakeId, followee: ShardflakeId): Promise<void> {
     await this.inShard({ id: follower }, (db) =>
       db
         .insertInto('follows')
@@ -45,7 +45,7 @@ export class InstagramApp {
   }
 
   /** The photo and the user's counter change together, in the user's shard. */
-  async postPhoto(user: bigint, caption: string): Promise<bigint> {
+  async postPhoto(user: ShardflakeId, caption: string): Promise<ShardflakeId> {
     return this.inShard({ id: user }, async (db) => {
       const photo = await db
         .insertInto('photos')
@@ -62,7 +62,7 @@ export class InstagramApp {
   }
 
   /** A like lives with its photo; the photo's counter moves only when the like is new. */
-  async like(user: bigint, photo: bigint): Promise<boolean> {
+  async like(user: ShardflakeId, photo: ShardflakeId): Promise<boolean> {
     return this.inShard({ id: photo }, async (db) => {
       const added = await db
         .insertInto('likes')
@@ -81,7 +81,11 @@ export class InstagramApp {
   }
 
   /** The newest photos of the people a user follows, across their shards, newest first; pass `next` for more. */
-  async feed(user: bigint, limit = 20, before?: bigint): Promise<{ photos: Photo[]; next: bigint | null }> {
+  async feed(
+    user: ShardflakeId,
+    limit = 20,
+    before?: ShardflakeId,
+  ): Promise<{ photos: Photo[]; next: ShardflakeId | null }> {
     const followees = await this.router.withShard(
       { id: user },
       async (session) => {
@@ -96,13 +100,13 @@ export class InstagramApp {
       { readOnly: true },
     );
     if (followees.length === 0) return { photos: [], next: null };
-    const page = await this.router.feed('photos', {
+    const page = await this.router.feed<Photo>('photos', {
       column: 'user_id',
       keys: followees,
       keysAreIds: true,
       limit,
       before,
     });
-    return { photos: page.rows as unknown as Photo[], next: page.next };
+    return { photos: page.rows, next: page.next };
   }
 }

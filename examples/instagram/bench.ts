@@ -1,4 +1,5 @@
-import { createRouter, initCluster, startEmbeddedServers, validateConfig } from 'shardflake';
+import { startEmbeddedServers } from '@shardflake/embedded';
+import { createRouter, initCluster, validateConfig } from 'shardflake';
 import { InstagramApp } from './app.js';
 import { TABLES } from './schema.js';
 import { runWorkload } from './workload.js';

@@ -1,4 +1,5 @@
 import type { ColumnType, Generated } from 'kysely';
+import type { ShardflakeId } from 'shardflake';
 
 /**
  * The example's tables, created in every logical shard by `cluster init` (each shard's `next_id()` fills `id`).
@@ -24,15 +25,19 @@ export const TABLES: Record<string, string[]> = {
   ],
 };
 
-/** Kysely's view of one shard's tables (int8 arrives as bigint: shardflake's connections parse it so). */
+/**
+ * Kysely's view of one shard's tables (int8 arrives as bigint: shardflake's connections parse it so). Every column
+ * that holds an id made by the cluster is a `ShardflakeId`, so what Kysely returns routes with `{ id }` without a
+ * cast, and cannot be passed as a shard key by mistake.
+ */
 export interface ShardDB {
-  users: { id: Generated<bigint>; name: string; photo_count: ColumnType<number, never, number> };
-  follows: { follower_id: bigint; followee_id: bigint };
+  users: { id: Generated<ShardflakeId>; name: string; photo_count: ColumnType<number, never, number> };
+  follows: { follower_id: ShardflakeId; followee_id: ShardflakeId };
   photos: {
-    id: Generated<bigint>;
-    user_id: bigint;
+    id: Generated<ShardflakeId>;
+    user_id: ShardflakeId;
     caption: string;
     like_count: ColumnType<number, never, number>;
   };
-  likes: { photo_id: bigint; user_id: bigint };
+  likes: { photo_id: ShardflakeId; user_id: ShardflakeId };
 }

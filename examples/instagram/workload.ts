@@ -1,3 +1,4 @@
+import type { ShardflakeId } from 'shardflake';
 import type { InstagramApp } from './app.js';
 
 /**
@@ -15,11 +16,11 @@ export interface WorkloadOptions {
 }
 
 export interface WorkloadResult {
-  users: bigint[];
+  users: ShardflakeId[];
   /** Acknowledged photos per user. */
-  photosOf: Map<bigint, bigint[]>;
+  photosOf: Map<ShardflakeId, ShardflakeId[]>;
   /** Acknowledged new likes per photo. */
-  likesOf: Map<bigint, number>;
+  likesOf: Map<ShardflakeId, number>;
   errors: unknown[];
   /** Requests run. */
   requests: number;
@@ -33,15 +34,16 @@ export async function runWorkload(app: InstagramApp, options: WorkloadOptions = 
   const userCount = options.users ?? 40;
   const requests = options.requests ?? 1000;
   const workers = options.workers ?? 8;
-  const users: bigint[] = [];
+  const users: ShardflakeId[] = [];
   for (let i = 0; i < userCount; i++) users.push(await app.createUser(`user${i}`));
   // Everyone follows the next five users.
   for (let i = 0; i < userCount; i++)
-    for (let k = 1; k <= 5; k++) await app.follow(users[i] as bigint, users[(i + k) % userCount] as bigint);
+    for (let k = 1; k <= 5; k++)
+      await app.follow(users[i] as ShardflakeId, users[(i + k) % userCount] as ShardflakeId);
 
-  const photosOf = new Map<bigint, bigint[]>(users.map((u) => [u, []]));
-  const allPhotos: bigint[] = [];
-  const likesOf = new Map<bigint, number>();
+  const photosOf = new Map<ShardflakeId, ShardflakeId[]>(users.map((u) => [u, []]));
+  const allPhotos: ShardflakeId[] = [];
+  const likesOf = new Map<ShardflakeId, number>();
   const errors: unknown[] = [];
   const latenciesMs: number[] = [];
   let next = 0;
@@ -61,7 +63,7 @@ export async function runWorkload(app: InstagramApp, options: WorkloadOptions = 
         // Its failure is reported by the `await halfway` below, once the requests are done.
         halfway.catch(() => {});
       }
-      const user = users[(i * 7) % userCount] as bigint;
+      const user = users[(i * 7) % userCount] as ShardflakeId;
       const t = performance.now();
       try {
         const kind = i % 4;
@@ -70,7 +72,7 @@ export async function runWorkload(app: InstagramApp, options: WorkloadOptions = 
           photosOf.get(user)?.push(photo);
           allPhotos.push(photo);
         } else if (kind === 1 || kind === 2) {
-          const photo = allPhotos[(i * 13) % allPhotos.length] as bigint;
+          const photo = allPhotos[(i * 13) % allPhotos.length] as ShardflakeId;
           if (await app.like(user, photo)) likesOf.set(photo, (likesOf.get(photo) ?? 0) + 1);
         } else {
           await app.feed(user, 20);

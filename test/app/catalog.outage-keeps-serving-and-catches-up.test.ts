@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
-import { bumpMapVersion } from '../../src/cluster/catalog/shards.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/move/move.js';
-import { connect } from '../../src/postgres/connect.js';
-import { type EmbeddedServer, startEmbeddedServer } from '../../src/postgres/embedded.js';
+import { type EmbeddedServer, startEmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 
 const dir = await mkdtemp(join(tmpdir(), 'shardflake-catalog-outage-'));

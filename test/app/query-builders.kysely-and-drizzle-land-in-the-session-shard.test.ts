@@ -4,10 +4,17 @@ import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigint, pgTable, text } from 'drizzle-orm/pg-core';
 import { type Generated, Kysely, PostgresDialect } from 'kysely';
-import { createRouter, isShardflakeError, type Router, type ShardSession, sessionPool } from 'shardflake';
-import { shardSchema } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { connect } from '../../src/postgres/connect.js';
+import {
+  createRouter,
+  isShardflakeError,
+  type Router,
+  type ShardflakeId,
+  type ShardSession,
+  sessionPool,
+} from 'shardflake';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 
@@ -16,14 +23,14 @@ const config = testConfig(servers, { logicalShards: 4 });
 let router: Router;
 
 interface DB {
-  photos: { id: Generated<bigint>; user_id: bigint; caption: string | null };
+  photos: { id: Generated<ShardflakeId>; user_id: bigint; caption: string | null };
 }
 const kyselyFor = (session: ShardSession) =>
   new Kysely<DB>({ dialect: new PostgresDialect({ pool: sessionPool(session) }) });
 
 const photos = pgTable('photos', {
   // The database fills id with the shard's next_id(); the default here only tells Drizzle it may be left out.
-  id: bigint('id', { mode: 'bigint' }).primaryKey().default(sql`next_id()`),
+  id: bigint('id', { mode: 'bigint' }).$type<ShardflakeId>().primaryKey().default(sql`next_id()`),
   userId: bigint('user_id', { mode: 'bigint' }).notNull(),
   caption: text('caption'),
 });
@@ -101,7 +108,7 @@ describe('query builders inside shard sessions', () => {
           .values({ user_id: 1n, nope: 'x' } as never)
           .execute();
       }),
-      (e: { code?: string }) => e.code === '42703',
+      (e: unknown) => isShardflakeError(e, 'DATABASE_ERROR') && e.sqlState === '42703',
     );
     assert.deepEqual((await captionsByShard())[1], ['kysely 1', 'nested']);
   });
@@ -128,7 +135,7 @@ describe('query builders inside shard sessions', () => {
       return { id: row?.id, captions: rows.map((r) => r.caption) };
     });
     assert.deepEqual(inserted.captions, ['drizzle', 'drizzle nested']);
-    assert.equal(router.shardOfId(inserted.id as bigint), 2);
+    assert.equal(router.shardOfId(inserted.id as ShardflakeId), 2);
     assert.deepEqual((await captionsByShard())[2], ['kysely 2', 'nested', 'drizzle', 'drizzle nested']);
   });
 

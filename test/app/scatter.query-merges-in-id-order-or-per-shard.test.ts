@@ -1,7 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { createRouter, isShardflakeError, type Router, type RouterEvent } from 'shardflake';
-import { initCluster } from '../../src/cluster/init.js';
+import {
+  createRouter,
+  isShardflakeError,
+  type Router,
+  type RouterEvent,
+  type ShardflakeId,
+} from 'shardflake';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 
@@ -30,7 +36,7 @@ describe('cross-shard queries', () => {
   it('merges the rows of every shard newest first, page by page (keyset), one statement per server', async () => {
     const expected = ids.filter((_, i) => i % 3 === 0).sort(desc);
     const seen: bigint[] = [];
-    let before: bigint | undefined;
+    let before: ShardflakeId | undefined;
     events.length = 0;
     for (let page = 0; page < 20; page++) {
       const result = await router.query({
@@ -73,7 +79,7 @@ describe('cross-shard queries', () => {
       [3, 12],
     );
     for (const [shard, list] of some)
-      for (const r of list) assert.equal(router.shardOfId(r.id as bigint), shard);
+      for (const r of list) assert.equal(router.shardOfId(r.id as ShardflakeId), shard);
   });
 
   it('refuses hostile table names, shards outside the cluster and a bad limit with typed errors', async () => {

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router, type RouterEvent } from 'shardflake';
-import { shardSchema } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { moveShard } from '../../src/move/move.js';
-import { connect } from '../../src/postgres/connect.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 

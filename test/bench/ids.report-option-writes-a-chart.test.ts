@@ -12,7 +12,7 @@ test('bench ids --report writes a self-contained HTML report with a rendered bar
     const run = spawnSync(
       process.execPath,
       [
-        'dist/src/cli/main.js',
+        'packages/cli/dist/cli/main.js',
         'bench',
         'ids',
         '--duration',

@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { chromium } from 'playwright-core';
-import { type InsertBenchResult, runInsertBench } from '../../src/bench/inserts.js';
-import { renderReport } from '../../src/bench/report.js';
-import { toJson } from '../../src/cli/commands/cluster.js';
+import { type InsertBenchResult, runInsertBench } from '../../packages/cli/src/bench/inserts.js';
+import { renderReport } from '../../packages/cli/src/bench/report.js';
+import { toJson } from '../../packages/cli/src/cli/commands/cluster.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const dir = await mkdtemp(join(tmpdir(), 'shardflake-report-'));

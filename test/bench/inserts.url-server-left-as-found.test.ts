@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runInsertBench } from '../../src/bench/inserts.js';
-import { connect } from '../../src/postgres/connect.js';
+import { runInsertBench } from '../../packages/cli/src/bench/inserts.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 
 const [server] = await useServers(1);

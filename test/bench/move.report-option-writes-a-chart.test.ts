@@ -3,7 +3,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { MoveBenchResult } from '../../src/bench/move.js';
+import type { MoveBenchResult } from '../../packages/cli/src/bench/move.js';
 import { startCli } from '../support/cli.js';
 
 test('bench move --report writes an HTML report charting copy rate and write latency against their targets', async () => {

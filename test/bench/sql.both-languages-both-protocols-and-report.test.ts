@@ -3,8 +3,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { findPgbench, type Pgbench } from '../../src/bench/pgbench.js';
-import type { SqlBenchRatio, SqlBenchResult } from '../../src/bench/sql.js';
+import { findPgbench, type Pgbench } from '../../packages/cli/src/bench/pgbench.js';
+import type { SqlBenchRatio, SqlBenchResult } from '../../packages/cli/src/bench/sql.js';
 import { startCli } from '../support/cli.js';
 
 test('bench sql measures next_id() written both ways against bigserial with pgbench (simple, prepared) and node-postgres (unnamed, named), and --report charts every ratio', async () => {

@@ -8,7 +8,7 @@ import {
   percentile,
   seededRandom,
   shuffle,
-} from '../../src/bench/stats.js';
+} from '../../packages/cli/src/bench/stats.js';
 
 test('an exact line gives back its slope and intercept (the paper-sized numbers too)', () => {
   // Seed 002's UUID line: 0.136 ns per row on a 3.34 ms intercept, over 100,000 inserts.

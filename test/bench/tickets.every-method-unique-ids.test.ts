@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runTicketBench, TICKET_METHODS, ticketSection } from '../../src/bench/tickets.js';
+import { runTicketBench, TICKET_METHODS, ticketSection } from '../../packages/cli/src/bench/tickets.js';
 
 test('ticket servers, range allocation and next_id() all hand out unique ids, measured in one run', async () => {
   const result = await runTicketBench({ ids: 200, rounds: 2, concurrency: 3, rangeSize: 50 });

@@ -4,8 +4,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { connect } from '../../src/postgres/connect.js';
-import { freePort } from '../../src/postgres/embedded.js';
+import { freePort } from '../../packages/embedded/src/embedded.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { assertNoPassword } from '../support/secrets.js';
@@ -14,7 +14,9 @@ const [server] = await useServers(1);
 const dir = mkdtempSync(join(tmpdir(), 'shardflake-cli-'));
 
 function cli(...args: string[]) {
-  const result = spawnSync(process.execPath, ['dist/src/cli/main.js', ...args], { encoding: 'utf8' });
+  const result = spawnSync(process.execPath, ['packages/cli/dist/cli/main.js', ...args], {
+    encoding: 'utf8',
+  });
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 

@@ -1,5 +1,5 @@
-import { type ClusterConfig, validateConfig } from '../../src/cluster/config.js';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 
 /** A small cluster config over the test's servers (the first holds the catalog). */
 export function testConfig(

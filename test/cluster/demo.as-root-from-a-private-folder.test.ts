@@ -4,8 +4,8 @@ import { chmod, lstat, mkdtemp, readdir, realpath, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, it } from 'node:test';
-import { isRunning, readPostmaster } from '../../src/postgres/postmaster.js';
-import { DATA_HOME } from '../../src/postgres/root-placement.js';
+import { isRunning, readPostmaster } from '../../packages/embedded/src/postmaster.js';
+import { DATA_HOME } from '../../packages/embedded/src/root-placement.js';
 import { CLI_MAIN } from '../support/cli.js';
 
 /**

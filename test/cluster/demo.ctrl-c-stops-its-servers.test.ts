@@ -4,8 +4,8 @@ import { connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, beforeEach, describe, it } from 'node:test';
-import { connect } from '../../src/postgres/connect.js';
-import { isRunning, readPostmaster } from '../../src/postgres/postmaster.js';
+import { isRunning, readPostmaster } from '../../packages/embedded/src/postmaster.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { type CliExit, type CliRun, startCli } from '../support/cli.js';
 
 /**

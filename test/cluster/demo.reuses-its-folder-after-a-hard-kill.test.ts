@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { runDemo } from '../../src/cluster/demo.js';
-import { findLeftovers, stopLeftovers } from '../../src/cluster/demo-leftovers.js';
-import { connect } from '../../src/postgres/connect.js';
-import { startEmbeddedServer } from '../../src/postgres/embedded.js';
+import { runDemo } from '../../packages/cli/src/demo/demo.js';
+import { findLeftovers, stopLeftovers } from '../../packages/cli/src/demo/demo-leftovers.js';
+import { startEmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { assertNoPassword } from '../support/secrets.js';
 
@@ -22,7 +22,7 @@ describe('demo', () => {
     const dir = join(base, 'killed');
     // A stand-in for a demo process (its command line names a demo): it starts server a and waits.
     const script = join(base, 'demo-stand-in.mjs');
-    const embedded = new URL('../../src/postgres/embedded.js', import.meta.url).href;
+    const embedded = new URL('../../packages/embedded/src/embedded.js', import.meta.url).href;
     await writeFile(
       script,
       `import { startEmbeddedServer } from ${JSON.stringify(embedded)};

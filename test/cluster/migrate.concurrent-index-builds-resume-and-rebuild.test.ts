@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
-import { initCluster } from '../../src/cluster/init.js';
-import { migrateCluster } from '../../src/cluster/migrate.js';
-import type { IndexBuildEvent } from '../../src/cluster/migrate-concurrently.js';
-import { clusterStatus } from '../../src/cluster/status.js';
-import { connect } from '../../src/postgres/connect.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import type { IndexBuildEvent } from '../../packages/shardflake/src/cluster/migrate-concurrently.js';
+import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type pg from 'pg';
-import { connect } from '../../src/postgres/connect.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 

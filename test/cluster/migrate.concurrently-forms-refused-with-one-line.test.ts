@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { validateConfig } from '../../src/cluster/config.js';
-import { shardCreationSql } from '../../src/cluster/shard-ddl.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { shardCreationSql } from '../../packages/shardflake/src/cluster/shard-ddl.js';
 import { startCli } from '../support/cli.js';
 
 const base = {

@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { initCluster } from '../../src/cluster/init.js';
-import { migrateCluster } from '../../src/cluster/migrate.js';
-import { SHARD_LOCK_CLASS } from '../../src/cluster/shard-lock.js';
-import { moveShard } from '../../src/move/move.js';
-import { connect } from '../../src/postgres/connect.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { SHARD_LOCK_CLASS } from '../../packages/shardflake/src/cluster/shard-lock.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

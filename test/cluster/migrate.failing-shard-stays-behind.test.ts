@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { readShardMap } from '../../src/cluster/catalog/shards.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { migrateCluster } from '../../src/cluster/migrate.js';
-import { clusterStatus } from '../../src/cluster/status.js';
-import { connect } from '../../src/postgres/connect.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

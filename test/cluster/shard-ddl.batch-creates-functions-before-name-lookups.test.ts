@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readInstalledGenerator } from 'shardflake';
-import { shardsCreationSql } from '../../src/cluster/shard-ddl.js';
-import { connect } from '../../src/postgres/connect.js';
+import { shardsCreationSql } from '../../packages/shardflake/src/cluster/shard-ddl.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

@@ -3,7 +3,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { freePort } from '../../src/postgres/embedded.js';
+import { freePort } from '../../packages/embedded/src/embedded.js';
 import { makeCluster, rawConfig } from '../move/fixture.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';

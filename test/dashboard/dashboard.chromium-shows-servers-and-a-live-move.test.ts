@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { type Browser, chromium } from 'playwright-core';
 import { moveShard, moveShards } from 'shardflake';
-import { serveDashboard } from '../../src/dashboard/server.js';
+import { serveDashboard } from '../../packages/cli/src/dashboard/server.js';
 import { makeCluster, rawConfig, withClient } from '../move/fixture.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';

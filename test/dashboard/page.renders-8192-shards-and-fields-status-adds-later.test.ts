@@ -3,7 +3,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
 import { chromium } from 'playwright-core';
-import { dashboardPage } from '../../src/dashboard/page.js';
+import { dashboardPage } from '../../packages/cli/src/dashboard/page.js';
 
 // The page against the JSON contract alone (no cluster needed): `cluster status --json` as it may grow (per-server
 // connections and replicas with their lag, per-shard rows), at the largest cluster size, and a failing endpoint.

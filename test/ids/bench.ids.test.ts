@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runIdsBench } from 'shardflake';
+import { runIdsBench } from '@shardflake/cli';
 
 // Speed is not asserted here (that is the benchmark's job, as ratios); this proves the bench runs, counts what it
 // says it counts, and that our generators produced no duplicate and no out-of-order id while it ran.

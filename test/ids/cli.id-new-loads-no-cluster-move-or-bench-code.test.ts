@@ -33,15 +33,16 @@ register(${JSON.stringify(pathToFileURL(hooks).href)}, { data: { log: ${JSON.str
 }
 
 const OTHER_COMMANDS = [
-  /\/dist\/src\/(cluster|move|dashboard|bench)\//,
-  /\/dist\/src\/cli\/commands\/(cluster|bench|demo|sql)/,
+  /\/packages\/shardflake\/dist\/(cluster|move)\//,
+  /\/packages\/cli\/dist\/(dashboard|bench)\//,
+  /\/packages\/cli\/dist\/cli\/commands\/(cluster|bench|demo|sql)/,
   /\/node_modules\/(cli-progress|pg|vega|vega-lite|playwright-core)\//,
 ];
 
 test('`shardflake id new` loads the id command only, not the cluster, move, dashboard or benchmark code', async () => {
   const loaded = await modulesLoadedBy('id', 'new');
   assert.ok(
-    loaded.some((url) => url.endsWith('/dist/src/cli/commands/id.js')),
+    loaded.some((url) => url.endsWith('/packages/cli/dist/cli/commands/id.js')),
     'the recorder saw the id command load',
   );
   assert.deepEqual(
@@ -49,5 +50,5 @@ test('`shardflake id new` loads the id command only, not the cluster, move, dash
     [],
   );
   const cluster = await modulesLoadedBy('cluster', '--help');
-  assert.ok(cluster.some((url) => url.includes('/dist/src/cluster/')));
+  assert.ok(cluster.some((url) => url.includes('/packages/shardflake/dist/cluster/')));
 });

@@ -5,7 +5,9 @@ import { decodeId, lsid, parseId } from 'shardflake';
 
 /** Runs the built CLI as a user would. */
 function cli(...args: string[]) {
-  const result = spawnSync(process.execPath, ['dist/src/cli/main.js', ...args], { encoding: 'utf8' });
+  const result = spawnSync(process.execPath, ['packages/cli/dist/cli/main.js', ...args], {
+    encoding: 'utf8',
+  });
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 

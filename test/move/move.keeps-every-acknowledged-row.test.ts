@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../src/cluster/config.js';
-import { createRouter } from '../../src/cluster/router/router.js';
-import { moveShard } from '../../src/move/move.js';
-import { connect } from '../../src/postgres/connect.js';
+import type { ShardflakeId } from 'shardflake';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, placement, replicationLeftovers, sleep, withClient } from './fixture.js';
 
@@ -25,7 +26,7 @@ test('a shard with 200,000 rows moves while a router writer inserts and a direct
   const router = await createRouter(config);
   const direct = await connect(a.url);
   let stop = false;
-  const routerIds: bigint[] = [];
+  const routerIds: ShardflakeId[] = [];
   const directIds: bigint[] = [];
   let directError: { code?: string } | undefined;
 
@@ -86,7 +87,7 @@ test('a shard with 200,000 rows moves while a router writer inserts and a direct
     });
   const [onA, onB] = await Promise.all([rowsOf(a.url), rowsOf(b.url)]);
   for (const [id, h] of onA) assert.equal(onB.get(id), h, `row ${id} arrived unchanged`);
-  const routerSet = new Set(routerIds);
+  const routerSet = new Set<bigint>(routerIds);
   for (const id of onB.keys())
     assert.ok(onA.has(id) || routerSet.has(id), `row ${id} on b came from a or the router`);
   for (const id of [...routerIds, ...directIds, ...updatedIds])

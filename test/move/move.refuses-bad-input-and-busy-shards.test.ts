@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema, validateConfig } from '../../src/cluster/config.js';
-import { migrateCluster } from '../../src/cluster/migrate.js';
-import { createRouter } from '../../src/cluster/router/router.js';
-import { isShardflakeError } from '../../src/errors.js';
-import { moveShard } from '../../src/move/move.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { makeCluster, placement, rawConfig, replicationLeftovers, schemaOn, withClient } from './fixture.js';
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { isShardflakeError } from '../../src/errors.js';
-import { planRebalance, planRebalanceByRows } from '../../src/move/rebalance.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { planRebalance, planRebalanceByRows } from '../../packages/shardflake/src/move/rebalance.js';
 
 test('adding a third server to two with 8 shards each moves the fewest shards to even the counts', () => {
   const shards = Array.from({ length: 16 }, (_, shard) => ({ shard, server: shard < 8 ? 'a' : 'b' }));

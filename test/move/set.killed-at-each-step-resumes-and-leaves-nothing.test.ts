@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { ClusterConfig } from '../../src/cluster/config.js';
-import { shardSchema } from '../../src/cluster/config.js';
-import { isShardflakeError } from '../../src/errors.js';
-import { cleanupCluster } from '../../src/move/cleanup.js';
-import { isInterrupted, moveShards } from '../../src/move/move.js';
-import type { MoveStep } from '../../src/move/options.js';
+import type { ClusterConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
+import { isInterrupted, moveShards } from '../../packages/shardflake/src/move/move.js';
+import type { MoveStep } from '../../packages/shardflake/src/move/options.js';
 import { useServers } from '../support/postgres.js';
 import {
   countRows,

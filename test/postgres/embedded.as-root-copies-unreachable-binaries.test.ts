@@ -14,8 +14,8 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, it } from 'node:test';
-import { unreachableBy } from '../../src/postgres/folder-access.js';
-import { BINARY_CACHE, reachableBinaries } from '../../src/postgres/root-placement.js';
+import { unreachableBy } from '../../packages/embedded/src/folder-access.js';
+import { BINARY_CACHE, reachableBinaries } from '../../packages/embedded/src/root-placement.js';
 
 /**
  * As root, PostgreSQL runs as the `postgres` user; a project cloned into a folder that user cannot enter holds

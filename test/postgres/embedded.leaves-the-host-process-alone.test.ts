@@ -52,7 +52,8 @@ describe('the host process after importing shardflake', () => {
 
   it('still has none while an embedded server runs and after it stops, and keeps its exit code', () => {
     const child = runChild(`
-      const { startEmbeddedServer, stopEmbeddedServers, connect } = await import('shardflake');
+      const { startEmbeddedServer, stopEmbeddedServers } = await import('@shardflake/embedded');
+      const { connect } = await import('shardflake');
       const server = await startEmbeddedServer('a');
       report(listeners());
       // The package's class (whose import hooks exit and signals through async-exit-hook) is never loaded.

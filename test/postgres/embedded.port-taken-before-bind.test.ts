@@ -5,9 +5,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { connect } from '../../src/postgres/connect.js';
-import { freePort, passwordFile, startEmbeddedServer, startOnFreePort } from '../../src/postgres/embedded.js';
-import { packagedBinaries, startServerProcess } from '../../src/postgres/server-process.js';
+import {
+  freePort,
+  passwordFile,
+  startEmbeddedServer,
+  startOnFreePort,
+} from '../../packages/embedded/src/embedded.js';
+import { packagedBinaries, startServerProcess } from '../../packages/embedded/src/server-process.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 
 const base = await mkdtemp(join(tmpdir(), 'shardflake-port-'));
 // The server runs as the `postgres` user when the tests run as root: it must reach the folder.

@@ -3,8 +3,9 @@ import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { connect, isShardflakeError, startEmbeddedServer } from 'shardflake';
-import { passwordFile } from '../../src/postgres/embedded.js';
+import { startEmbeddedServer } from '@shardflake/embedded';
+import { connect, isShardflakeError } from 'shardflake';
+import { passwordFile } from '../../packages/embedded/src/embedded.js';
 
 /**
  * Every embedded server had the same superuser password, written in the source: any local user who reached a

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { connect, defineLayout, type GeneratorSqlOptions, installGenerator, layouts } from 'shardflake';
-import { qualified } from '../../src/postgres/identifier.js';
+import { qualified } from '../../packages/shardflake/src/postgres/identifier.js';
 
 /**
  * Instagram's shape with a 2-bit sequence (4 ids per tick), so that a single statement outruns the clock by far.

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type pg from 'pg';
 import { connect, defineLayout, generatorSql } from 'shardflake';
-import { qualified } from '../../src/postgres/identifier.js';
+import { qualified } from '../../packages/shardflake/src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
 import { sessions, setTestClock } from './generator-fixture.js';
 

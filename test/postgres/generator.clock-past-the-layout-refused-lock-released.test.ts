@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { connect, installGenerator, layouts } from 'shardflake';
-import { decodeId } from '../../src/ids/codec.js';
+import { decodeId } from '../../packages/shardflake/src/ids/codec.js';
 import { useServers } from '../support/postgres.js';
 import { setTestClock } from './generator-fixture.js';
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { connect, ensureGeneratorAbove, installGenerator, lastIssuedId, layouts } from 'shardflake';
-import { decodeId, encodeId } from '../../src/ids/codec.js';
-import { qualified } from '../../src/postgres/identifier.js';
+import { decodeId, encodeId } from '../../packages/shardflake/src/ids/codec.js';
+import { qualified } from '../../packages/shardflake/src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
 import { narrowLayout, setTestClock } from './generator-fixture.js';
 

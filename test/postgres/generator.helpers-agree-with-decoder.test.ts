@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { connect, defineLayout, installGenerator, type Layout, layouts, withEpoch } from 'shardflake';
-import { decodeId, encodeId, idRange } from '../../src/ids/codec.js';
-import { qualified } from '../../src/postgres/identifier.js';
+import { decodeId, encodeId, idRange } from '../../packages/shardflake/src/ids/codec.js';
+import { qualified } from '../../packages/shardflake/src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
 
 // instagram, instagram with a custom epoch, and a layout with 10 ms ticks whose shard field sits below the

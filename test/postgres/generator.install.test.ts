@@ -10,7 +10,7 @@ import {
   isShardflakeError,
   readInstalledGenerator,
 } from 'shardflake';
-import { DEFAULT_GENERATOR_LANGUAGE } from '../../src/postgres/generator-sql.js';
+import { DEFAULT_GENERATOR_LANGUAGE } from '../../packages/shardflake/src/postgres/generator-sql.js';
 import { useServers } from '../support/postgres.js';
 import { shardWithTable } from './generator-fixture.js';
 
@@ -35,7 +35,7 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
         await installGenerator(client, { schema: 'shard_0042', shard: 42 });
         const cliSql = execFileSync(
           process.execPath,
-          ['dist/src/cli/main.js', 'sql', 'generator', '--schema', 'shard_0042', '--shard', '42'],
+          ['packages/cli/dist/cli/main.js', 'sql', 'generator', '--schema', 'shard_0042', '--shard', '42'],
           {
             encoding: 'utf8',
           },
@@ -268,7 +268,7 @@ test('the CLI prints the SQL or one error line with a non-zero exit code', () =>
   const run = (...args: string[]) => {
     try {
       return {
-        out: execFileSync(process.execPath, ['dist/src/cli/main.js', ...args], {
+        out: execFileSync(process.execPath, ['packages/cli/dist/cli/main.js', ...args], {
           encoding: 'utf8',
           stdio: 'pipe',
         }),

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { connect, layouts } from 'shardflake';
-import { generatorPlan, keepable } from '../../src/postgres/generator-sql.js';
+import { generatorPlan, keepable } from '../../packages/shardflake/src/postgres/generator-sql.js';
 import { useServers } from '../support/postgres.js';
 import { narrowLayout } from './generator-fixture.js';
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { connect, layouts } from 'shardflake';
-import { decodeId } from '../../src/ids/codec.js';
-import { qualified } from '../../src/postgres/identifier.js';
+import { decodeId } from '../../packages/shardflake/src/ids/codec.js';
+import { qualified } from '../../packages/shardflake/src/postgres/identifier.js';
 import { useServers } from '../support/postgres.js';
 import { sessions, shardWithTable } from './generator-fixture.js';
 

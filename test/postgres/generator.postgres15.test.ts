@@ -9,8 +9,8 @@ import {
   lastIssuedId,
   layouts,
 } from 'shardflake';
-import { decodeId } from '../../src/ids/codec.js';
-import { qualified, quoteIdent } from '../../src/postgres/identifier.js';
+import { decodeId } from '../../packages/shardflake/src/ids/codec.js';
+import { qualified, quoteIdent } from '../../packages/shardflake/src/postgres/identifier.js';
 import { sessions } from './generator-fixture.js';
 
 /*

@@ -2,8 +2,8 @@ import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
-/** The built CLI (`dist/src/cli/main.js`), as `npx shardflake` runs it. */
-export const CLI_MAIN = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+/** The built CLI (`packages/cli/dist/cli/main.js`), as `npx shardflake` runs it. */
+export const CLI_MAIN = fileURLToPath(new URL('../../packages/cli/src/cli/main.js', import.meta.url));
 
 export interface CliExit {
   code: number | null;

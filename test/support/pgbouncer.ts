@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
 import pg from 'pg';
-import { type EmbeddedServer, freePort } from '../../src/postgres/embedded.js';
+import { type EmbeddedServer, freePort } from '../../packages/embedded/src/embedded.js';
 
 /**
  * Debian's PgBouncer (`/usr/sbin/pgbouncer`, installed by the test set-up when missing) in transaction mode in

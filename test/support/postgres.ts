@@ -4,7 +4,7 @@ import {
   type EmbeddedServer,
   startEmbeddedServers,
   stopEmbeddedServersOnSignals,
-} from '../../src/postgres/embedded.js';
+} from '../../packages/embedded/src/embedded.js';
 
 // The library leaves signals to its host; a test process is a host that wants its servers stopped when the test
 // runner ends it with SIGTERM (a timeout) or a developer presses Ctrl-C, rather than left running.

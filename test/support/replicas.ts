@@ -1,10 +1,10 @@
 import { after } from 'node:test';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
 import {
   type EmbeddedReplica,
   replicaCaughtUp,
   startEmbeddedReplica,
-} from '../../src/postgres/embedded-replica.js';
+} from '../../packages/embedded/src/embedded-replica.js';
 
 /**
  * Real streaming replicas of embedded servers for tests (how they are made: src/postgres/embedded-replica.ts).

@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import pg from 'pg';
-import { validateConfig } from '../../src/cluster/config.js';
-import { freePort } from '../../src/postgres/embedded.js';
+import { freePort } from '../../packages/embedded/src/embedded.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { startReplica } from '../support/replicas.js';
@@ -99,7 +99,7 @@ describe('cluster init refuses bad node lists and changes nothing', () => {
         servers,
         catalog: 'a',
         logicalShards: 4,
-        tables: { t: 'CREATE TABLE t (id bigint)' },
+        tables: { t: 'CREATE TABLE t (id bigint PRIMARY KEY)' },
       });
     assert.throws(parse({ a: [] }), /server a needs a postgres:\/\/ URL or a non-empty list/);
     assert.throws(

@@ -1,14 +1,18 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import pg from 'pg';
-import { readShardMap } from '../../src/cluster/catalog/shards.js';
-import { type ClusterConfig, shardSchema, validateConfig } from '../../src/cluster/config.js';
-import { FENCE_FUNCTION } from '../../src/cluster/fence.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { createRouter } from '../../src/cluster/router/router.js';
-import { isShardflakeError } from '../../src/errors.js';
-import { moveShard } from '../../src/move/move.js';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
+import {
+  type ClusterConfig,
+  shardSchema,
+  validateConfig,
+} from '../../packages/shardflake/src/cluster/config.js';
+import { FENCE_FUNCTION } from '../../packages/shardflake/src/cluster/fence.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 
@@ -85,7 +89,7 @@ test('a move waits for the replicas to replay the fence before switching; with a
   const [streamed, cutOff] = onA as [number, number];
 
   const router = await createRouter(config);
-  const acked = new Map<number, bigint[]>();
+  const acked = new Map<number, Awaited<ReturnType<typeof router.insertMany>>>();
   for (const shard of [streamed, cutOff]) {
     acked.set(
       shard,

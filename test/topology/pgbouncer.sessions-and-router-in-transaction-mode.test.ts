@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
-import { validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import { createRouter } from '../../src/cluster/router/router.js';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import { startPgBouncer } from '../support/pgbouncer.js';
 import { useServers } from '../support/postgres.js';
 

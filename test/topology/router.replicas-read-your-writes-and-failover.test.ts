@@ -11,12 +11,12 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
-import { validateConfig } from '../../src/cluster/config.js';
-import { initCluster } from '../../src/cluster/init.js';
-import type { OperationEvent, RouterEvent } from '../../src/cluster/router/events.js';
-import { createRouter } from '../../src/cluster/router/router.js';
-import type { ClusterStatus } from '../../src/cluster/status.js';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import type { OperationEvent, RouterEvent } from '../../packages/shardflake/src/cluster/router/events.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import type { ClusterStatus } from '../../packages/shardflake/src/cluster/status.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';

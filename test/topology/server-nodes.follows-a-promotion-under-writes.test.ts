@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import pg from 'pg';
-import type { FailoverEvent } from '../../src/cluster/router/events.js';
-import { createServerNodes } from '../../src/cluster/topology/server-nodes.js';
-import { isShardflakeError } from '../../src/errors.js';
-import type { EmbeddedServer } from '../../src/postgres/embedded.js';
+import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
+import type { FailoverEvent } from '../../packages/shardflake/src/cluster/router/events.js';
+import { createServerNodes } from '../../packages/shardflake/src/cluster/topology/server-nodes.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 import { assertNoPassword } from '../support/secrets.js';

@@ -7,9 +7,9 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import type { OperationEvent } from '../../src/cluster/router/events.js';
-import { telemetryHook, telemetryInstalled } from '../../src/cluster/router/telemetry.js';
-import { ShardflakeError } from '../../src/errors.js';
+import type { OperationEvent } from '../../packages/shardflake/src/cluster/router/events.js';
+import { telemetryHook, telemetryInstalled } from '../../packages/shardflake/src/cluster/router/telemetry.js';
+import { ShardflakeError } from '../../packages/shardflake/src/errors.js';
 
 /** A reader the test pulls from (the SDK's periodic reader would export on a timer). */
 class PullReader extends MetricReader {

@@ -1,0 +1,40 @@
+import type { Command } from 'commander';
+import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { type VerifyReport, verifyCluster } from 'shardflake/internal/cluster/verify.js';
+import { toJson } from '../output.js';
+
+/**
+ * `shardflake cluster verify`: runs every consistency check (src/cluster/verify.ts) and prints each problem with
+ * where it is. Exit 0 when nothing is wrong, 1 when something is (a one-line count on stderr), like a test run.
+ */
+export function registerVerifyCommand(cluster: Command): void {
+  cluster
+    .command('verify')
+    .description(
+      'check the cluster for what must not be: in-doubt transactions, servers that cannot take part in them, …',
+    )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--json', 'print the report as JSON')
+    .action(async (flags: { config: string; json?: boolean }) => {
+      const config = await loadConfig(flags.config);
+      const report = await verifyCluster(config);
+      process.stdout.write(flags.json ? `${toJson(report)}\n` : formatVerify(report));
+      if (!report.ok) {
+        process.stderr.write(
+          `shardflake: cluster verify found ${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}\n`,
+        );
+        process.exitCode = 1;
+      }
+    });
+}
+
+export function formatVerify(report: VerifyReport): string {
+  const lines = report.checks.map((c) => {
+    const mine = report.problems.filter((p) => p.check === c.name);
+    return [
+      `${mine.length === 0 ? 'ok  ' : 'FAIL'}  ${c.name} (${c.ms} ms)`,
+      ...mine.map((p) => `      ${p.where}: ${p.what}`),
+    ].join('\n');
+  });
+  return `${lines.join('\n')}\n`;
+}

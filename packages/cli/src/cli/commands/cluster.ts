@@ -1,0 +1,119 @@
+import type { Command } from 'commander';
+import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { initCluster } from 'shardflake/internal/cluster/init.js';
+import { migrateCluster } from 'shardflake/internal/cluster/migrate.js';
+import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { describeUrl } from 'shardflake/internal/postgres/connect.js';
+import { positiveInteger } from '../options.js';
+// Kept for commands that imported them from here; new code imports src/cli/output.ts (a command module
+// importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
+import { progressBar, toJson } from '../output.js';
+import { registerDashboardCommand } from './cluster-dashboard.js';
+import { registerMoveCommands } from './cluster-move.js';
+import { registerRecoverCommand } from './cluster-recover.js';
+import { registerSqlQueryCommand } from './cluster-sql.js';
+import { registerStatusCommand } from './cluster-status.js';
+import { registerVerifyCommand } from './cluster-verify.js';
+
+export { progressBar, toJson };
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+interface Flags {
+  config: string;
+  json?: boolean;
+}
+
+export function registerClusterCommands(program: Command): void {
+  const cluster = program
+    .command('cluster')
+    .description('a cluster of logical shards (one schema each) on several PostgreSQL servers');
+
+  cluster
+    .command('init')
+    .description(
+      'create the catalog and every logical shard (schema, id generator, tables); rerun to finish a killed run',
+    )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--json', 'print the result as JSON')
+    .option('--batch-size <n>', 'shards per transaction', positiveInteger('--batch-size'))
+    .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
+    .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
+      const config = await loadConfig(flags.config);
+      const bar = progressBar('init   ', !flags.json);
+      const result = await initCluster(config, {
+        batchSize: flags.batchSize,
+        connectionsPerServer: flags.connections,
+        onProgress: (done, total) => bar.update(done, total),
+      }).finally(() => bar.stop());
+      if (flags.json) {
+        process.stdout.write(`${toJson(result)}\n`);
+        return;
+      }
+      const servers = Object.keys(config.servers);
+      process.stdout.write(
+        [
+          `cluster init: ${result.logicalShards} logical shards on ${servers.length} servers in ${seconds(result.durationMs)} (map version ${result.mapVersion})`,
+          `  created ${result.created}, already there ${result.alreadyRecorded}, recovered from a killed run ${result.recovered}`,
+          ...servers.map(
+            (n) =>
+              `  ${n.padEnd(8)} ${String(result.perServer[n] ?? 0).padStart(5)} shards  ${describeUrl(config.servers[n] as string)}`,
+          ),
+          '',
+        ].join('\n'),
+      );
+    });
+
+  registerStatusCommand(cluster);
+  registerRecoverCommand(cluster);
+  registerVerifyCommand(cluster);
+
+  cluster
+    .command('migrate')
+    .description(
+      "apply the config's migrations to every logical shard, one transaction per shard (index builds CONCURRENTLY outside one); resumable",
+    )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .option('--json', 'print the result as JSON')
+    .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
+    .option(
+      '--parallel-builds <n>',
+      'servers building indexes CONCURRENTLY at once, one build each (default: all)',
+      positiveInteger('--parallel-builds'),
+    )
+    .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
+      const config = await loadConfig(flags.config);
+      const bar = progressBar('migrate', !flags.json);
+      const result = await migrateCluster(config, {
+        connectionsPerServer: flags.connections,
+        parallelBuilds: flags.parallelBuilds,
+        onProgress: (done, total) => bar.update(done, total),
+      }).finally(() => bar.stop());
+      if (flags.json) process.stdout.write(`${toJson(result)}\n`);
+      else {
+        process.stdout.write(
+          [
+            `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
+            ...result.differences.map((d) => `warning: config and cluster migrations differ: ${d}`),
+            ...result.rebuiltIndexes.map(
+              (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
+            ),
+            ...result.failed.map(
+              (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
+            ),
+            '',
+          ].join('\n'),
+        );
+      }
+      if (result.failed.length > 0) {
+        throw new ShardflakeError(
+          'MIGRATION_FAILED',
+          `${result.failed.length} shards failed and stay at their old version (first: shard ${result.failed[0]?.shard}: ${result.failed[0]?.error})`,
+        );
+      }
+    });
+
+  registerMoveCommands(cluster);
+  registerDashboardCommand(cluster);
+  registerSqlQueryCommand(cluster);
+}

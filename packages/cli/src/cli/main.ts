@@ -1,0 +1,87 @@
+#!/usr/bin/env node
+import { stopEmbeddedServersOnSignals } from '@shardflake/embedded';
+import { Command, CommanderError } from 'commander';
+import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors.js';
+import { VERSION } from 'shardflake/internal/version.js';
+
+/**
+ * Each top-level command's module, loaded on demand: `shardflake id new` then loads the id code only, not the
+ * cluster, move, dashboard and benchmark code (and their dependencies) that every other command pulls in. In the
+ * order `--help` lists them.
+ */
+const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
+  id: async () => (await import('./commands/id.js')).registerIdCommands,
+  sql: async () => (await import('./commands/sql.js')).registerSqlCommands,
+  cluster: async () => (await import('./commands/cluster.js')).registerClusterCommands,
+  bench: async () => (await import('./commands/bench.js')).registerBenchCommands,
+  demo: async () => (await import('./commands/demo.js')).registerDemoCommand,
+};
+
+/**
+ * The CLI is a thin layer: each command file parses its flags, calls the library and prints. Errors end here:
+ * one line on stderr, a non-zero exit code, a stack only with --debug.
+ */
+export async function buildProgram(argv: string[]): Promise<Command> {
+  const program = new Command('shardflake')
+    .description('Instagram-style sharding and 64-bit time-sortable ids for PostgreSQL')
+    .version(VERSION)
+    .option('--debug', 'print stack traces for errors')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  // The command is the first word after the program's own flags (none of which takes a value); without a known
+  // one (`--help`, `help`, a typo) every command is registered, so commander's help and errors stay as they were.
+  const named = argv.slice(2).find((arg) => !arg.startsWith('-'));
+  const wanted = named !== undefined && Object.hasOwn(COMMANDS, named) ? [named] : Object.keys(COMMANDS);
+  const registers = await Promise.all(wanted.map((name) => COMMANDS[name]?.()));
+  for (const register of registers) register?.(program);
+  return program;
+}
+
+function exitCodeFor(error: unknown): number {
+  if (error instanceof ShardflakeError) {
+    return [
+      'SERVER_UNREACHABLE',
+      'DATABASE_ERROR',
+      'MOVE_FAILED',
+      'MIGRATION_FAILED',
+      'NO_PRIMARY',
+      'PREPARED_TRANSACTIONS_DISABLED',
+      'TRANSACTION_ABORTED',
+    ].includes(error.code)
+      ? 3
+      : 2;
+  }
+  return 1;
+}
+
+export async function runCli(argv: string[]): Promise<number> {
+  const debug = argv.includes('--debug');
+  try {
+    const program = await buildProgram(argv);
+    await program.parseAsync(argv);
+    return process.exitCode === undefined ? 0 : Number(process.exitCode);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // commander already printed its one line (or the help/version text).
+      return error.exitCode;
+    }
+    if (error instanceof ShardflakeError) {
+      process.stderr.write(`shardflake: error [${error.code}]: ${redactSecrets(error.message)}\n`);
+    } else {
+      const message = error instanceof Error ? error.message : String(error);
+      process.stderr.write(`shardflake: internal error: ${redactSecrets(message)}\n`);
+    }
+    if (debug && error instanceof Error && error.stack)
+      process.stderr.write(`${redactSecrets(error.stack)}\n`);
+    return exitCodeFor(error);
+  }
+}
+
+// The library installs no signal handlers; the CLI, which owns its process, stops the embedded servers a command
+// started when it is interrupted (commands that handle signals themselves set this aside while they run).
+stopEmbeddedServersOnSignals();
+const code = await runCli(process.argv);
+// Exit explicitly, with the command's code, even if something still holds the event loop open. Commands stop
+// their own servers before returning; stdout/stderr writes to files, pipes and terminals are synchronous on
+// Linux, so nothing printed is lost.
+process.exit(code);

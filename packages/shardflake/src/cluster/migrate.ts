@@ -1,0 +1,349 @@
+import type pg from 'pg';
+import { redactSecrets, ShardflakeError } from '../errors.js';
+import { connect, wrapPgError } from '../postgres/connect.js';
+import { quoteLiteral } from '../postgres/identifier.js';
+import { runningMove } from './catalog/moves.js';
+import {
+  findPlacement,
+  readClusterInfo,
+  readShardMap,
+  readShardVersions,
+  recordShardVersion,
+} from './catalog/shards.js';
+import { type ClusterConfig, targetVersion } from './config.js';
+import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
+import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
+import { keepHistory } from './migrations.js';
+import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
+import { lockShard, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
+import { settlePreparedOnShards } from './transactions/settle.js';
+
+/**
+ * `cluster migrate`: brings every logical shard to the config's last migration.
+ *
+ * Each shard is migrated in its own transaction on its own server: lock the shard's `_shardflake_migrations`
+ * table, read which versions it has (the truth, which travels with the shard), run the pending statements and
+ * record them, commit. A failing statement rolls the whole shard back to where it was; the other shards go on.
+ * The catalog's copy of each shard's version (for `cluster status`) is written afterwards; a run killed in
+ * between leaves it behind, and the next run reads the truth from the shard and just records it.
+ * Shards in state `moving` are refused (DDL during a move would break its replication) and reported.
+ *
+ * Moves and migrations exclude each other per shard with the move's advisory lock (`lockShard`): each shard's step
+ * runs holding it and re-reads the shard's placement and state under it, so a move cannot start while the shard is
+ * being migrated, a migration cannot run on a shard a move has locked (even in the moment before the move marks
+ * it `moving`), and a shard moved since the map was read is migrated where it lives now.
+ *
+ * A migration of CREATE/DROP INDEX CONCURRENTLY statements (see migrate-concurrently.ts) cannot share the shard's
+ * transaction, so a shard's pending migrations go in runs: the transactional ones up to the next concurrent one in
+ * one transaction, the concurrent one alone outside any transaction and then its version row in a transaction of
+ * its own, and so on. Index builds run at most one at a time per server (a build reads the whole table twice and
+ * waits for every older transaction in the database; two on one server only compete) and on at most
+ * `parallelBuilds` servers at once.
+ */
+export interface MigrateOptions {
+  /** Parallel connections per server (default 2). */
+  connectionsPerServer?: number;
+  onProgress?: (done: number, total: number) => void;
+  signal?: AbortSignal;
+  /** How long a shard's step waits for its lock held by another migrate (default 10 000 ms). */
+  shardLockWaitMs?: number;
+  /** Servers building indexes CONCURRENTLY at the same time, one build each (default: all of them). */
+  parallelBuilds?: number;
+  /** Called as each CONCURRENTLY statement starts, finishes, fails or is found already done. */
+  onIndexBuild?: (event: IndexBuildEvent) => void;
+}
+
+export interface ShardFailure {
+  shard: number;
+  server: string;
+  schema: string;
+  /** The version the shard stays at. */
+  version: number;
+  error: string;
+  sqlState?: string;
+}
+
+export interface MigrateResult {
+  /** The cluster's schema version after this run: its recorded history plus the config's new migrations. */
+  target: number;
+  /**
+   * How the config's migrations differ from the history the cluster keeps, when they differ in a way that is not
+   * refused (a config that lacks recorded migrations, a renamed one); one sentence each.
+   */
+  differences: string[];
+  /** Shards this run moved forward. */
+  migrated: number;
+  /** Shards that were already at the target. */
+  alreadyCurrent: number;
+  failed: ShardFailure[];
+  /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
+  rebuiltIndexes: { shard: number; server: string; index: string }[];
+  durationMs: number;
+}
+
+const DEFAULTS = {
+  connectionsPerServer: 2,
+  shardLockWaitMs: 10_000,
+  parallelBuilds: Number.POSITIVE_INFINITY,
+};
+
+/** The shard's applied version, read under an exclusive lock on its bookkeeping table; leaves the transaction open. */
+const READ_VERSION_SQL = (schema: string) => `BEGIN; ${inSchema(schema)};
+  LOCK TABLE ${MIGRATIONS_TABLE} IN EXCLUSIVE MODE;
+  SELECT coalesce(max(version), 0)::int AS version FROM ${MIGRATIONS_TABLE}`;
+
+async function readVersionLocked(client: pg.Client, schema: string): Promise<number> {
+  const results = (await client.query(READ_VERSION_SQL(schema))) as unknown as pg.QueryResult[];
+  return ((results[results.length - 1] as pg.QueryResult).rows[0] as { version: number }).version;
+}
+
+const MOVING = 'the shard is being moved; migrate again after the move';
+
+/**
+ * Takes the shard's move lock on `lock` (a catalog connection of this worker). Returns why the shard is refused, or
+ * null once locked. A running move holds the lock for its whole run, so the shard is refused at once; another
+ * migrate holds it for one step, so that is waited for (up to the connection's lock_timeout).
+ */
+async function lockForMigration(lock: pg.Client, shard: number): Promise<string | null> {
+  try {
+    await lockShard(lock, shard);
+    return null;
+  } catch (error) {
+    if (!(error instanceof ShardflakeError && error.code === 'SHARD_BUSY')) throw error;
+  }
+  const move = await runningMove(lock, shard).catch(() => null);
+  if (move)
+    return `the shard is being moved (move #${move.id} to server ${move.to}); migrate again after the move`;
+  try {
+    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [SHARD_LOCK_CLASS, shard]);
+    return null;
+  } catch (error) {
+    if ((error as { code?: string }).code === '55P03') {
+      return 'another process (a move or a migration) kept the shard locked; migrate again';
+    }
+    throw wrapPgError(error);
+  }
+}
+
+export async function migrateCluster(
+  config: ClusterConfig,
+  options: MigrateOptions = {},
+): Promise<MigrateResult> {
+  // Options left undefined (e.g. CLI flags not given) keep their defaults.
+  const given = Object.fromEntries(
+    Object.entries(options).filter(([, v]) => v !== undefined),
+  ) as MigrateOptions;
+  const opts = { ...DEFAULTS, ...given };
+  const started = performance.now();
+  let target = targetVersion(config);
+  const clients = await connectAll(config, { applicationName: 'shardflake migrate' });
+  const extra: pg.Client[] = [];
+  try {
+    const catalog = clients.get(config.catalog) as pg.Client;
+    const info = await readClusterInfo(catalog);
+    if (!info)
+      throw new ShardflakeError(
+        'INVALID_CONFIG',
+        `no cluster on catalog server ${config.catalog}; run cluster init first`,
+      );
+    if (info.logicalShards !== config.logicalShards) {
+      throw new ShardflakeError(
+        'INVALID_CONFIG',
+        `${config.source}: logicalShards is ${config.logicalShards} but the cluster has ${info.logicalShards}`,
+      );
+    }
+    // The history the catalog keeps: the config's new migrations are recorded before any shard runs them, a
+    // config that contradicts it is refused, and one that lacks recorded migrations works from the catalog's SQL.
+    const kept = await keepHistory(catalog, config);
+    config = kept.config;
+    target = targetVersion(config);
+    const map = await readShardMap(catalog);
+    const versions = await readShardVersions(catalog);
+    const failed: ShardFailure[] = [];
+    const todo = new Map<string, { shard: number; schema: string }[]>();
+    let alreadyCurrent = 0;
+    const ahead = new Map<number, number>();
+    for (const s of map.shards) {
+      const known = versions.get(s.shard)?.schemaVersion ?? 0;
+      if (known > target) {
+        // Only a cluster whose history was never recorded (made before it was kept) can get here: its shards ran
+        // migrations the config no longer lists, and nothing knows their SQL. Said, never called current.
+        ahead.set(known, (ahead.get(known) ?? 0) + 1);
+      } else if (known === target) {
+        alreadyCurrent++;
+      } else if (s.state === 'moving') {
+        failed.push({
+          shard: s.shard,
+          server: s.server,
+          schema: s.schema,
+          version: known,
+          error: MOVING,
+        });
+      } else {
+        const list = todo.get(s.server) ?? [];
+        list.push({ shard: s.shard, schema: s.schema });
+        todo.set(s.server, list);
+      }
+    }
+    const total = map.shards.length;
+    let done = alreadyCurrent + failed.length + [...ahead.values()].reduce((a, b) => a + b, 0);
+    let migrated = 0;
+    const rebuiltIndexes: MigrateResult['rebuiltIndexes'] = [];
+    opts.onProgress?.(done, total);
+    const allBuilds = new Slots(Math.max(1, opts.parallelBuilds));
+    const serverBuilds = new Map<string, Slots>();
+    const buildSlot = <T>(server: string, work: () => Promise<T>): Promise<T> => {
+      let slots = serverBuilds.get(server);
+      if (!slots) {
+        slots = new Slots(1);
+        serverBuilds.set(server, slots);
+      }
+      // Always the server's slot first, then a global one: one order, so no two workers wait on each other.
+      return slots.run(() => allBuilds.run(work));
+    };
+    const onIndexBuild = (event: IndexBuildEvent) => {
+      if (event.rebuilt && event.phase === 'finished') rebuiltIndexes.push({ ...event });
+      opts.onIndexBuild?.(event);
+    };
+
+    // Catalog bookkeeping is queued on the catalog's own connection, so shard work never waits on it.
+    let catalogWrites = Promise.resolve();
+    const record = (shard: number, version: number, error: string | null) => {
+      catalogWrites = catalogWrites.then(async () => {
+        await recordShardVersion(catalog, shard, version, error);
+      });
+    };
+
+    const catalogUrl = await primaryUrl(config, config.catalog);
+    const work = async (home: string, queue: { shard: number; schema: string }[]) => {
+      // This worker's connections: its catalog connection (holds the shard locks) and one per server it works on
+      // (normally only its home server; another one when a shard moved away since the map was read).
+      const lock = await connect(catalogUrl, { applicationName: 'shardflake migrate lock' });
+      extra.push(lock);
+      await lock.query(`SET lock_timeout = ${Math.max(1, Math.round(opts.shardLockWaitMs))}`);
+      const clients = new Map<string, pg.Client>();
+      const clientFor = async (server: string) => {
+        let client = clients.get(server);
+        if (!client) {
+          client = await connectServer(config, server, { applicationName: 'shardflake migrate' });
+          extra.push(client);
+          clients.set(server, client);
+        }
+        return client;
+      };
+      for (let next = queue.shift(); next; next = queue.shift()) {
+        opts.signal?.throwIfAborted();
+        const { shard, schema } = next;
+        let server = home;
+        let version = versions.get(shard)?.schemaVersion ?? 0;
+        const refused = await lockForMigration(lock, shard);
+        if (refused) {
+          failed.push({ shard, server, schema, version, error: refused });
+          done++;
+          opts.onProgress?.(done, total);
+          continue;
+        }
+        try {
+          // Under the lock: where the shard lives now, and whether a move left it `moving` (a crashed one).
+          const placed = await findPlacement(lock, shard);
+          if (placed) server = placed.server;
+          if (placed?.state === 'moving') {
+            failed.push({ shard, server, schema, version, error: MOVING });
+          } else {
+            const client = await clientFor(server);
+            let found: number | undefined;
+            try {
+              // Runs of migrations until the shard is current: each run commits (and records itself) on its own.
+              for (;;) {
+                version = await readVersionLocked(client, schema);
+                found ??= version;
+                const next = config.migrations.find((m) => m.version > version);
+                if (!next) {
+                  await client.query('COMMIT');
+                  break;
+                }
+                if (!next.concurrent) {
+                  const upTo = config.migrations.find((m) => m.version > version && m.concurrent);
+                  const last = upTo ? upTo.version - 1 : target;
+                  await client.query(`${shardMigrationSql(config, schema, version, last)}COMMIT;`);
+                  continue;
+                }
+                // No transaction may stay open here: a CONCURRENTLY build waits for every older one on the server.
+                await client.query('COMMIT');
+                const where = { shard, server, schema };
+                await buildSlot(server, () => applyConcurrentMigration(client, where, next, onIndexBuild));
+                await client.query(
+                  `${READ_VERSION_SQL(schema)};
+                   INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (${next.version}, ${quoteLiteral(next.name)});
+                   COMMIT`,
+                );
+              }
+              if ((found ?? target) < target) migrated++;
+              else alreadyCurrent++;
+              record(shard, target, null);
+            } catch (error) {
+              await client.query('ROLLBACK').catch(() => {});
+              const e = error as { message?: string; code?: string };
+              const message = redactSecrets(String(e.message ?? error));
+              // A pg error's code is its SQLSTATE; a ShardflakeError's code is not, its sqlState is.
+              const sqlState = error instanceof ShardflakeError ? error.sqlState : e.code;
+              failed.push({ shard, server, schema, version, error: message, sqlState });
+              record(shard, version, message);
+              // A connection the server closed (a terminated build) is useless for the next shard: open a new one.
+              const alive = await client.query('SELECT 1').then(
+                () => true,
+                () => false,
+              );
+              if (!alive) {
+                clients.delete(server);
+                await client.end().catch(() => {});
+              }
+            }
+          }
+        } finally {
+          await unlockShard(lock, shard);
+        }
+        done++;
+        opts.onProgress?.(done, total);
+      }
+    };
+
+    const workers: Promise<void>[] = [];
+    // DDL waits for the locks of prepared transactions: in-doubt ones on these shards are settled first, by their
+    // decision (transactions/settle.ts); one prepared later is settled by the routers' recovery within seconds.
+    for (const [server, queue] of todo)
+      await settlePreparedOnShards(
+        config,
+        server,
+        queue.map((q) => q.schema),
+        { failWith: 'MIGRATION_FAILED' },
+      );
+    for (const [server, queue] of todo) {
+      const count = Math.min(opts.connectionsPerServer, queue.length);
+      for (let i = 0; i < count; i++) workers.push(work(server, queue));
+    }
+    const settled = await Promise.allSettled(workers);
+    await catalogWrites;
+    const stopped = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (stopped) throw stopped.reason;
+    failed.sort((a, b) => a.shard - b.shard);
+    return {
+      target,
+      differences: [
+        ...kept.differences.map((d) => d.text),
+        ...[...ahead].map(
+          ([version, count]) =>
+            `${count} shard${count === 1 ? ' is' : 's are'} at schema version ${version}, above the config's ${target}: the config lacks migrations ${target + 1}–${version}, which the cluster never recorded (it predates kept histories); add them to the config`,
+        ),
+      ],
+      migrated,
+      alreadyCurrent,
+      failed,
+      rebuiltIndexes,
+      durationMs: performance.now() - started,
+    };
+  } finally {
+    await Promise.all(extra.map((c) => c.end().catch(() => {})));
+    await closeAll(clients);
+  }
+}

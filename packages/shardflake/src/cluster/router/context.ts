@@ -1,0 +1,38 @@
+import type { ServerNodes } from '../topology/nodes.js';
+import type { TransactionState } from '../transactions/state.js';
+import type { RouterEventHook } from './events.js';
+import type { ShardMapCache } from './map.js';
+import type { ReadPositions } from './positions.js';
+import type { Statements } from './statements.js';
+
+/** What the router's parts (sessions, bulk writes, scatter reads, single-row calls) share. */
+export interface RouterContext {
+  readonly map: ShardMapCache;
+  readonly statements: Statements;
+  readonly positions: ReadPositions;
+  readonly policy: RetryPolicy;
+  readonly onEvent: RouterEventHook | undefined;
+  /** Cross-server transactions: cluster identity, ready servers, recovery (transactions/state.ts). */
+  readonly transactions: TransactionState;
+  /** The nodes of a configured server (created on first use). */
+  nodes(server: string): ServerNodes;
+}
+
+export interface RetryPolicy {
+  /** How long an operation keeps retrying on a fenced, moving or failed-over shard (ms). */
+  writeRetryMs: number;
+  /** First wait between retries when no newer map arrives (ms); it doubles up to `maxRetryBackoffMs`. */
+  retryBackoffMs: number;
+  maxRetryBackoffMs: number;
+  onRetry: ((retry: WriteRetry) => void) | undefined;
+}
+
+/** A retry of a write on a fenced or moving shard, as `RouterOptions.onRetry` is told of it (retry.ts says when). */
+export interface WriteRetry {
+  shard: number;
+  /** 1 for the first retry. */
+  attempt: number;
+  reason: 'fenced' | 'moving';
+  /** What ended the wait: a newer map (from NOTIFY or another refresh), or the backoff timeout. */
+  woke: 'map' | 'timeout';
+}

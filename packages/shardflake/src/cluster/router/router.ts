@@ -1,0 +1,320 @@
+import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
+import type { Layout } from '../../ids/layout.js';
+import { connect } from '../../postgres/connect.js';
+import type { ShardPlacement } from '../catalog/shards.js';
+import type { ClusterConfig } from '../config.js';
+import { configDrift } from '../config-drift.js';
+import { primaryUrl, serverNodeUrls } from '../connections.js';
+import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
+import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
+import { createServerNodes } from '../topology/server-nodes.js';
+import type { RecoveryReport } from '../transactions/recovery.js';
+import { type TransactionOptions, TransactionState } from '../transactions/state.js';
+import { withShards } from '../transactions/with-shards.js';
+import { type InsertManyOptions, insertMany } from './bulk.js';
+import type { RetryPolicy, RouterContext, WriteRetry } from './context.js';
+import type { RouterEventHook } from './events.js';
+import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
+import { ReadPositions } from './positions.js';
+import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
+import {
+  type FeedOptions,
+  type FeedPage,
+  feed,
+  type MergedQuery,
+  queryByShard,
+  queryMerged,
+  type ShardQuery,
+} from './scatter.js';
+import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
+import { Statements } from './statements.js';
+import { telemetryHook, telemetryInstalled } from './telemetry.js';
+import { emitSafely } from './trace.js';
+
+/**
+ * The router: shard key → logical shard → physical server, over one ServerNodes (node pools) per server.
+ *
+ * Its parts, one module each: map.ts (the shard map, LISTEN/NOTIFY, the catalog outage), retry.ts (when an
+ * operation runs again: fenced, moving, moved, failed over), session.ts (withShard), rows.ts (insert, get,
+ * update, delete), bulk.ts (insertMany), scatter.ts (feed and cross-shard queries), statements.ts (SQL text
+ * cache), positions.ts (read-your-writes positions and tokens). No operation makes a catalog round trip of its
+ * own, and statement text is built once and cached, which keeps routing within a few percent of plain `pg`.
+ *
+ * Writes during a shard move: a write that reaches a fenced copy (SQLSTATE SF001, raised by the move's fence) or
+ * fails on a shard in state `moving` retries for up to `writeRetryMs` (10 s), so a cutover pauses writes instead
+ * of failing them. Between attempts it waits for whichever comes first: the NOTIFY of a newer map (the cutover's
+ * catalog switch, usually a few ms after the fence commits) or a backoff timeout (10, 20, 40 … 200 ms, after which
+ * the map is re-read anyway, in case a notification was lost).
+ */
+export interface RouterOptions {
+  /** Connections per server (per node) pool (default 10). */
+  poolSize?: number;
+  /** Close a pooled connection after this many checkouts (default 0: never). See "Connection recycling". */
+  maxUses?: number;
+  /** Close a pooled connection this many seconds after it opened (default 0: never). */
+  maxLifetimeSeconds?: number;
+  /** How long a write keeps retrying on a fenced or moving shard (default 10 000 ms). */
+  writeRetryMs?: number;
+  /** Listen for map changes (default true). */
+  listen?: boolean;
+  /** How often to try the catalog again while it does not answer (default 1000 ms). */
+  catalogRetryMs?: number;
+  /** Called after each map refresh. */
+  onMapChange?: (version: bigint) => void;
+  /** First wait between write retries when no newer map arrives (default 10 ms); it doubles up to the maximum. */
+  retryBackoffMs?: number;
+  /** Longest wait between write retries (default 200 ms). */
+  maxRetryBackoffMs?: number;
+  /** Called before each write retry on a fenced or moving shard, once the wait is over. */
+  onRetry?: (retry: WriteRetry) => void;
+  /** Every operation's end, retries, map changes, catalog outages (see events.ts). A throwing hook is ignored. */
+  onEvent?: RouterEventHook;
+  /**
+   * Report operations to OpenTelemetry through `@opentelemetry/api` (default true; a no-op unless the application
+   * installs an SDK). See telemetry.ts for the spans and metrics.
+   */
+  telemetry?: boolean;
+  /** Cross-server transactions: background recovery and its timing (see transactions/state.ts). */
+  transactions?: TransactionOptions;
+  /** Servers with replicas: lag bound, failover wait, … (see ServerNodesOptions in server-nodes.ts). */
+  replicas?: Pick<
+    ServerNodesOptions,
+    'maxReplicaLagMs' | 'replicaCheckMs' | 'failoverWaitMs' | 'rediscoverMs' | 'suspectMs'
+  >;
+}
+
+export interface Router {
+  readonly mapVersion: bigint;
+  readonly logicalShards: number;
+  readonly layout: Layout;
+  /** True while the catalog does not answer and the router serves from its last map. */
+  readonly catalogDown: boolean;
+  shardFor(key: ShardKey): number;
+  /** The shard named in an id's shard bits; INVALID_ID when they name a shard outside the cluster. */
+  shardOfId(id: ShardflakeId): number;
+  placement(shard: number): ShardPlacement;
+  insert(table: string, row: Row, options: InsertOptions): Promise<ShardflakeId>;
+  /** The row of this id, typed as `R` (like pg's `query<R>`: the type is the caller's word, not checked). */
+  get<R extends object = Row>(table: string, id: ShardflakeId): Promise<R | null>;
+  update(table: string, id: ShardflakeId, changes: Row): Promise<boolean>;
+  delete(table: string, id: ShardflakeId): Promise<boolean>;
+  /**
+   * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
+   * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
+   */
+  insertMany<R extends Row>(
+    table: string,
+    rows: readonly R[],
+    options: InsertManyOptions<R>,
+  ): Promise<ShardflakeId[]>;
+  feed<R extends object = Row>(table: string, options: FeedOptions): Promise<FeedPage<R>>;
+  /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
+  withShard<T>(
+    target: ShardTarget,
+    fn: (session: ShardSession) => Promise<T> | T,
+    options?: SessionOptions,
+  ): Promise<T>;
+  /**
+   * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
+   * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
+   */
+  withShards<T>(
+    targets: readonly ShardTarget[],
+    fn: (sessions: ShardSession[]) => Promise<T> | T,
+  ): Promise<T>;
+  /** Settles this cluster's in-doubt transactions now (the router also does it by itself in the background). */
+  recoverTransactions(): Promise<RecoveryReport>;
+  /** A read run in many shards, merged newest first by id, with keyset pagination. */
+  query<R extends object = Row>(query: MergedQuery): Promise<FeedPage<R>>;
+  /** A read run in many shards, its rows per shard. */
+  queryByShard<R extends object = Row>(query: ShardQuery): Promise<Map<number, R[]>>;
+  /**
+   * One SELECT across every shard (sharded tables by their unqualified names), answered as one database holding
+   * every shard's rows would answer it, or refused with UNSUPPORTED_QUERY. See docs/sql.md.
+   */
+  sql(text: string, values?: readonly unknown[]): Promise<SqlResult>;
+  /** router.sql as an async iterator of rows: an answer without aggregates streams a batch per server at a time. */
+  sqlStream(text: string, values?: readonly unknown[], options?: SqlStreamOptions): AsyncIterable<Row>;
+  /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
+  readToken(): string;
+  /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
+  observe(token: string): void;
+  /** Re-reads the map from the catalog (throws when the catalog does not answer). */
+  refresh(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export { FENCED_SQLSTATE } from '../fence.js';
+
+const DEFAULTS = {
+  poolSize: 10,
+  maxUses: 0,
+  maxLifetimeSeconds: 0,
+  writeRetryMs: 10_000,
+  listen: true,
+  catalogRetryMs: 1000,
+  retryBackoffMs: 10,
+  maxRetryBackoffMs: 200,
+};
+
+/** The config's file, when it has one, to start a message with. */
+const sourceOf = (config: Partial<Pick<ClusterConfig, 'source'>>) =>
+  config.source ? `${config.source}: ` : '';
+
+/**
+ * Starts a router. A full config (from loadConfig/validateConfig) is checked against the catalog: a config whose
+ * logicalShards, layout or epoch differ from the cluster's is INVALID_CONFIG (see config-drift.ts).
+ */
+export async function createRouter(
+  config: Pick<ClusterConfig, 'servers' | 'catalog'> & Partial<ClusterConfig>,
+  options: RouterOptions = {},
+): Promise<Router> {
+  const opts = { ...DEFAULTS, ...options };
+  if (config.servers[config.catalog] === undefined)
+    throw new ShardflakeError('UNKNOWN_SERVER', `catalog server ${config.catalog} is not in the config`);
+  const telemetry = opts.telemetry === false ? undefined : telemetryHook();
+  const appHook = opts.onEvent;
+  const hook =
+    telemetry || appHook
+      ? (event: Parameters<RouterEventHook>[0]) => {
+          if (telemetry) emitSafely(telemetry, event);
+          if (appHook) emitSafely(appHook, event);
+        }
+      : undefined;
+  const map = createShardMap(await primaryUrl(config, config.catalog, { requireAll: false }), {
+    listen: opts.listen,
+    reconnectMs: opts.catalogRetryMs,
+    catalogServer: config.catalog,
+    emit: hook,
+    onMapChange: opts.onMapChange,
+    locateCatalog:
+      serverNodeUrls(config, config.catalog).length > 1
+        ? () => primaryUrl(config, config.catalog, { requireAll: false })
+        : undefined,
+  });
+  const servers = new Map<string, ServerNodes>();
+  const policy: RetryPolicy = {
+    writeRetryMs: opts.writeRetryMs,
+    retryBackoffMs: opts.retryBackoffMs,
+    maxRetryBackoffMs: opts.maxRetryBackoffMs,
+    onRetry: opts.onRetry,
+  };
+  const transactions = new TransactionState(
+    {
+      servers: Object.keys(config.servers),
+      catalog: config.catalog,
+      nodes: (server) => ctx.nodes(server),
+      connect: async (server) =>
+        connect(await primaryUrl(config, server, { requireAll: false }), {
+          applicationName: 'shardflake router',
+        }),
+      hook: () => ctx.onEvent,
+    },
+    opts.transactions,
+  );
+  const ctx: RouterContext = {
+    map,
+    transactions,
+    statements: new Statements(),
+    positions: new ReadPositions(),
+    policy,
+    // Operations trace themselves only for a reader: the application's hook, or an installed OpenTelemetry SDK
+    // (without one the API records nothing, and building each operation's event would be the whole cost).
+    get onEvent() {
+      return appHook || (telemetry && telemetryInstalled()) ? hook : undefined;
+    },
+    nodes(server) {
+      let nodes = servers.get(server);
+      if (!nodes) {
+        nodes = createServerNodes(server, nodeUrlsOf(config, map.state, server), {
+          poolSize: opts.poolSize,
+          maxUses: opts.maxUses,
+          maxLifetimeSeconds: opts.maxLifetimeSeconds,
+          applicationName: 'shardflake router',
+          ...opts.replicas,
+          onEvent: hook,
+        });
+        servers.set(server, nodes);
+      }
+      return nodes;
+    },
+  };
+  const loaded = () => map.state as MapState;
+
+  const router: Router = {
+    get mapVersion() {
+      return map.state?.version ?? 0n;
+    },
+    get logicalShards() {
+      return loaded().logicalShards;
+    },
+    get layout() {
+      return loaded().layout;
+    },
+    get catalogDown() {
+      return map.catalogDown;
+    },
+    shardFor: (key) => shardForKey(key, loaded().logicalShards),
+    shardOfId: (id) => shardOfIdIn(loaded(), id),
+    placement: (shard) => placementIn(loaded(), shard),
+    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
+    get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
+    update: (table, id, changes) => updateRow(ctx, table, id, changes),
+    delete: (table, id) => deleteRow(ctx, table, id),
+    insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
+    feed: <R extends object>(table: string, feedOptions: FeedOptions) => feed<R>(ctx, table, feedOptions),
+    withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
+    queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
+    // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
+    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values),
+    async *sqlStream(text, values, streamOptions) {
+      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
+    },
+    withShards: (targets, fn) => withShards(ctx, targets, fn),
+    recoverTransactions: () => transactions.recover(),
+    readToken: () => ctx.positions.toToken(),
+    observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
+    async refresh() {
+      await map.reload();
+    },
+    async close() {
+      await transactions.close();
+      await map.close();
+      await Promise.all([...servers.values()].map((s) => s.end().catch(() => {})));
+    },
+  };
+  try {
+    const drift = configDrift(config, await map.fresh());
+    if (drift)
+      throw new ShardflakeError('INVALID_CONFIG', `${sourceOf(config)}${drift}; the router does not start`);
+  } catch (error) {
+    await router.close();
+    throw error;
+  }
+  transactions.start();
+  return router;
+}
+
+/**
+ * A server's node URLs: from the config, or, for a server the config lacks (added for a rebalance after this
+ * router started), from the catalog's server list. Those addresses carry no password: node-postgres takes it from
+ * PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows is one line naming it and what to add.
+ */
+function nodeUrlsOf(
+  config: Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>,
+  state: MapState | undefined,
+  server: string,
+): string[] {
+  if (server in config.servers) return serverNodeUrls(config, server);
+  const known = state?.servers.get(server);
+  if (!known || known.length === 0) {
+    throw new ShardflakeError(
+      'UNKNOWN_SERVER',
+      `the shard map places a shard on server ${server}, which neither this router's config nor the catalog's server list knows; add server ${server} to the config`,
+    );
+  }
+  return known;
+}

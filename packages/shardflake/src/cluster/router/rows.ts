@@ -1,0 +1,158 @@
+import type pg from 'pg';
+import { ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
+import { wrapPgError } from '../../postgres/connect.js';
+import type { ShardPlacement } from '../catalog/shards.js';
+import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { RouterContext } from './context.js';
+import type { Operation } from './events.js';
+import { acquireOn, isConnectionLost } from './lease.js';
+import { type MapState, shardOfIdIn } from './map.js';
+import { type AttemptInfo, routed } from './retry.js';
+import { type OperationTrace, traced } from './trace.js';
+
+/**
+ * The single-row calls: insert by shard key, get/update/delete by id (the shard comes out of the id). Each is one
+ * schema-qualified statement in autocommit on the shard's server, with no transaction of its own: one round trip.
+ */
+export type Row = Record<string, unknown>;
+
+export interface InsertOptions {
+  /** Shard key (a user id, a string…); or give `shard` directly. */
+  key?: ShardKey;
+  shard?: number;
+}
+
+/**
+ * One statement on the shard's node. A write whose connection is lost after the statement was sent may have been
+ * applied (autocommit commits with the statement): COMMIT_UNKNOWN, never re-run. A read, or a write refused by
+ * a node that is no longer the primary (25006), is retried on the new primary.
+ */
+async function statement(
+  ctx: RouterContext,
+  trace: OperationTrace | undefined,
+  placement: ShardPlacement,
+  info: AttemptInfo,
+  write: boolean,
+  text: string,
+  values: unknown[],
+): Promise<pg.QueryResult> {
+  const nodes = ctx.nodes(placement.server);
+  const lease = await acquireOn(
+    ctx,
+    placement.server,
+    write ? { intent: 'write' } : { intent: 'read', after: ctx.positions.get(placement.server) },
+  );
+  trace?.lease(placement.server, lease);
+  let result: pg.QueryResult;
+  try {
+    result = await lease.client.query(text, values);
+  } catch (error) {
+    const lost = isConnectionLost(error, lease.client);
+    const gone = nodes.noteError(lease.node, error);
+    lease.release(lost ? error : undefined);
+    if (write && lost)
+      throw new ShardflakeError(
+        'COMMIT_UNKNOWN',
+        `the connection to shard ${placement.shard}'s server was lost while a write ran: it may or may not have been applied, and was not re-run`,
+        { cause: error },
+      );
+    if (gone) info.nodeGone = true;
+    throw wrapPgError(error, lease.node);
+  }
+  if (write && nodes.hasReplicas) {
+    const position = await nodes.positionAfterWrite(lease).catch(() => undefined);
+    if (position !== undefined) ctx.positions.note(placement.server, position);
+  }
+  lease.release();
+  return result;
+}
+
+/** Routes one statement: the shard from `shardOf`, the text from `text(schema)`, retried as retry.ts allows. */
+export function routedStatement(
+  ctx: RouterContext,
+  operation: Operation,
+  shardOf: (map: MapState) => number,
+  write: boolean,
+  text: (schema: string) => string,
+  values: unknown[],
+): Promise<pg.QueryResult> {
+  return traced(ctx.onEvent, operation, (trace) =>
+    routed(ctx, operation, trace, shardOf, write, (placement, info) =>
+      statement(ctx, trace, placement, info, write, text(placement.schema), values),
+    ),
+  );
+}
+
+export async function insertRow(
+  ctx: RouterContext,
+  table: string,
+  row: Row,
+  options: InsertOptions,
+): Promise<ShardflakeId> {
+  if (options?.shard === undefined && options?.key === undefined)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insert needs a shard key ({ key }) or a shard ({ shard })',
+    );
+  const columns = Object.keys(row);
+  const values = columns.map((c) => row[c]);
+  const shardOf = (map: MapState) => options.shard ?? shardForKey(options.key as ShardKey, map.logicalShards);
+  const result = await routedStatement(
+    ctx,
+    'insert',
+    shardOf,
+    true,
+    (schema) => ctx.statements.insert(schema, table, columns),
+    values,
+  );
+  return (result.rows[0] as { id: ShardflakeId }).id;
+}
+
+export async function getRow<R extends object = Row>(
+  ctx: RouterContext,
+  table: string,
+  id: ShardflakeId,
+): Promise<R | null> {
+  const result = await routedStatement(
+    ctx,
+    'get',
+    (map) => shardOfIdIn(map, id),
+    false,
+    (schema) => ctx.statements.get(schema, table),
+    [id],
+  );
+  return (result.rows[0] as R | undefined) ?? null;
+}
+
+export async function updateRow(
+  ctx: RouterContext,
+  table: string,
+  id: ShardflakeId,
+  changes: Row,
+): Promise<boolean> {
+  const columns = Object.keys(changes);
+  if (columns.length === 0)
+    throw new ShardflakeError('INVALID_ARGUMENT', 'update needs at least one column to change');
+  const result = await routedStatement(
+    ctx,
+    'update',
+    (map) => shardOfIdIn(map, id),
+    true,
+    (schema) => ctx.statements.update(schema, table, columns),
+    [id, ...columns.map((c) => changes[c])],
+  );
+  return (result.rowCount ?? 0) > 0;
+}
+
+export async function deleteRow(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
+  const result = await routedStatement(
+    ctx,
+    'delete',
+    (map) => shardOfIdIn(map, id),
+    true,
+    (schema) => ctx.statements.delete(schema, table),
+    [id],
+  );
+  return (result.rowCount ?? 0) > 0;
+}

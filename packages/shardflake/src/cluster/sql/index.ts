@@ -1,0 +1,315 @@
+import { loadPg } from '../../postgres/connect.js';
+import type { RouterContext } from '../router/context.js';
+import { sqlStateOf } from '../router/retry.js';
+import type { Row } from '../router/rows.js';
+import { type OperationTrace, traced } from '../router/trace.js';
+import { accumulate, finalOid, finish, type Group, newStates } from './aggregate.js';
+import { distinctRows } from './distinct.js';
+import { evaluateHaving } from './having.js';
+import { cut, resolveCut } from './limit.js';
+import { concatenate, mergeSorted } from './merge.js';
+import { type GroupsPlan, type Plan, planQuery, type RowsPlan } from './plan.js';
+import {
+  type Column,
+  openServerStream,
+  runOnServers,
+  type ServerRows,
+  type ServerStream,
+  serverStatements,
+  sortsByCodePoint,
+} from './route.js';
+import { comparator } from './sort.js';
+import { type Cell, equalityKey, needsCollation } from './values.js';
+
+/**
+ * `router.sql(text, values)` and `router.sqlStream(text, values)`: one SELECT over every shard, answered as one
+ * database holding all the shards' rows would answer it, or refused with UNSUPPORTED_QUERY (see plan.ts for the
+ * two shapes of plan, check.ts and from.ts for what is refused, docs/sql.md for the grammar).
+ *
+ * Not one snapshot: each server answers from its own (as every cross-shard read of the router). A query that
+ * races a shard move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do.
+ */
+export interface SqlColumn {
+  name: string;
+  /** PostgreSQL type OID. */
+  type: number;
+}
+
+export interface SqlResult {
+  rows: Row[];
+  columns: SqlColumn[];
+}
+
+export interface SqlStreamOptions {
+  /** Rows fetched per server per round trip (default 1000). */
+  batchSize?: number;
+}
+
+const PLAN_CACHE_SIZE = 100;
+const plans = new WeakMap<RouterContext, Map<string, Promise<Plan>>>();
+
+/** Plans are kept per router by query text (the text is the whole input of planning; values are not). */
+function planFor(ctx: RouterContext, text: string): Promise<Plan> {
+  let cache = plans.get(ctx);
+  if (!cache) {
+    cache = new Map();
+    plans.set(ctx, cache);
+  }
+  let plan = cache.get(text);
+  if (!plan) {
+    plan = planQuery(text);
+    plan.catch(() => cache?.delete(text));
+    if (cache.size >= PLAN_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
+    cache.set(text, plan);
+  }
+  return plan;
+}
+
+const MISSING_RELATION = ['42P01', '3F000'];
+const ATTEMPTS = 3;
+
+async function runBuffered(
+  ctx: RouterContext,
+  plan: Plan,
+  values: readonly unknown[],
+  trace: OperationTrace | undefined,
+): Promise<ServerRows[]> {
+  for (let attempt = 1; ; attempt++) {
+    const map = await ctx.map.fresh();
+    try {
+      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace);
+    } catch (error) {
+      const state = sqlStateOf(error);
+      if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) throw error;
+      ctx.map.markStale();
+      if ((await ctx.map.fresh()).version === map.version) throw error;
+      trace?.retryReasons.push('unknown-table');
+    }
+  }
+}
+
+function parserFor(oid: number): (text: string) => unknown {
+  if (oid === 20) return (v) => BigInt(v);
+  if (oid === 1016) {
+    const parse = (loadPg().types.getTypeParser as (oid: number) => (v: string) => (string | null)[])(1016);
+    return (v) => parse(v).map((x) => (x === null ? null : BigInt(x)));
+  }
+  return (loadPg().types.getTypeParser as (oid: number, format: string) => (text: string) => unknown)(
+    oid,
+    'text',
+  );
+}
+
+function projector(columns: readonly { name: string; oid: number }[]): (cells: Cell[]) => Row {
+  const parsers = columns.map((c) => parserFor(c.oid));
+  return (cells) => {
+    const row: Row = {};
+    columns.forEach((c, i) => {
+      const cell = cells[i] ?? null;
+      row[c.name] = cell === null ? null : (parsers[i] as (text: string) => unknown)(cell);
+    });
+    return row;
+  };
+}
+
+async function codePointText(
+  ctx: RouterContext,
+  servers: Iterable<string>,
+  oids: number[],
+): Promise<boolean> {
+  if (!oids.some(needsCollation)) return true;
+  const answers = await Promise.all([...servers].map((s) => sortsByCodePoint(ctx, s)));
+  return answers.every(Boolean);
+}
+
+interface Source {
+  next(): Promise<Cell[] | undefined>;
+}
+
+function arraySource(rows: Cell[][]): Source {
+  let at = 0;
+  return { next: async () => rows[at++] };
+}
+
+/** The rows plan over sources (buffered arrays or server streams): merge or concatenate, distinct, cut. */
+async function rowsPipeline(
+  ctx: RouterContext,
+  plan: RowsPlan,
+  servers: string[],
+  columns: Column[],
+  sources: Source[],
+  values: readonly unknown[],
+): Promise<{ rows: AsyncIterable<Cell[]>; columns: Column[] }> {
+  const visible = columns.length - plan.hidden;
+  const keys = plan.sort.map((k) => {
+    const index = k.hidden ? visible + k.column : k.column;
+    return { index, oid: columns[index]?.oid as number, descending: k.descending, nullsFirst: k.nullsFirst };
+  });
+  const ordered = keys.length > 0;
+  const compare = comparator(
+    keys,
+    ordered
+      ? await codePointText(
+          ctx,
+          servers,
+          keys.map((k) => k.oid),
+        )
+      : true,
+  );
+  let rows: AsyncIterable<Cell[]> = ordered ? mergeSorted(sources, compare) : concatenate(sources);
+  if (plan.distinct) {
+    const oids = columns.map((c) => c.oid);
+    rows = distinctRows(rows, visible, () => oids);
+  }
+  return { rows: cut(rows, resolveCut(plan.limits, values)), columns: columns.slice(0, visible) };
+}
+
+/** The groups plan: combine every part, then HAVING, DISTINCT, ORDER BY, LIMIT on the combined groups. */
+async function groupsAnswer(
+  ctx: RouterContext,
+  plan: GroupsPlan,
+  answers: ServerRows[],
+  values: readonly unknown[],
+): Promise<{ rows: Cell[][]; columns: Column[] }> {
+  const columns = answers[0]?.columns ?? [];
+  const oids = columns.map((c) => c.oid);
+  const finalOids = plan.finals.map((f) =>
+    f.from === 'column' ? (oids[f.column] as number) : finalOid(plan.slots[f.slot] as never, oids),
+  );
+  const textOrder = [
+    ...plan.slots
+      .filter((s) => s.kind === 'min' || s.kind === 'max')
+      .map((s) => oids[s.columns[0] as number] as number),
+    ...plan.sort.map((k) => finalOids[k.column] as number),
+    ...(plan.having ? finalOids : []),
+  ];
+  const codePoint = await codePointText(
+    ctx,
+    answers.map((a) => a.server),
+    textOrder,
+  );
+  const groups = new Map<string, Group>();
+  for (const answer of answers) {
+    for (const row of answer.rows) {
+      const key = JSON.stringify(
+        plan.keys.map((k) => [row[k] ?? null, oids[k]]).map(([c, o]) => groupKey(c, o)),
+      );
+      let group = groups.get(key);
+      if (!group) {
+        group = { row, states: newStates(plan.slots) };
+        groups.set(key, group);
+      }
+      accumulate(plan.slots, group.states, row, oids, codePoint);
+    }
+  }
+  let rows: Cell[][] = [];
+  for (const group of groups.values()) {
+    const cells = plan.finals.map((f, i) =>
+      f.from === 'column'
+        ? (group.row[f.column] ?? null)
+        : finish(group.states[f.slot] as never, finalOids[i] as number),
+    );
+    if (
+      plan.having &&
+      evaluateHaving(plan.having, { cells, oids: finalOids, values, codePointText: codePoint }) !== true
+    )
+      continue;
+    rows.push(cells);
+  }
+  const names = plan.finals.map((f) => (f.from === 'column' ? (columns[f.column]?.name as string) : f.name));
+  const finalColumns = names.map((name, i) => ({ name, oid: finalOids[i] as number }));
+  let stream: AsyncIterable<Cell[]> = fromArray(rows);
+  if (plan.distinct) stream = distinctRows(stream, plan.outputs, () => finalOids);
+  if (plan.sort.length > 0) {
+    rows = [];
+    for await (const row of stream) rows.push(row);
+    rows.sort(
+      comparator(
+        plan.sort.map((k) => ({ index: k.column, oid: finalOids[k.column] as number, ...k })),
+        codePoint,
+      ),
+    );
+    stream = fromArray(rows);
+  }
+  const out: Cell[][] = [];
+  for await (const row of cut(stream, resolveCut(plan.limits, values))) out.push(row.slice(0, plan.outputs));
+  return { rows: out, columns: finalColumns.slice(0, plan.outputs) };
+}
+
+const groupKey = (cell: Cell | number | undefined, oid: Cell | number | undefined) =>
+  equalityKey(cell as Cell, oid as number);
+
+async function* fromArray<T>(rows: T[]): AsyncGenerator<T> {
+  yield* rows;
+}
+
+const toColumns = (columns: Column[]): SqlColumn[] => columns.map((c) => ({ name: c.name, type: c.oid }));
+
+export async function runSql(
+  ctx: RouterContext,
+  text: string,
+  values: readonly unknown[] = [],
+): Promise<SqlResult> {
+  const plan = await planFor(ctx, text);
+  resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
+  return traced(ctx.onEvent, 'sql', async (trace) => {
+    const answers = await runBuffered(ctx, plan, values, trace);
+    if (plan.kind === 'groups') {
+      const { rows, columns } = await groupsAnswer(ctx, plan, answers, values);
+      const project = projector(columns);
+      return { rows: rows.map(project), columns: toColumns(columns) };
+    }
+    const { rows, columns } = await rowsPipeline(
+      ctx,
+      plan,
+      answers.map((a) => a.server),
+      answers[0]?.columns ?? [],
+      answers.map((a) => arraySource(a.rows)),
+      values,
+    );
+    const project = projector(columns);
+    const out: Row[] = [];
+    for await (const row of rows) out.push(project(row));
+    return { rows: out, columns: toColumns(columns) };
+  });
+}
+
+/**
+ * The answer as an async iterator of rows. Plans of the rows shape (no aggregate) stream: each server's rows are
+ * read `batchSize` at a time through a cursor and merged in order (or passed on unordered), so memory stays at a
+ * batch per server; leaving the loop early closes the cursors. Aggregate plans are computed whole, then iterated.
+ */
+export async function* streamSql(
+  ctx: RouterContext,
+  text: string,
+  values: readonly unknown[] = [],
+  options: SqlStreamOptions = {},
+): AsyncGenerator<Row> {
+  const plan = await planFor(ctx, text);
+  resolveCut(plan.limits, values);
+  if (plan.kind === 'groups') {
+    yield* (await runSql(ctx, text, values)).rows;
+    return;
+  }
+  const batch = options.batchSize ?? 1000;
+  const map = await ctx.map.fresh();
+  const texts = serverStatements(plan, map);
+  const streams: ServerStream[] = [];
+  try {
+    for (const [server, statement] of texts)
+      streams.push(await openServerStream(ctx, server, statement, values, batch));
+    const columns = await (streams[0] as ServerStream).columns();
+    const { rows, columns: visible } = await rowsPipeline(
+      ctx,
+      plan,
+      [...texts.keys()],
+      columns,
+      streams,
+      values,
+    );
+    const project = projector(visible);
+    for await (const row of rows) yield project(row);
+  } finally {
+    await Promise.all(streams.map((s) => s.close()));
+  }
+}

@@ -1,0 +1,43 @@
+import { randomBytes } from 'node:crypto';
+
+/**
+ * Global transaction identifiers of cross-server commits: `sf:<cluster>:<txid>:<decision server>:<participant>`.
+ *
+ * - `sf:<cluster>:` lets recovery take only its own cluster's prepared transactions (a server may hold another
+ *   cluster's, or another tool's) — the prefix it lists with.
+ * - `<txid>` names the transaction: time (base 36, so gids sort by start) and 48 random bits.
+ * - `<decision server>` is where the decision row lives (the last agent): recovery needs that one server, not all.
+ * - `<participant>` keeps gids unique per PostgreSQL instance even when two configured servers are two databases
+ *   of one instance (gids are instance-wide; Citus #6548 is what happens otherwise).
+ * Server names are 1–63 of [A-Za-z0-9_-] (config.ts), so ':' cannot occur inside a part and a gid stays under
+ * PostgreSQL's 200 bytes.
+ */
+export interface Gid {
+  cluster: string;
+  txid: string;
+  decisionServer: string;
+  participant: string;
+}
+
+export function gidPrefix(cluster: string): string {
+  return `sf:${cluster}:`;
+}
+
+export function newTxid(): string {
+  return `${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
+}
+
+export function formatGid(gid: Gid): string {
+  return `sf:${gid.cluster}:${gid.txid}:${gid.decisionServer}:${gid.participant}`;
+}
+
+const PART = /^[A-Za-z0-9_-]{1,63}$/;
+
+/** The parts of a shardflake gid, or undefined for any other gid. */
+export function parseGid(text: string): Gid | undefined {
+  const parts = text.split(':');
+  if (parts.length !== 5 || parts[0] !== 'sf') return undefined;
+  const [, cluster, txid, decisionServer, participant] = parts as [string, string, string, string, string];
+  if (![cluster, txid, decisionServer, participant].every((p) => PART.test(p))) return undefined;
+  return { cluster, txid, decisionServer, participant };
+}

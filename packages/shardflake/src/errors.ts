@@ -1,0 +1,115 @@
+/**
+ * The one error type shardflake throws at its public boundary. Every error carries a stable string `code`
+ * (listed in ERROR_CODES and in the README's error table) and one clear sentence as its message. The CLI prints
+ * `error [CODE]: message` on one line and exits non-zero; stacks appear only with `--debug`.
+ */
+export const ERROR_CODES = [
+  // id formats
+  'INVALID_LAYOUT', // a layout definition that cannot work (missing time field, zero-width field, …)
+  'LAYOUT_TOO_WIDE', // a layout whose fields add up to more than 64 bits
+  'OUT_OF_RANGE', // a shard, worker, sequence or time that does not fit its field
+  'INVALID_ID', // a string or number that is not an id of the expected format
+  'CLOCK_EXHAUSTED', // the layout's time field has run out at this clock reading
+  'INVALID_ARGUMENT', // any other bad option or flag value
+  // postgres
+  'INVALID_IDENTIFIER', // a schema/table name that is not a plain SQL identifier
+  'SERVER_UNREACHABLE', // a PostgreSQL server that does not answer
+  'DATABASE_ERROR', // PostgreSQL refused a statement; `detail` keeps the server's own fields
+  // cluster
+  'INVALID_CONFIG', // a cluster config file that is not valid
+  'UNKNOWN_SERVER', // a server name the config does not define
+  'UNKNOWN_SHARD', // a logical shard number outside the cluster
+  'STALE_MAP', // a router's shard map is older than the catalog's
+  'SHARD_FENCED', // a write reached a copy of a shard that was moved away
+  'SHARD_BUSY', // a shard that is being moved (or migrated) by someone else
+  'MIGRATION_FAILED', // a migration step that failed on one or more shards
+  'LEASE_LOST', // a worker-id lease that expired or was taken over
+  'NO_FREE_WORKER', // every worker id of a layout is leased
+  'MOVE_FAILED', // an online shard move that stopped; the shard stays where it was
+  'COMMIT_UNKNOWN', // the connection was lost while COMMIT was in flight: the transaction may or may not have committed
+  'SESSION_CLOSED', // a shard session used after its callback returned
+  'NOT_SUPPORTED', // a feature the target cannot provide
+  'PREPARED_TRANSACTIONS_DISABLED', // a server a cross-server transaction needs has max_prepared_transactions = 0
+  'TRANSACTION_ABORTED', // a cross-server transaction rolled back at commit (recovery took it for abandoned, or a PREPARE failed)
+  'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
+  'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export interface ErrorDetails {
+  /** PostgreSQL's SQLSTATE when the error came from the server. */
+  sqlState?: string;
+  /** PostgreSQL's DETAIL, or another short fact that helps the caller. */
+  detail?: string;
+  /** The error this one wraps. */
+  cause?: unknown;
+}
+
+export class ShardflakeError extends Error {
+  override readonly name = 'ShardflakeError';
+  readonly code: ErrorCode;
+  readonly sqlState: string | undefined;
+  readonly detail: string | undefined;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.code = code;
+    this.sqlState = details.sqlState;
+    this.detail = details.detail;
+  }
+}
+
+export function isShardflakeError(error: unknown, code?: ErrorCode): error is ShardflakeError {
+  return error instanceof ShardflakeError && (code === undefined || error.code === code);
+}
+
+/**
+ * The SQLSTATE of an error, whatever raised it: a ShardflakeError (`sqlState`), pg's DatabaseError (`code`, as
+ * Kysely passes it on), Drizzle's query error (the pg error is its `cause`), or any wrapper whose `cause` chain
+ * leads to one. Undefined when no SQLSTATE is found. The one way to ask "which database error was it?".
+ */
+export function sqlStateOf(error: unknown): string | undefined {
+  let e = error as { sqlState?: unknown; code?: unknown; cause?: unknown } | undefined;
+  for (let depth = 0; e && typeof e === 'object' && depth < 5; depth++) {
+    if (typeof e.sqlState === 'string') return e.sqlState;
+    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+    e = e.cause as typeof e;
+  }
+  return undefined;
+}
+
+/**
+ * The database error a query client threw, if `error` is one: pg's DatabaseError itself (pg, Kysely) or Drizzle's
+ * DrizzleQueryError around one. Other errors (the application's own, even with a database error as their cause)
+ * are not: they are the application's to shape.
+ */
+export function driverDatabaseError(
+  error: unknown,
+): { code: string; message: string; detail?: string } | undefined {
+  const isPgError = (e: unknown): e is { code: string; message: string; detail?: string } => {
+    const x = e as { code?: unknown; severity?: unknown } | null;
+    return (
+      e instanceof Error &&
+      typeof x?.code === 'string' &&
+      /^[0-9A-Z]{5}$/.test(x.code) &&
+      typeof x.severity === 'string'
+    );
+  };
+  if (isPgError(error)) return error;
+  // Drizzle's DrizzleQueryError keeps the name 'Error'; it is known by its class name or its query and params.
+  const drizzle = error as { query?: unknown; params?: unknown } | null;
+  const isDrizzle =
+    error instanceof Error &&
+    (error.constructor.name === 'DrizzleQueryError' ||
+      (typeof drizzle?.query === 'string' && Array.isArray(drizzle.params)));
+  if (isDrizzle && isPgError(error.cause)) return error.cause;
+  return undefined;
+}
+
+/** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */
+export function redactSecrets(text: string): string {
+  // A message built from anything but text has no URL to redact (and String() could throw): said as such.
+  if (typeof text !== 'string') return `(not text: ${text === null ? 'null' : typeof text})`;
+  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]*@/gi, '$1****@');
+}

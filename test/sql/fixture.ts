@@ -1,0 +1,110 @@
+import assert from 'node:assert/strict';
+import type pg from 'pg';
+import { createRouter, type Router, type Row, type ShardflakeId } from 'shardflake';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { testConfig } from '../cluster/cluster-config.js';
+import { useServers } from '../support/postgres.js';
+
+/**
+ * A small cluster (2 servers, 8 shards) holding users and their photos (each photo on its user's shard), and the
+ * same rows in one plain schema `plain` on the first server: the reference answer for router.sql.
+ */
+export const TABLES = {
+  users:
+    'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), country text, age int, score numeric, active boolean, big bigint, ratio double precision)',
+  photos:
+    'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, likes int, caption text)',
+};
+
+export interface SqlFixture {
+  router: Router;
+  plain: pg.Client;
+  config: ReturnType<typeof testConfig>;
+  /** The cluster's config as a JSON file would hold it (for the CLI). */
+  configFile: Record<string, unknown>;
+}
+
+const COUNTRIES = ['fr', 'de', 'jp', 'br', 'ca', null];
+const SCORES = ['1.5', '2.25', '3', '-0.125', '10.10', null, '7'];
+
+export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixture> {
+  const servers = await useServers(2);
+  const config = testConfig(servers, { logicalShards: shards, tables: TABLES });
+  await initCluster(config);
+  const router = await createRouter(config);
+  const users = Array.from({ length: userCount }, (_, i) => ({
+    country: COUNTRIES[i % COUNTRIES.length] ?? null,
+    age: i % 7 === 3 ? null : 18 + ((i * 13) % 50),
+    score: SCORES[(i * 5) % SCORES.length] ?? null,
+    active: i % 5 === 0 ? null : i % 3 === 0,
+    big: i % 4 === 0 ? null : BigInt(i) * 1_000_000_000_000n,
+    ratio: i % 6 === 0 ? null : (i % 9) / 4,
+  }));
+  const ids = await router.insertMany('users', users, { key: (_, i) => i });
+  const photos: { user_id: ShardflakeId; likes: number | null; caption: string }[] = [];
+  ids.forEach((id, i) => {
+    for (let p = 0; p < i % 4; p++)
+      photos.push({ user_id: id, likes: p === 2 ? null : (i * p) % 11, caption: `p${i}-${p}` });
+  });
+  const photoIds: bigint[] = [];
+  for (const photo of photos)
+    photoIds.push(await router.insert('photos', photo, { shard: router.shardOfId(photo.user_id) }));
+  const plain = await connect(servers[0]?.url as string);
+  await plain.query('CREATE SCHEMA plain');
+  await plain.query('SET search_path TO plain');
+  for (const text of Object.values(TABLES)) await plain.query(text.replace(' DEFAULT next_id()', ''));
+  for (const [i, u] of users.entries())
+    await plain.query('INSERT INTO users VALUES ($1, $2, $3, $4, $5, $6, $7)', [
+      ids[i],
+      u.country,
+      u.age,
+      u.score,
+      u.active,
+      u.big,
+      u.ratio,
+    ]);
+  for (const [i, p] of photos.entries())
+    await plain.query('INSERT INTO photos VALUES ($1, $2, $3, $4)', [
+      photoIds[i],
+      p.user_id,
+      p.likes,
+      p.caption,
+    ]);
+  const configFile = {
+    servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+    catalog: 'a',
+    logicalShards: shards,
+    epoch: '2024-01-01T00:00:00Z',
+    tables: TABLES,
+  };
+  return { router, plain, config, configFile };
+}
+
+const show = (rows: Row[]) =>
+  rows.map((r) =>
+    JSON.stringify(r, (_, v) => (typeof v === 'bigint' ? `${v}n` : v instanceof Date ? v.toISOString() : v)),
+  );
+
+/** Asserts router.sql and router.sqlStream answer `text` as the plain tables do (as lists when `ordered`). */
+export async function sameAsOneTable(
+  f: SqlFixture,
+  text: string,
+  values: unknown[] = [],
+  ordered = false,
+): Promise<void> {
+  const expected = (await f.plain.query(text, values)).rows as Row[];
+  const got = (
+    await f.router.sql(text, values).catch((e) => Promise.reject(new Error(`sql: ${text}: ${e.message}`)))
+  ).rows;
+  const streamed: Row[] = [];
+  try {
+    for await (const row of f.router.sqlStream(text, values, { batchSize: 7 })) streamed.push(row);
+  } catch (e) {
+    throw new Error(`sqlStream: ${text}: ${(e as Error).message}`);
+  }
+  const [e, g, s] = [show(expected), show(got), show(streamed)];
+  if (!ordered) for (const list of [e, g, s]) list.sort();
+  assert.deepEqual(g, e, `router.sql differs from one table for: ${text} ${show([{ values }]).join()}`);
+  assert.deepEqual(s, e, `router.sqlStream differs from one table for: ${text}`);
+}
