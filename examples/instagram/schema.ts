@@ -23,7 +23,15 @@ export const TABLES: Record<string, string[]> = {
   likes: [
     `CREATE TABLE likes (photo_id bigint NOT NULL, user_id bigint NOT NULL, PRIMARY KEY (photo_id, user_id))`,
   ],
+  // Sign-up and login (accounts.ts): on the user's shard, found by email through the lookup below.
+  accounts: [
+    `CREATE TABLE accounts (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, email text NOT NULL,
+       password_hash text NOT NULL)`,
+  ],
 };
+
+/** The config's `lookups` for the example: an email is unique across the cluster and finds its account. */
+export const LOOKUPS = { account_email: { table: 'accounts', column: 'email', unique: true } };
 
 /**
  * Kysely's view of one shard's tables (int8 arrives as bigint: shardflake's connections parse it so). Every column
@@ -40,4 +48,5 @@ export interface ShardDB {
     like_count: ColumnType<number, never, number>;
   };
   likes: { photo_id: ShardflakeId; user_id: ShardflakeId };
+  accounts: { id: Generated<ShardflakeId>; user_id: ShardflakeId; email: string; password_hash: string };
 }

@@ -131,7 +131,7 @@ describe('query builders inside shard sessions', () => {
         .catch(() => {});
       const rows = await db.select({ caption: photos.caption }).from(photos).where(eq(photos.userId, 6n));
       const path = await db.execute(sql`SELECT current_setting('search_path') AS p`);
-      assert.equal(path.rows[0]?.p, shardSchema(config, 2));
+      assert.equal(path.rows[0]?.p, `${shardSchema(config, 2)}, shardflake_reference`);
       return { id: row?.id, captions: rows.map((r) => r.caption) };
     });
     assert.deepEqual(inserted.captions, ['drizzle', 'drizzle nested']);

@@ -101,7 +101,7 @@ describe('shard sessions', () => {
           if (seen !== 'failed') {
             assert.deepEqual(
               { path: (seen as { path: string }).path, caption: (seen as { caption: string }).caption },
-              { path: `shard_000${shard}`, caption: `marker ${shard}` },
+              { path: `shard_000${shard}, shardflake_reference`, caption: `marker ${shard}` },
               `${ending}, shard ${shard}`,
             );
           }
@@ -215,7 +215,10 @@ describe('shard sessions', () => {
       await s.client.query(`INSERT INTO photos (user_id, caption) VALUES (7, 'inner, kept')`);
       await s.client.query('commit');
       // Still in the session's transaction, still in the shard.
-      assert.equal((await s.query(`SELECT current_setting('search_path') AS p`)).rows[0]?.p, 'shard_0007');
+      assert.equal(
+        (await s.query(`SELECT current_setting('search_path') AS p`)).rows[0]?.p,
+        'shard_0007, shardflake_reference',
+      );
     });
     assert.deepEqual(await captions(7), ['marker 7', 'inner, kept']);
   });

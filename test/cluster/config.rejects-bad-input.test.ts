@@ -165,4 +165,83 @@ describe('cluster config', () => {
     });
     assert.equal(ok.migrations[0]?.version, 1);
   });
+
+  it('takes reference tables apart from sharded ones and refuses a name that is both, a bad name, or a reach out of the schema', () => {
+    const plans = 'CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)';
+    const ok = validateConfig({
+      ...base,
+      referenceTables: { plans: [plans, 'CREATE INDEX plans_name ON plans (name)'] },
+      referenceMigrations: [{ version: 1, name: 'seed', sql: "INSERT INTO plans VALUES (1, 'free')" }],
+    });
+    assert.deepEqual(ok.referenceTables[0]?.statements.length, 2);
+    assert.equal(ok.referenceMigrations[0]?.name, 'seed');
+    assert.deepEqual(validateConfig(base).referenceTables, []);
+    rejects(
+      { ...base, referenceTables: { photos: 'CREATE TABLE photos (id int PRIMARY KEY)' } },
+      'INVALID_CONFIG',
+      /photos is both a sharded table and a reference table/,
+    );
+    rejects(
+      {
+        ...base,
+        migrations: [{ version: 1, sql: 'CREATE TABLE plans (id bigint PRIMARY KEY)' }],
+        referenceTables: { plans },
+      },
+      'INVALID_CONFIG',
+      /plans is both a sharded table and a reference table/,
+    );
+    rejects(
+      {
+        ...base,
+        referenceMigrations: [{ version: 1, sql: 'CREATE TABLE photos (id int PRIMARY KEY)' }],
+      },
+      'INVALID_CONFIG',
+      /referenceMigrations\[0\] creates table photos is both/,
+    );
+    rejects(
+      { ...base, referenceTables: { 'pl"ans': plans } },
+      'INVALID_CONFIG',
+      /not a plain SQL identifier/,
+    );
+    rejects({ ...base, referenceTables: { Plans: plans } }, 'INVALID_CONFIG', /lower case/);
+    rejects(
+      { ...base, referenceTables: { _shardflake_x: 'CREATE TABLE _shardflake_x (id int)' } },
+      'INVALID_CONFIG',
+      /reserved/,
+    );
+    rejects(
+      { ...base, referenceTables: { plans: 'CREATE TABLE other (id int)' } },
+      'INVALID_CONFIG',
+      /creates other/,
+    );
+    rejects(
+      { ...base, referenceTables: { plans: 'CREATE TABLE plans (id int); DROP TABLE photos' } },
+      'INVALID_CONFIG',
+      /./,
+    );
+    rejects(
+      { ...base, referenceTables: { plans: 'CREATE TABLE plans (id int REFERENCES public.users)' } },
+      'INVALID_CONFIG',
+      /schema-qualified/,
+    );
+    rejects({ ...base, referenceTables: ['plans'] }, 'INVALID_CONFIG', /"referenceTables" must map/);
+    rejects(
+      {
+        ...base,
+        referenceTables: { plans },
+        referenceMigrations: [{ version: 2, sql: 'ALTER TABLE plans ADD c int' }],
+      },
+      'INVALID_CONFIG',
+      /referenceMigrations\[0\] must have "version": 1/,
+    );
+    rejects(
+      {
+        ...base,
+        referenceTables: { plans },
+        referenceMigrations: [{ version: 1, sql: 'CREATE INDEX CONCURRENTLY plans_n ON plans (name)' }],
+      },
+      'INVALID_CONFIG',
+      /CONCURRENTLY/,
+    );
+  });
 });

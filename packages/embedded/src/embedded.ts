@@ -51,6 +51,27 @@ export interface EmbeddedOptions {
 /** The servers this process started and has not stopped yet, for stopEmbeddedServers. */
 const running = new Set<EmbeddedServer>();
 
+/**
+ * Each server's passfile (its PGPASSFILE), and the line other servers' connections use to reach it. A shard
+ * move's subscription connects from the target to the source with no password in its connection string
+ * (docs/security.md): the target's libpq finds it here. Every running server of this process gets every other's
+ * line, rewritten (one write at a time) whenever a server starts.
+ */
+const passfiles = new Map<EmbeddedServer, { file: string; user: ServerUser | undefined; line: string }>();
+let passfileWrites: Promise<void> = Promise.resolve();
+const pgpassField = (text: string) => text.replace(/[\\:]/g, (c) => `\\${c}`);
+
+function sharePasswords(): Promise<void> {
+  passfileWrites = passfileWrites.then(async () => {
+    const content = [...passfiles.values()].map((p) => `${p.line}\n`).join('');
+    for (const p of passfiles.values()) {
+      await writeFile(p.file, content, { mode: 0o600 }).catch(() => {});
+      if (p.user) await chown(p.file, p.user.uid, p.user.gid).catch(() => {});
+    }
+  });
+  return passfileWrites;
+}
+
 /** Stops every embedded server this process started and has not stopped yet. */
 export async function stopEmbeddedServers(): Promise<void> {
   await Promise.all([...running].map((server) => server.stop().catch(() => {})));
@@ -319,6 +340,10 @@ export async function startEmbeddedServer(
   const settings: Record<string, string | number> = { ...SERVER_SETTINGS, fsync: 'on', ...options.settings };
   const flags = Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]);
   const onLog = options.onLog ?? (() => {});
+  const passfile = join(dirname(serverDataDir), `.${basename(serverDataDir)}.pgpass`);
+  await writeFile(passfile, '', { mode: 0o600 });
+  await chmod(passfile, 0o600);
+  if (user) await chown(passfile, user.uid, user.gid);
   let serverProcess: ServerProcess;
   let port: number;
   try {
@@ -332,6 +357,7 @@ export async function startEmbeddedServer(
           port: candidate,
           flags,
           user,
+          env: { PGPASSFILE: passfile },
           onLog: (text) => {
             log(text);
             onLog(text);
@@ -369,7 +395,10 @@ export async function startEmbeddedServer(
     dataDir,
     stop() {
       // Every caller (the owner, a signal handler) waits for the same stop.
-      stopping ??= stopServer().finally(() => running.delete(server));
+      stopping ??= stopServer().finally(() => {
+        running.delete(server);
+        passfiles.delete(server);
+      });
       return stopping;
     },
   };
@@ -381,9 +410,16 @@ export async function startEmbeddedServer(
       await rm(serverDataDir, { recursive: true, force: true });
       await rm(dataDir, { recursive: true, force: true }); // the symlink to it, when it was placed elsewhere
     }
+    await rm(passfile, { force: true });
     if (ownsDir) await rm(base, { recursive: true, force: true });
   };
   running.add(server);
+  passfiles.set(server, {
+    file: passfile,
+    user,
+    line: `127.0.0.1:${port}:*:postgres:${pgpassField(password)}`,
+  });
+  await sharePasswords();
   return server;
 }
 

@@ -94,13 +94,19 @@ export async function startServerProcess(options: {
   flags: string[];
   user: ServerUser | undefined;
   onLog: (text: string) => void;
+  /** Extra environment for the server (e.g. PGPASSFILE, read by its subscriptions' connections). */
+  env?: Record<string, string>;
 }): Promise<ServerProcess> {
   const postgres = join(options.binaries.bin, 'postgres');
   await ensureExecutable(postgres);
   const child: ChildProcessByStdio<null, null, Readable> = spawn(
     postgres,
     ['-D', options.dataDir, '-p', String(options.port), ...options.flags],
-    { ...options.user, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LC_MESSAGES: 'C' } },
+    {
+      ...options.user,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, ...options.env, LC_MESSAGES: 'C' },
+    },
   );
   let exited = false;
   const exit = new Promise<void>((resolveExit) => {

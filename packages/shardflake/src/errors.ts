@@ -1,3 +1,5 @@
+import { redactText } from './redact.js';
+
 /**
  * The one error type shardflake throws at its public boundary. Every error carries a stable string `code`
  * (listed in ERROR_CODES and in the README's error table) and one clear sentence as its message. The CLI prints
@@ -33,6 +35,13 @@ export const ERROR_CODES = [
   'TRANSACTION_ABORTED', // a cross-server transaction rolled back at commit (recovery took it for abandoned, or a PREPARE failed)
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
   'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
+  'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
+  'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
+  'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
+  // lookups
+  'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
+  'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)
+  'INSUFFICIENT_PRIVILEGE', // the role a command runs as lacks a privilege it needs (docs/security.md), or a schema shardflake uses is another role's
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -107,9 +116,12 @@ export function driverDatabaseError(
   return undefined;
 }
 
-/** Replaces the password in any postgres:// URL inside `text`, so that no message ever shows a secret. */
+/**
+ * Replaces every password inside `text` — in URLs (any form, `?password=` too) and key=value connection strings —
+ * so that no message ever shows a secret (redact.ts parses them).
+ */
 export function redactSecrets(text: string): string {
   // A message built from anything but text has no URL to redact (and String() could throw): said as such.
   if (typeof text !== 'string') return `(not text: ${text === null ? 'null' : typeof text})`;
-  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^:/?#@\s]*:)[^@/\s]*@/gi, '$1****@');
+  return redactText(text);
 }

@@ -17,9 +17,15 @@ export type { InitOptions, InitResult } from './cluster/init.js';
 export { initCluster, planPlacement } from './cluster/init.js';
 export type { Lease, LeaseOptions } from './cluster/leases.js';
 export { acquireLease, leasedGenerator } from './cluster/leases.js';
+export type { LookupDefinition } from './cluster/lookups/config.js';
+export type { LookupHit, LookupHitWithRow, LookupOptions, LookupValue } from './cluster/lookups/read.js';
 export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
 export { migrateCluster } from './cluster/migrate.js';
 export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
+export type { ReferenceConfig } from './cluster/reference/config.js';
+export type { ReferenceProblem } from './cluster/reference/verify.js';
+export { checkReferenceTables } from './cluster/reference/verify.js';
+export type { ReferenceSession } from './cluster/reference/write.js';
 export type { InsertManyOptions } from './cluster/router/bulk.js';
 export type { WriteRetry } from './cluster/router/context.js';
 export type {

@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
@@ -19,13 +20,39 @@ import { dashboardPage } from './page.js';
  * However many pages are open, the servers are asked at most once per `refreshMs`: requests in that window share
  * one answer, and a request while a read is under way waits for it instead of starting another. Nothing the pages
  * receive contains a password (status URLs are redacted by `clusterStatus`, move rows here). Only requests whose
- * Host is this address are answered, so a web page elsewhere cannot read the cluster through DNS rebinding.
+ * Host is this address are answered, so a web page elsewhere cannot read the cluster through DNS rebinding; with a
+ * `token`, only requests that carry it, so other users of this host cannot either.
  */
 export interface DashboardOptions {
   /** Port on 127.0.0.1; 0 picks a free one (default 0). */
   port?: number;
   /** Shortest time between two reads of the cluster (default 1000 ms); also the page's polling interval. */
   refreshMs?: number;
+  /**
+   * A secret every request must carry (at least 16 characters), for machines where other local users could reach
+   * 127.0.0.1: `Authorization: Bearer <token>`, or once `/?token=<token>`, which sets an HttpOnly, SameSite=Strict
+   * cookie and redirects to `/` (so the token leaves the address bar). Without it, anyone on this host may read.
+   */
+  token?: string;
+}
+
+const TOKEN_COOKIE = 'shardflake_dashboard';
+
+/** Equal without telling by its timing how much of a guess was right. */
+function sameSecret(given: string | undefined | null, token: string): boolean {
+  if (typeof given !== 'string') return false;
+  const a = createHash('sha256').update(given).digest();
+  const b = createHash('sha256').update(token).digest();
+  return timingSafeEqual(a, b);
+}
+
+/** Whether the request carries the token (header or cookie); the query is only looked at by `/`. */
+function carriesToken(req: IncomingMessage, token: string): boolean {
+  const bearer = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1];
+  if (sameSecret(bearer, token)) return true;
+  const cookies = (req.headers.cookie ?? '').split(';').map((c) => c.trim());
+  const cookie = cookies.find((c) => c.startsWith(`${TOKEN_COOKIE}=`))?.slice(TOKEN_COOKIE.length + 1);
+  return sameSecret(cookie === undefined ? undefined : decodeURIComponent(cookie), token);
 }
 
 export interface Dashboard {
@@ -79,6 +106,10 @@ export async function serveDashboard(
     throw new ShardflakeError('INVALID_ARGUMENT', `port must be a whole number from 0 to 65535, not ${port}`);
   }
   const refreshMs = options.refreshMs ?? 1000;
+  const token = options.token;
+  if (token !== undefined && (typeof token !== 'string' || token.length < 16)) {
+    throw new ShardflakeError('INVALID_ARGUMENT', 'a dashboard token must be at least 16 characters');
+  }
   const status = sharedRead(() => clusterStatus(config), refreshMs);
   const moves = sharedRead(() => readMovesOf(config), refreshMs);
   // Fail before listening when the cluster cannot be read at all (no cluster, catalog unreachable).
@@ -101,7 +132,24 @@ export async function serveDashboard(
       return send(res, 421, 'text/plain', 'this dashboard answers only on 127.0.0.1\n');
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'GET only\n');
-    const path = new URL(req.url ?? '/', 'http://x').pathname;
+    const requested = new URL(req.url ?? '/', 'http://x');
+    const path = requested.pathname;
+    if (token !== undefined && !carriesToken(req, token)) {
+      if (path === '/' && sameSecret(requested.searchParams.get('token'), token)) {
+        res.writeHead(303, {
+          location: '/',
+          'set-cookie': `${TOKEN_COOKIE}=${encodeURIComponent(token)}; HttpOnly; SameSite=Strict; Path=/`,
+          'cache-control': 'no-store',
+        });
+        return res.end();
+      }
+      return send(
+        res,
+        401,
+        'text/plain',
+        'this dashboard needs its token: open /?token=… once, or send Authorization: Bearer …\n',
+      );
+    }
     try {
       if (path === '/') return send(res, 200, 'text/html', page);
       if (path === '/api/status') return send(res, 200, 'application/json', json(await status()));

@@ -9,12 +9,10 @@ import {
   type GeneratorLanguage,
 } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
-import {
-  type CheckedStatement,
-  type ConcurrentIndexStatement,
-  checkShardStatement,
-  tokenize,
-} from './statement-rules.js';
+import { type LookupDefinition, parseLookups } from './lookups/config.js';
+import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
+import type { Migration, TableTemplate } from './schema-templates.js';
+import { type CheckedStatement, checkShardStatement, tokenize } from './statement-rules.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -29,7 +27,8 @@ import {
  *   "schemaPrefix": "shard_",                  // shard 42 lives in schema shard_0042
  *   "nextIdLanguage": "plpgsql",               // how each shard's next_id() is written: plpgsql (default) or sql
  *   "tables": { "photos": "CREATE TABLE photos (…)" },   // a statement, or a list (table first, then indexes)
- *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ]
+ *   "migrations": [ { "version": 1, "name": "likes count", "sql": "ALTER TABLE photos ADD …" } ],
+ *   "lookups": { "user_email": { "table": "users", "column": "email", "unique": true } }   // see lookups/config.ts
  * }
  * ```
  */
@@ -37,25 +36,9 @@ export const MAX_LOGICAL_SHARDS = 8192;
 /** Table names starting with this are shardflake's own bookkeeping inside each shard schema. */
 export const RESERVED_TABLE_PREFIX = '_shardflake';
 
-export interface TableTemplate {
-  name: string;
-  /** The CREATE TABLE first, then any index statements. */
-  statements: string[];
-}
+export type { Migration, TableTemplate };
 
-export interface Migration {
-  /** 1, 2, 3, … in order; a shard's schema version is the highest version applied to it (0 = just the tables). */
-  version: number;
-  name: string;
-  statements: string[];
-  /**
-   * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the
-   * same order as `statements`): `cluster migrate` runs them outside a transaction, one shard at a time per server.
-   */
-  concurrent?: ConcurrentIndexStatement[];
-}
-
-export interface ClusterConfig {
+export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;
   /**
@@ -74,6 +57,8 @@ export interface ClusterConfig {
   nextIdLanguage: GeneratorLanguage;
   tables: TableTemplate[];
   migrations: Migration[];
+  /** Columns found without their shard key (src/cluster/lookups/). */
+  lookups: LookupDefinition[];
   /** Where the config came from (file path), for messages. */
   source: string;
 }
@@ -240,6 +225,8 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     'nextIdLanguage',
     'tables',
     'migrations',
+    ...REFERENCE_FIELDS,
+    'lookups',
   ];
   const unknown = Object.keys(raw).filter((k) => !known.includes(k) && !k.startsWith('$') && k !== 'comment');
   if (unknown.length > 0)
@@ -376,6 +363,12 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: nextIdLanguage as GeneratorLanguage,
     tables,
     migrations,
+    ...referenceConfig(raw, source, { tables, migrations }),
+    lookups: parseLookups(
+      raw.lookups,
+      tables.map((t) => t.name),
+      source,
+    ),
     source,
   };
 }

@@ -15,7 +15,9 @@ import {
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
+import { recordLookupsAfterInit } from './lookups/init.js';
 import { keepHistory } from './migrations.js';
+import { installReference } from './reference/install.js';
 import { LIST_SHARD_SCHEMAS_SQL, shardsCreationSql } from './shard-ddl.js';
 import { installTransactions } from './transactions/install.js';
 
@@ -162,6 +164,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     await ensureClusterRow(catalog, config);
     // New shards are made from the history the catalog keeps (recording the config's new migrations first).
     config = (await keepHistory(catalog, config)).config;
+    // Before any shard: a shard session may join against the reference tables from its first statement.
+    await installReference(config, clients);
     await installTransactions(clients, config.catalog);
     await recordServers(catalog, config.nodes);
     const map = await readShardMap(catalog);
@@ -250,6 +254,11 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     const failure = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failure) throw failure.reason;
 
+    await recordLookupsAfterInit(
+      catalog,
+      config,
+      pending === total && recorded.size === 0 && recovered.length === 0,
+    );
     // Shards created or recovered by this run become visible to routers together. A run that found everything in
     // place changes nothing, not even the map version (routers would re-read the map for nothing).
     let mapVersion = map.version;

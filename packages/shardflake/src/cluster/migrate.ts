@@ -12,8 +12,10 @@ import {
 } from './catalog/shards.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
+import { buildLookups, type LookupBuildReport } from './lookups/build.js';
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
 import { keepHistory } from './migrations.js';
+import { installReference, type ReferenceInstallResult } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
 import { lockShard, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 import { settlePreparedOnShards } from './transactions/settle.js';
@@ -51,6 +53,10 @@ export interface MigrateOptions {
   parallelBuilds?: number;
   /** Called as each CONCURRENTLY statement starts, finishes, fails or is found already done. */
   onIndexBuild?: (event: IndexBuildEvent) => void;
+  /** Lookups being built (see lookups/build.ts): the shards of a lookup whose backfill is done. */
+  onLookupProgress?: (lookup: string, done: number, total: number) => void;
+  /** Rows per batch of a lookup's backfill (default 1000). */
+  lookupBatchSize?: number;
 }
 
 export interface ShardFailure {
@@ -78,6 +84,10 @@ export interface MigrateResult {
   failed: ShardFailure[];
   /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
   rebuiltIndexes: { shard: number; server: string; index: string }[];
+  /** What happened to the reference tables (reference/install.ts). */
+  reference: ReferenceInstallResult;
+  /** The config's lookups: built by this run, or found built (empty when a shard failed to migrate). */
+  lookups: LookupBuildReport[];
   durationMs: number;
 }
 
@@ -157,6 +167,8 @@ export async function migrateCluster(
     const kept = await keepHistory(catalog, config);
     config = kept.config;
     target = targetVersion(config);
+    // Reference tables first (every server, or none: see reference/install.ts), then the shards.
+    const reference = await installReference(config, clients);
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
     const failed: ShardFailure[] = [];
@@ -327,6 +339,15 @@ export async function migrateCluster(
     const stopped = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (stopped) throw stopped.reason;
     failed.sort((a, b) => a.shard - b.shard);
+    // Lookups are built once every shard has its columns (a lookup may be on a column a migration adds).
+    const lookups =
+      failed.length === 0
+        ? await buildLookups(config, {
+            batchSize: opts.lookupBatchSize,
+            onProgress: opts.onLookupProgress,
+            signal: opts.signal,
+          })
+        : [];
     return {
       target,
       differences: [
@@ -340,6 +361,8 @@ export async function migrateCluster(
       alreadyCurrent,
       failed,
       rebuiltIndexes,
+      reference,
+      lookups,
       durationMs: performance.now() - started,
     };
   } finally {

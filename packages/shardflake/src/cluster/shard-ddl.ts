@@ -1,6 +1,7 @@
 import { generatorSqlParts } from '../postgres/generator-sql.js';
 import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 import type { ClusterConfig, Migration } from './config.js';
+import { shardLookupsSql } from './lookups/ddl.js';
 
 /**
  * The SQL that makes one logical shard: its schema, its id generator (from src/postgres), the config's tables and
@@ -62,6 +63,7 @@ export function shardsCreationSql(
       ...config.tables.flatMap((t) => t.statements),
       `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (0, 'tables')`,
       ...migrationSql(config.migrations),
+      ...shardLookupsSql(schema, config.lookups ?? []),
     ].join(';\n'),
   );
   // The generator's own CREATE SCHEMA IF NOT EXISTS would send a notice per shard ("already exists, skipping").

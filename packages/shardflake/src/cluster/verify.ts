@@ -1,5 +1,7 @@
 import { ShardflakeError } from '../errors.js';
 import type { ClusterConfig } from './config.js';
+import { lookupCheck } from './lookups/verify.js';
+import { referenceCheck } from './reference/verify.js';
 import { clusterAccess } from './transactions/cluster-access.js';
 import { transactionChecks } from './transactions/verify.js';
 import type { Problem, VerifyCheck } from './verify-check.js';
@@ -12,7 +14,7 @@ import type { Problem, VerifyCheck } from './verify-check.js';
 export type { Problem, VerifyCheck };
 
 /** Every check, in the order they run and print. */
-export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks];
+export const VERIFY_CHECKS: VerifyCheck[] = [...transactionChecks, referenceCheck, lookupCheck];
 
 export interface VerifyReport {
   ok: boolean;

@@ -4,6 +4,7 @@ import { readShardMap } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { isFenced } from '../cluster/fence.js';
+import { dropFenceGuardIfUnusedSql } from '../cluster/fence-guard.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
 import {
@@ -150,6 +151,7 @@ export async function cleanupCluster(
       }
     }
 
+    if (!options.dryRun) for (const c of clients.values()) await c.query(dropFenceGuardIfUnusedSql()); // fence-guard.ts
     // A set's replication objects are named after the set (its first move's id): they are leftovers once every
     // move of the set has ended.
     const streams = new Map<bigint, { ended: boolean; from: string; subscriptionOid: bigint | null }>();

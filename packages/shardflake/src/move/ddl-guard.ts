@@ -1,4 +1,6 @@
 import type pg from 'pg';
+import { requireOwnedSchema } from '../cluster/privileges.js';
+import { ShardflakeError } from '../errors.js';
 import type { Queryable } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 
@@ -8,10 +10,13 @@ import { quoteLiteral } from '../postgres/identifier.js';
  * break the move's replication half-way (the move would notice and roll back, but the DDL would be lost on the
  * copy). An event trigger on the source server (`ddl_command_end`) raises SQLSTATE 55006 (object in use) when a
  * command touches a schema listed in `shardflake_move.moving`. The move's own DDL on that schema (the fence) sets
- * `shardflake.move_ddl` locally to pass. The trigger exists only while some move from that server is running: the
+ * `shardflake.move_ddl` locally to pass — a switch that works only for the role that installed the guard (any role
+ * may SET a custom setting; not every role owns `shardflake_move`). The trigger exists only while some move from that server is running: the
  * last move to end drops it, so ordinary DDL elsewhere (e.g. `cluster init`) pays nothing between moves.
  *
- * Event triggers need a superuser; without one the guard is skipped (the move still detects broken replication).
+ * Event triggers need a superuser; without one the move refuses to start (INSUFFICIENT_PRIVILEGE) rather than
+ * skip the guard. The schema `shardflake_move` is used only when this role owns it and no other role may create
+ * objects in it (privileges.ts: a function planted there would run as the superuser).
  */
 export const DDL_GUARD_SCHEMA = 'shardflake_move';
 export const DDL_BYPASS_SETTING = 'shardflake.move_ddl';
@@ -19,11 +24,17 @@ export const DDL_BYPASS_SETTING = 'shardflake.move_ddl';
 const INSTALL_SQL = `
 CREATE SCHEMA IF NOT EXISTS shardflake_move;
 CREATE TABLE IF NOT EXISTS shardflake_move.moving (schema_name text PRIMARY KEY, move_id bigint NOT NULL);
-CREATE OR REPLACE FUNCTION shardflake_move.refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $guard$
+-- The guard runs as whoever issues the DDL: every role must be able to read which schemas are moving.
+GRANT USAGE ON SCHEMA shardflake_move TO PUBLIC;
+GRANT SELECT ON shardflake_move.moving TO PUBLIC;
+CREATE OR REPLACE FUNCTION shardflake_move.refuse_ddl() RETURNS event_trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $guard$
 DECLARE
   hit text;
 BEGIN
-  IF coalesce(current_setting('${DDL_BYPASS_SETTING}', true), '') = 'on' THEN
+  -- The switch works only for the role that installed the guard (or its members): any role can SET the setting.
+  IF coalesce(current_setting('${DDL_BYPASS_SETTING}', true), '') = 'on'
+     AND pg_has_role(current_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'shardflake_move'), 'USAGE') THEN
     RETURN;
   END IF;
   SELECT m.schema_name INTO hit
@@ -51,7 +62,13 @@ export async function guardSchemas(
   moveId: bigint,
 ): Promise<boolean> {
   const { rows } = await source.query('SELECT rolsuper FROM pg_roles WHERE rolname = current_user');
-  if (!(rows[0] as { rolsuper: boolean } | undefined)?.rolsuper) return false;
+  if (!(rows[0] as { rolsuper: boolean } | undefined)?.rolsuper) {
+    throw new ShardflakeError(
+      'INSUFFICIENT_PRIVILEGE',
+      'the DDL guard of a move needs a superuser on the source (event triggers); the move does not run without it (see docs/security.md)',
+    );
+  }
+  await requireOwnedSchema(source, DDL_GUARD_SCHEMA);
   await source.query('BEGIN');
   try {
     await source.query(INSTALL_SQL);

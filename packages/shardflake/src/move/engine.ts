@@ -13,6 +13,7 @@ import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
 import { fenceSql } from '../cluster/fence.js';
 import { clusterHistory } from '../cluster/migrations.js';
+import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
@@ -179,7 +180,7 @@ async function copyAndSubscribe(s: Run): Promise<void> {
       s.target,
       s.members.map((m) => m.record.schema),
     );
-    oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.from));
+    oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.from), s.opts.replication);
   }
   await advanceAll(s, todo, 'subscribed', { subscriptionOid: oid as bigint });
 }
@@ -532,6 +533,10 @@ export async function moveSets(
             : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
       );
     }
+
+    // Reference tables complete on every target before any shard is recorded as moving there (SPEC G2).
+    for (const to of new Set(fresh.map((n) => targetOf.get(n) as string)))
+      await ensureReferenceOn(config, to);
 
     // Fresh sets, one per (source, target) pair: every shard checked, and the servers' replication limits, before
     // any is recorded.

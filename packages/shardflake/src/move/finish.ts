@@ -1,5 +1,5 @@
 import { recordVerifiedDigests } from '../cluster/catalog/moves.js';
-import { fencedSchemas, fenceSql } from '../cluster/fence.js';
+import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../cluster/fence.js';
 import { inTransaction } from './connections.js';
 import { movedMessage } from './cutover.js';
 import { ddlPastGuard, unguardSchemas } from './ddl-guard.js';
@@ -42,6 +42,7 @@ export async function finishMembers(s: Run, members: readonly Member[]): Promise
     s.catalog,
     todo.map((m, k) => ({ id: m.record.id, tables: digests[k] ?? [] })),
   );
+  await ddlPastGuard(s.source, sealOldCopiesSql(todo.map((m) => m.record.schema))); // see fence.ts
   await dropSubscription(s.target, s.names.subscription, true);
   await dropPublication(s.source, s.names.publication);
   await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);

@@ -1,5 +1,6 @@
 import type { MovePhase } from '../cluster/catalog/moves.js';
 import type { Throttle } from './copy-stream.js';
+import type { ReplicationLogin } from './replication.js';
 
 /** What a caller can ask of a move, what it reports while it runs, and what it returns; defaults in one place. */
 export interface MoveOptions {
@@ -43,6 +44,8 @@ export interface MoveOptions {
    *   snapshots.ts), then a barrier in the cutover pause. For big shards.
    */
   verify?: VerifyMode;
+  /** How the subscription logs in to the source: its role and a passfile on the target (replication.ts). */
+  replication?: ReplicationLogin;
 }
 
 export const VERIFY_MODES = ['in-pause', 'snapshots'] as const;

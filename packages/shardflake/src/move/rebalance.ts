@@ -244,7 +244,8 @@ export async function shardByteSizes(
  * The user's weight of each shard: `sql` runs once per shard schema, in a READ ONLY transaction whose search_path
  * is that schema alone (quoted, never spliced), as a single statement (the extended protocol refuses several) that
  * must return one row with one number, e.g. `SELECT count(*) FROM photos WHERE created_at > now() - interval '30
- * days'`.
+ * days'`. Trusted input: READ ONLY does not stop functions with side effects, and it runs as the config's role
+ * (docs/security.md).
  */
 export async function shardUserWeights(
   config: ClusterConfig,

@@ -1,6 +1,6 @@
 import { ShardflakeError } from '../errors.js';
 import { type Queryable, wrapPgError } from '../postgres/connect.js';
-import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
+import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 
 /**
  * Catch-up of a move's shard schemas with PostgreSQL logical replication: a publication for the schemas on the
@@ -50,28 +50,103 @@ export async function subscriptionOid(target: Queryable, name: string): Promise<
 }
 
 /**
+ * How a subscription logs in to the source. The connection string shardflake writes into CREATE SUBSCRIPTION
+ * never holds a password: it is stored in pg_subscription.subconninfo, shown in pg_stat_activity while the
+ * statement runs and written to the server log under `log_statement = ddl`. The target server's libpq finds the
+ * secret itself: in `passfile` (a path on the target's host, readable by the server's OS user, mode 0600), else
+ * in the server's environment (PGPASSFILE, PGPASSWORD, ~/.pgpass of its OS user), or needs none (cert, peer).
+ */
+export interface ReplicationLogin {
+  /** The role the subscription logs in as on the source (default: the source URL's user). Needs REPLICATION. */
+  user?: string;
+  /** A passfile on the target server's host (default: the target server's own environment). */
+  passfile?: string;
+}
+
+/** libpq keywords that carry a secret, or point the subscription elsewhere for one: never copied from the URL. */
+const DROPPED_KEYWORDS = new Set(['password', 'sslpassword', 'passfile']);
+
+function conninfoValue(value: string): string {
+  return `'${value.replaceAll('\\', '\\\\').replaceAll("'", "\\'")}'`;
+}
+
+/**
+ * The subscription's key=value connection string for the source at `sourceUrl`: host, port, database and the
+ * URL's other parameters (sslmode …), the login's user and passfile, and no password.
+ */
+export function subscriptionConninfo(sourceUrl: string, login: ReplicationLogin = {}): string {
+  const url = new URL(sourceUrl);
+  const pairs: [string, string][] = [];
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (host) pairs.push(['host', decodeURIComponent(host)]);
+  if (url.port) pairs.push(['port', url.port]);
+  const user = login.user ?? decodeURIComponent(url.username);
+  const dbname = decodeURIComponent(url.pathname.replace(/^\//, ''));
+  pairs.push(['dbname', dbname || user || 'postgres']);
+  if (user) pairs.push(['user', user]);
+  for (const [key, value] of url.searchParams) {
+    if (!DROPPED_KEYWORDS.has(key.toLowerCase()) && !['host', 'port', 'dbname', 'user'].includes(key)) {
+      pairs.push([key, value]);
+    }
+  }
+  if (login.passfile) pairs.push(['passfile', login.passfile]);
+  return pairs.map(([k, v]) => `${k}=${conninfoValue(v)}`).join(' ');
+}
+
+/**
+ * CREATE SUBSCRIPTION's error, with a target that could not log in to the source said as such: the secret is the
+ * target server's to find (ReplicationLogin), and the message says where it looked.
+ */
+export function subscriptionError(error: unknown, login: ReplicationLogin | undefined): ShardflakeError {
+  const wrapped = wrapPgError(error);
+  if (!/no password supplied|password authentication failed|password is required/i.test(wrapped.message))
+    return wrapped;
+  const where = login?.passfile
+    ? `the passfile ${login.passfile} on the target's host`
+    : "the target server's environment (PGPASSFILE, ~/.pgpass of its OS user)";
+  return new ShardflakeError(
+    'INSUFFICIENT_PRIVILEGE',
+    `the target server could not log in to the source${login?.user ? ` as role ${login.user}` : ''}: subscriptions carry no password, so put it in ${where}, or use --replication-passfile (docs/security.md)`,
+    { sqlState: wrapped.sqlState, cause: error },
+  );
+}
+
+/** Lets the replication login read `tables` for the subscription's initial copy (it needs nothing more). */
+export async function grantReplicationRead(
+  source: Queryable,
+  login: ReplicationLogin | undefined,
+  schema: string,
+  tables: readonly string[],
+): Promise<void> {
+  if (!login?.user || tables.length === 0) return;
+  await source.query(`GRANT USAGE ON SCHEMA ${quoteIdent(schema, 'schema')} TO ${quoteIdent(login.user)}`);
+  await source.query(
+    `GRANT SELECT ON ${tables.map((t) => qualified(schema, t)).join(', ')} TO ${quoteIdent(login.user)}`,
+  );
+}
+
+/**
  * Creates the subscription on the slot the copy made (no copy of its own). `binary` makes the change stream use
  * binary send/receive (both servers run the same major version);
  * `streaming = off` keeps every transaction applied by the one apply worker, in commit order, which the cutover's
- * "received up to the source's LSN" test relies on. The connection
- * string is the source's URL from the config; it is stored in pg_subscription (readable by superusers only) and
- * never printed: errors pass through wrapPgError, which redacts passwords.
+ * "received up to the source's LSN" test relies on. The connection string has no password (ReplicationLogin).
  */
 export async function createSubscription(
   target: Queryable,
   names: ReplicationNames,
   sourceUrl: string,
+  login?: ReplicationLogin,
 ): Promise<bigint> {
   const existing = await subscriptionOid(target, names.subscription);
   if (existing !== null) return existing;
   try {
     await target.query(
-      `CREATE SUBSCRIPTION ${quoteIdent(names.subscription)} CONNECTION ${quoteLiteral(sourceUrl)}
+      `CREATE SUBSCRIPTION ${quoteIdent(names.subscription)} CONNECTION ${quoteLiteral(subscriptionConninfo(sourceUrl, login))}
        PUBLICATION ${quoteIdent(names.publication)}
        WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(names.slot)}, enabled = true, streaming = off, binary = true)`,
     );
   } catch (error) {
-    throw wrapPgError(error);
+    throw subscriptionError(error, login);
   }
   return (await subscriptionOid(target, names.subscription)) as bigint;
 }

@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import type pg from 'pg';
 import { expectString } from '../arguments.js';
 import { redactSecrets, ShardflakeError } from '../errors.js';
+import { describeServerUrl } from '../redact.js';
 
 /**
  * Connections with ids as `bigint` end to end. `pg` returns int8 as a string by default; shardflake maps it to
@@ -40,7 +41,7 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
 export function describeUrl(url: string): string {
-  return redactSecrets(expectString(url, 'a server URL'));
+  return describeServerUrl(expectString(url, 'a server URL'));
 }
 
 /** Turns a connection failure into SERVER_UNREACHABLE and a server error into DATABASE_ERROR (keeping SQLSTATE). */
@@ -55,7 +56,9 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
     });
   }
   const message = redactSecrets(String(e?.message ?? error));
-  return new ShardflakeError('DATABASE_ERROR', `PostgreSQL${where}: ${message}`, {
+  // SF020: the write guard of the reference tables (cluster/reference/sql.ts) refused a write outside withReference.
+  const code = e?.code === 'SF020' ? 'REFERENCE_READ_ONLY' : 'DATABASE_ERROR';
+  return new ShardflakeError(code, `PostgreSQL${where}: ${message}`, {
     sqlState: e?.code,
     detail: e?.detail,
     cause: error,

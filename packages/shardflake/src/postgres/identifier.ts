@@ -28,7 +28,15 @@ export function qualified(schema: string, name: string): string {
   return `${quoteIdent(schema, 'schema')}.${quoteIdent(name)}`;
 }
 
-/** A SQL string literal (for the few places a value cannot be a bind parameter, such as DDL defaults). */
+/**
+ * A SQL string literal (for the few places a value cannot be a bind parameter, such as DDL). Written in the
+ * escape-string form `E'…'` with `\` and `'` doubled, which reads the same whatever `standard_conforming_strings`
+ * says: a plain `'…'` would let a backslash escape the closing quote on a server that has it off. A NUL cannot be
+ * in a PostgreSQL string, so it is refused here rather than by the server mid-statement.
+ */
 export function quoteLiteral(value: string): string {
-  return `'${value.replaceAll("'", "''")}'`;
+  if (typeof value !== 'string' || value.includes('\0')) {
+    throw new ShardflakeError('INVALID_ARGUMENT', 'a SQL string value must be text without NUL characters');
+  }
+  return `E'${value.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
 }

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { benchCross, type SideResult } from '../../bench/cross.js';
+import { type ReferenceBenchResult, runReferenceBench } from '../../bench/reference.js';
 import { positiveInteger } from '../options.js';
 import { toJson } from '../output.js';
 
@@ -14,6 +15,13 @@ export function registerBenchCrossCommand(bench: Command): void {
     .option('--clients <n>', 'concurrent clients', positiveInteger('--clients'), 4)
     .option('--accounts <n>', 'accounts per shard', positiveInteger('--accounts'), 1000)
     .option('--no-fsync', 'run the servers with fsync off (what the round trips alone cost)')
+    .option('--no-reference', 'skip (c), the reference-table write on 1, 2 and 4 servers')
+    .option(
+      '--reference-writes <n>',
+      '(c): writes per side per round',
+      positiveInteger('--reference-writes'),
+      400,
+    )
     .option('--json', 'print the result as JSON')
     .action(
       async (flags: {
@@ -22,14 +30,19 @@ export function registerBenchCrossCommand(bench: Command): void {
         clients: number;
         accounts: number;
         fsync: boolean;
+        reference: boolean;
+        referenceWrites: number;
         json?: boolean;
       }) => {
         const result = await benchCross({
           ...flags,
           onProgress: flags.json || !process.stderr.isTTY ? undefined : (m) => process.stderr.write(`${m}\n`),
         });
+        const reference = flags.reference
+          ? await runReferenceBench({ writes: flags.referenceWrites, fsync: flags.fsync })
+          : null;
         if (flags.json) {
-          process.stdout.write(`${toJson(result)}\n`);
+          process.stdout.write(`${toJson({ ...result, reference })}\n`);
           return;
         }
         const ms = (v: number) => `${v.toFixed(2)} ms`;
@@ -46,6 +59,7 @@ export function registerBenchCrossCommand(bench: Command): void {
             row('(b) withShards, 2 servers (two-phase commit)', result.twoServers),
             `(a) one server vs one local transaction: ${ratio(result.ratioOneServer, 0.9)}`,
             `(b) two servers vs one local transaction: ${ratio(result.ratioTwoServers, 0.4)}`,
+            ...(reference ? referenceLines(reference) : []),
             '',
           ].join('\n'),
         );
@@ -56,4 +70,16 @@ export function registerBenchCrossCommand(bench: Command): void {
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)] as number;
+}
+
+/** (c): each side's warm rate, latency and ratio to one local transaction, then its cold latency. */
+function referenceLines(r: ReferenceBenchResult): string[] {
+  const ms = (v: number) => `${v.toFixed(2)} ms`;
+  return [
+    `(c) reference-table write: ${r.settings.rounds} rounds × ${r.settings.writes} writes per side, ${r.settings.concurrency} in flight, fsync ${r.settings.fsync}, synchronous_commit ${r.settings.synchronousCommit}`,
+    ...r.sides.map(
+      (s) =>
+        `  ${s.name.padEnd(52)} ${String(s.median).padStart(6)}/s (p50 ${ms(s.p50Ms)}, p99 ${ms(s.p99Ms)})  ${s.ratio.toFixed(3)}×   cold p50 ${ms(s.cold.p50Ms)}, p99 ${ms(s.cold.p99Ms)}`,
+    ),
+  ];
 }

@@ -4,6 +4,7 @@ import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchCrossCommand } from './bench-cross.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
+import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
@@ -22,4 +23,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchAppCommand(bench);
   registerBenchSqlAcrossCommand(bench);
   registerBenchCrossCommand(bench);
+  registerBenchLookupsCommand(bench);
 }

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { serveDashboard } from '../../dashboard/server.js';
 
@@ -32,8 +33,12 @@ export function registerDashboardCommand(cluster: Command): void {
     )
     .action(async (flags: { config: string; port?: number }) => {
       const config = await loadConfig(flags.config);
-      const dashboard = await serveDashboard(config, { port: flags.port ?? DEFAULT_DASHBOARD_PORT });
-      process.stdout.write(`dashboard: ${dashboard.url} (Ctrl-C stops it)\n`);
+      await checkPrivileges(config, 'dashboard', { servers: [] });
+      // The token comes from the environment, not a flag: a command line is visible to every local user (ps).
+      const token = process.env.SHARDFLAKE_DASHBOARD_TOKEN || undefined;
+      const dashboard = await serveDashboard(config, { port: flags.port ?? DEFAULT_DASHBOARD_PORT, token });
+      const how = token ? ' (open it with ?token=… from SHARDFLAKE_DASHBOARD_TOKEN once)' : '';
+      process.stdout.write(`dashboard: ${dashboard.url}${how} (Ctrl-C stops it)\n`);
       const signal = await new Promise<NodeJS.Signals>((resolve) => {
         const stop = (received: NodeJS.Signals) => {
           process.off('SIGINT', stop);

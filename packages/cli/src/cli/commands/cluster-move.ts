@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { MOVE_PHASES } from 'shardflake/internal/cluster/catalog/moves.js';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { checkShardList } from 'shardflake/internal/move/checks.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
@@ -24,6 +25,8 @@ interface Flags {
 }
 
 interface MoveFlags {
+  replicationUser?: string;
+  replicationPassfile?: string;
   throttle?: string;
   copyWorkers?: number;
   streamsPerServer?: number;
@@ -42,6 +45,7 @@ function setOptions(flags: MoveFlags): SetMoveOptions {
     replicaFenceTimeoutMs: flags.replicaFenceTimeout,
     skipReplicas: flags.skipReplica?.split(',').map((r) => r.trim()),
     afterStep: holdHook(),
+    replication: { user: flags.replicationUser, passfile: flags.replicationPassfile },
   };
 }
 
@@ -124,6 +128,11 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
     .option('--copy-workers <n>', 'tables copied at once (default 4)', positiveInteger('--copy-workers'))
     .option(
+      '--replication-user <role>',
+      "the source role the subscription logs in as (default: the URL's user)",
+    )
+    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
+    .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1)',
       positiveInteger('--streams-per-server'),
@@ -149,6 +158,7 @@ export function registerMoveCommands(cluster: Command): void {
       const options = setOptions(flags);
       const config = await loadConfig(flags.config);
       checkShardList(config, shards, flags.to);
+      await checkPrivileges(config, 'move');
       const bar = progressBar('move   ', !flags.json);
       const results = await moveShards(config, shards, flags.to, {
         ...options,
@@ -176,7 +186,7 @@ export function registerMoveCommands(cluster: Command): void {
     )
     .option(
       '--weight-sql <sql>',
-      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number",
+      "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number; trusted input, run as the config's role (docs/security.md)",
     )
     .option('--decommission <server[,server…]>', 'move every shard off these servers (they receive none)')
     .option('--dry-run', 'print the plan without moving anything')
@@ -186,6 +196,11 @@ export function registerMoveCommands(cluster: Command): void {
       'tables copied at once per set (default 4)',
       positiveInteger('--copy-workers'),
     )
+    .option(
+      '--replication-user <role>',
+      "the source role the subscription logs in as (default: the URL's user)",
+    )
+    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
     .option(
       '--streams-per-server <n>',
       'sets at once on any one server (default 1); distinct server pairs move in parallel',
@@ -218,6 +233,7 @@ export function registerMoveCommands(cluster: Command): void {
           );
         }
         const config = await loadConfig(flags.config);
+        if (!flags.dryRun) await checkPrivileges(config, 'rebalance');
         const bar = progressBar('rebalance', !flags.json && !flags.dryRun);
         const move = setOptions(flags);
         const result = await rebalanceCluster(config, {
@@ -277,6 +293,7 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--json', 'print the result as JSON')
     .action(async (flags: Flags & { dryRun?: boolean }) => {
       const config = await loadConfig(flags.config);
+      if (!flags.dryRun) await checkPrivileges(config, 'cleanup');
       const result = await cleanupCluster(config, { dryRun: flags.dryRun });
       if (flags.json) {
         process.stdout.write(`${toJson(result)}\n`);

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import { type ClusterStatus, clusterStatus } from 'shardflake/internal/cluster/status.js';
 import { positiveInteger } from '../options.js';
 import { toJson } from '../output.js';
@@ -22,6 +23,7 @@ export function registerStatusCommand(cluster: Command): void {
           ? 2000
           : 1000 * positiveInteger('--watch')(String(flags.watch));
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'status', { servers: [] });
       const render = (status: ClusterStatus) =>
         flags.json ? `${toJson(status)}\n` : formatStatus(status, flags.shards === true);
       if (flags.watch === undefined || !process.stdout.isTTY) {

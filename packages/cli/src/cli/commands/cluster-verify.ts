@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
+import { repairLookups } from 'shardflake/internal/cluster/lookups/verify.js';
 import { type VerifyReport, verifyCluster } from 'shardflake/internal/cluster/verify.js';
 import { toJson } from '../output.js';
 
@@ -11,12 +12,28 @@ export function registerVerifyCommand(cluster: Command): void {
   cluster
     .command('verify')
     .description(
-      'check the cluster for what must not be: in-doubt transactions, servers that cannot take part in them, …',
+      'check the cluster for what must not be: in-doubt transactions, servers that cannot take part in them, lookup entries without rows or rows without entries, …',
     )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the report as JSON')
-    .action(async (flags: { config: string; json?: boolean }) => {
+    .option(
+      '--repair',
+      'first repair what can be repaired (lookups: missing, stale or misplaced entries), then verify',
+    )
+    .action(async (flags: { config: string; json?: boolean; repair?: boolean }) => {
       const config = await loadConfig(flags.config);
+      if (flags.repair) {
+        const repaired = await repairLookups(config);
+        if (!flags.json)
+          process.stdout.write(
+            repaired
+              .map(
+                (p) =>
+                  `${p.repaired ? 'repaired' : 'NOT repaired'}  ${p.message}${p.unrepairable ? `: ${p.unrepairable}` : ''}\n`,
+              )
+              .join(''),
+          );
+      }
       const report = await verifyCluster(config);
       process.stdout.write(flags.json ? `${toJson(report)}\n` : formatVerify(report));
       if (!report.ok) {

@@ -2,6 +2,8 @@ import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { migrateCluster } from 'shardflake/internal/cluster/migrate.js';
+import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
+import type { ReferenceInstallResult } from 'shardflake/internal/cluster/reference/install.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
 import { positiveInteger } from '../options.js';
@@ -40,6 +42,7 @@ export function registerClusterCommands(program: Command): void {
     .option('--connections <n>', 'parallel connections per server', positiveInteger('--connections'))
     .action(async (flags: Flags & { batchSize?: number; connections?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'init');
       const bar = progressBar('init   ', !flags.json);
       const result = await initCluster(config, {
         batchSize: flags.batchSize,
@@ -83,11 +86,13 @@ export function registerClusterCommands(program: Command): void {
     )
     .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
       const config = await loadConfig(flags.config);
+      await checkPrivileges(config, 'migrate');
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,
         parallelBuilds: flags.parallelBuilds,
         onProgress: (done, total) => bar.update(done, total),
+        onLookupProgress: (_lookup, done, total) => bar.update(done, total),
       }).finally(() => bar.stop());
       if (flags.json) process.stdout.write(`${toJson(result)}\n`);
       else {
@@ -95,12 +100,18 @@ export function registerClusterCommands(program: Command): void {
           [
             `cluster migrate: target v${result.target}; migrated ${result.migrated}, already current ${result.alreadyCurrent}, failed ${result.failed.length} (${seconds(result.durationMs)})`,
             ...result.differences.map((d) => `warning: config and cluster migrations differ: ${d}`),
+            ...referenceLines(result.reference),
             ...result.rebuiltIndexes.map(
               (r) => `  shard ${r.shard}: index ${r.index} was left invalid by an earlier build; rebuilt`,
             ),
             ...result.failed.map(
               (f) => `  shard ${f.shard} (${f.schema} on ${f.server}) stays at v${f.version}: ${f.error}`,
             ),
+            ...result.lookups
+              .filter((l) => !l.alreadyBuilt)
+              .map(
+                (l) => `  lookup ${l.lookup} built: ${l.entriesWritten} entries (${seconds(l.durationMs)})`,
+              ),
             '',
           ].join('\n'),
         );
@@ -116,4 +127,14 @@ export function registerClusterCommands(program: Command): void {
   registerMoveCommands(cluster);
   registerDashboardCommand(cluster);
   registerSqlQueryCommand(cluster);
+}
+
+/** What migrate did to the reference tables, when it did anything. */
+function referenceLines(r: ReferenceInstallResult): string[] {
+  return [
+    ...(r.changed.length > 0 ? [`  reference tables: created or migrated on ${r.changed.join(', ')}`] : []),
+    ...r.filled.map(
+      (f) => `  reference tables: filled server ${f.server} from server ${f.from} (${f.rows} rows)`,
+    ),
+  ];
 }

@@ -16,6 +16,12 @@ export interface RouterContext {
   readonly transactions: TransactionState;
   /** The nodes of a configured server (created on first use). */
   nodes(server: string): ServerNodes;
+  /**
+   * A second set of pools, for participants a cross transaction joins while it commits (a lookup's entry
+   * shards, joined by its beforeCommit hook after the transaction already holds connections): see
+   * lookups/cross.ts for why one pool set for both could deadlock.
+   */
+  commitNodes?(server: string): ServerNodes;
 }
 
 export interface RetryPolicy {

@@ -20,6 +20,7 @@ export const OPERATIONS = [
   'query', // a cross-shard read
   'sql', // router.sql: one SELECT across every shard
   'withShards', // an atomic write across shards (transactions/)
+  'withReference', // a write of the reference tables on every server (reference/)
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
 

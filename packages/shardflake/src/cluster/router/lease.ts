@@ -12,9 +12,12 @@ export async function acquireOn(
   ctx: RouterContext,
   server: string,
   options: AcquireOptions,
+  /** From the commit pools (RouterContext.commitNodes), for a participant joined while committing. */
+  committing = false,
 ): Promise<NodeLease> {
   try {
-    return await ctx.nodes(server).acquire(options);
+    const nodes = committing && ctx.commitNodes ? ctx.commitNodes(server) : ctx.nodes(server);
+    return await nodes.acquire(options);
   } catch (error) {
     const wrapped = wrapPgError(error);
     throw new ShardflakeError(wrapped.code, `server ${server}: ${wrapped.message}`, {

@@ -6,6 +6,17 @@ import type { ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
+import {
+  createLookupReader,
+  type LookupHit,
+  type LookupHitWithRow,
+  type LookupOptions,
+  type LookupValue,
+} from '../lookups/read.js';
+import { lookupReadiness } from '../lookups/readiness.js';
+import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
+import { serverOrder } from '../reference/order.js';
+import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
@@ -116,6 +127,8 @@ export interface Router {
     fn: (session: ShardSession) => Promise<T> | T,
     options?: SessionOptions,
   ): Promise<T>;
+  /** Writes the reference tables on every server's copy, committed on every server or none (see reference/write.ts). */
+  withReference<T>(fn: (session: ReferenceSession) => Promise<T> | T): Promise<T>;
   /**
    * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
    * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
@@ -137,6 +150,20 @@ export interface Router {
   sql(text: string, values?: readonly unknown[]): Promise<SqlResult>;
   /** router.sql as an async iterator of rows: an answer without aggregates streams a batch per server at a time. */
   sqlStream(text: string, values?: readonly unknown[], options?: SqlStreamOptions): AsyncIterable<Row>;
+  /**
+   * The row of a lookup's table that holds `value` (config `lookups`, docs/lookups.md): `{ id, shard }`, or null.
+   * One read of the entry's shard and one of the owner's, which is checked; `{ fetch: true }` also returns the
+   * owner row (`row`), read by that check.
+   */
+  lookup(name: string, value: LookupValue): Promise<LookupHit | null>;
+  lookup(name: string, value: LookupValue, options: { fetch: true }): Promise<LookupHitWithRow | null>;
+  lookup(
+    name: string,
+    value: LookupValue,
+    options?: LookupOptions,
+  ): Promise<LookupHit | LookupHitWithRow | null>;
+  /** `lookup` for many values (one statement per server for the entries, one per server for the owners). */
+  lookupMany(name: string, values: readonly LookupValue[]): Promise<(LookupHit | null)[]>;
   /** The router's write positions as an opaque token, for reads elsewhere that must see these writes. */
   readToken(): string;
   /** Makes this router's later reads see the writes of a token (from `readToken()` of any router). */
@@ -195,6 +222,7 @@ export async function createRouter(
         : undefined,
   });
   const servers = new Map<string, ServerNodes>();
+  const commitServers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
     writeRetryMs: opts.writeRetryMs,
     retryBackoffMs: opts.retryBackoffMs,
@@ -240,8 +268,26 @@ export async function createRouter(
       }
       return nodes;
     },
+    commitNodes(server) {
+      let nodes = commitServers.get(server);
+      if (!nodes) {
+        nodes = createServerNodes(server, serverNodeUrls(config, server), {
+          poolSize: opts.poolSize,
+          maxUses: opts.maxUses,
+          maxLifetimeSeconds: opts.maxLifetimeSeconds,
+          applicationName: 'shardflake router commit',
+          ...opts.replicas,
+          onEvent: hook,
+        });
+        commitServers.set(server, nodes);
+      }
+      return nodes;
+    },
   };
   const loaded = () => map.state as MapState;
+  // Tables with a lookup: their single-row writes run as sessions, which keep the lookup (lookups/rows.ts).
+  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
+  const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
 
   const router: Router = {
     get mapVersion() {
@@ -259,13 +305,27 @@ export async function createRouter(
     shardFor: (key) => shardForKey(key, loaded().logicalShards),
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
-    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
+    insert: (table, row, insertOptions) =>
+      lookupTables.has(table)
+        ? insertKept(ctx, table, row, insertOptions)
+        : insertRow(ctx, table, row, insertOptions),
     get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
-    update: (table, id, changes) => updateRow(ctx, table, id, changes),
-    delete: (table, id) => deleteRow(ctx, table, id),
-    insertMany: (table, rows, manyOptions) => insertMany(ctx, table, rows, manyOptions),
+    update: (table, id, changes) =>
+      lookupTables.has(table) ? updateKept(ctx, table, id, changes) : updateRow(ctx, table, id, changes),
+    delete: (table, id) => (lookupTables.has(table) ? deleteKept(ctx, table, id) : deleteRow(ctx, table, id)),
+    lookup: ((name: string, value: LookupValue, lookupOptions?: LookupOptions) =>
+      lookups.lookup(name, value, lookupOptions)) as Router['lookup'],
+    lookupMany: (name, values) => lookups.lookupMany(name, values),
+    insertMany: (table, rows, manyOptions) =>
+      lookupTables.has(table)
+        ? insertManyKept(ctx, table, rows, manyOptions)
+        : insertMany(ctx, table, rows, manyOptions),
     feed: <R extends object>(table: string, feedOptions: FeedOptions) => feed<R>(ctx, table, feedOptions),
-    withShard: (target, fn, sessionOptions) => withShard(ctx, target, fn, sessionOptions),
+    withShard: (target, fn, sessionOptions) =>
+      // A router with lookups writes through a cross transaction, which can join the entries' shards at commit.
+      lookupTables.size > 0 && !sessionOptions?.readOnly
+        ? withShardKept(ctx, target, fn)
+        : withShard(ctx, target, fn, sessionOptions),
     query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
     queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
@@ -273,6 +333,7 @@ export async function createRouter(
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
+    withReference: (fn) => withReference(ctx, serverOrder(config), fn),
     withShards: (targets, fn) => withShards(ctx, targets, fn),
     recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),
@@ -283,7 +344,7 @@ export async function createRouter(
     async close() {
       await transactions.close();
       await map.close();
-      await Promise.all([...servers.values()].map((s) => s.end().catch(() => {})));
+      await Promise.all([...servers.values(), ...commitServers.values()].map((s) => s.end().catch(() => {})));
     },
   };
   try {

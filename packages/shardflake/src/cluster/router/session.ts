@@ -3,6 +3,8 @@ import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog/shards.js';
+import { applyBeforeLocalCommit } from '../lookups/commit.js';
+import { watchNotices } from '../lookups/maintain.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { NodeLease } from '../topology/nodes.js';
 import type { RouterContext } from './context.js';
@@ -14,8 +16,8 @@ import { traced } from './trace.js';
 
 /**
  * Shard sessions: application code running its own SQL in one logical shard, in one transaction on the shard's
- * current primary, with the shard's schema as the whole search_path (see Statements.begin for why that is safe on
- * pooled connections).
+ * current primary, with the shard's schema first on the search_path and the reference tables' schema after it
+ * (see Statements.begin for why that is safe on pooled connections).
  *
  * fn may run more than once: when the shard turns out fenced or moved (or its primary failed over) before COMMIT,
  * the transaction is rolled back and fn runs again from the start on the shard's new home. Once COMMIT is sent
@@ -36,7 +38,7 @@ export interface SessionOptions {
 export interface ShardSession {
   /** The logical shard. */
   readonly shard: number;
-  /** The shard's schema, which is the session's whole search_path. */
+  /** The shard's schema, first on the session's search_path (the reference tables' schema comes after it). */
   readonly schema: string;
   /** The configured server the shard lives on now. */
   readonly server: string;
@@ -247,6 +249,8 @@ async function runSession<T>(
     broken ??= error;
   };
   client.on('error', onError);
+  // A lookup's capture trigger announces changes with a notice; they are applied before COMMIT (lookups/).
+  const lookupChanges = readOnly ? undefined : watchNotices(client);
   let open = true;
   let phase: 'begin' | 'fn' | 'commit' = 'begin';
   const guarded = sessionClient(client, () => open);
@@ -271,6 +275,8 @@ async function runSession<T>(
     phase = 'fn';
     const result = await fn(session);
     open = false;
+    if (lookupChanges?.pending) await applyBeforeLocalCommit(ctx, placement, client);
+    lookupChanges?.stop();
     phase = 'commit';
     const done = await client.query('COMMIT');
     // COMMIT of a transaction in which a statement failed (fn caught the error) rolls back and says so.
@@ -293,6 +299,7 @@ async function runSession<T>(
     return result;
   } catch (error) {
     open = false;
+    lookupChanges?.stop();
     let lost = broken !== undefined || isConnectionLost(error, client);
     if (phase !== 'commit' && !lost) {
       // A connection that cannot even roll back must not go back to the pool.

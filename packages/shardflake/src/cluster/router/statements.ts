@@ -1,4 +1,5 @@
 import { quoteIdent } from '../../postgres/identifier.js';
+import { REFERENCE_SCHEMA } from '../reference/sql.js';
 
 /**
  * The SQL text of routed statements, built once per (kind, schema, table, columns) and cached: building and quoting
@@ -18,17 +19,20 @@ export class Statements {
   }
 
   /**
-   * Opens a shard session's transaction with the shard's schema as the whole search_path, in one round trip.
+   * Opens a shard session's transaction with the shard's schema first on the search_path, in one round trip.
    * `SET LOCAL` lasts until the transaction ends, so nothing is left on the pooled connection for its next user;
    * with no `public` in the path, a table missing from the shard is an error instead of a silent fall-back.
    * The two statements go as one simple-protocol message (no parameters: the schema name comes from the catalog
    * and is validated and quoted), which saves the round trip `SELECT set_config($1…)` would cost and also works
    * behind PgBouncer in transaction mode. pg_catalog is searched implicitly, so built-in functions still resolve.
+   * The reference tables' schema comes after the shard's (reference/sql.ts): a reference table is found by its plain
+   * name, and config.ts refuses a sharded table of the same name, which would hide it (`cluster verify` reports one
+   * made by hand). A schema of the path that does not exist is skipped, so clusters without them are unchanged.
    */
   begin(schema: string, readOnly: boolean): string {
     return this.#cached(`b\0${schema}\0${readOnly}`, () => {
       const begin = readOnly ? 'BEGIN READ ONLY' : 'BEGIN';
-      return `${begin}; SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}`;
+      return `${begin}; SET LOCAL search_path TO ${shardSearchPath(schema)}`;
     });
   }
 
@@ -62,6 +66,14 @@ export class Statements {
       () => `DELETE FROM ${quoteIdent(schema, 'schema')}.${quoteIdent(table, 'table')} WHERE id = $1`,
     );
   }
+}
+
+/**
+ * A shard session's search_path, quoted: the shard's schema, then the reference tables' (see Statements.begin).
+ * Every kind of shard session uses it (withShard here, withShards' sessions in transactions/cross.ts).
+ */
+export function shardSearchPath(schema: string): string {
+  return `${quoteIdent(schema, 'schema')}, ${quoteIdent(REFERENCE_SCHEMA, 'schema')}`;
 }
 
 /**

@@ -8,6 +8,7 @@ import type { RouterContext } from '../router/context.js';
 import type { TransactionPhase } from '../router/events.js';
 import { acquireOn, isConnectionLost } from '../router/lease.js';
 import { type ShardSession, type SharedConnection, sessionClient } from '../router/session.js';
+import { shardSearchPath } from '../router/statements.js';
 import type { OperationTrace } from '../router/trace.js';
 import type { NodeLease } from '../topology/nodes.js';
 import { formatGid, newTxid } from './gid.js';
@@ -171,7 +172,9 @@ export function openCrossTransaction(
     let entry = participants.get(server);
     if (entry) return entry;
     entry = (async () => {
-      const lease = await acquireOn(ctx, server, { intent: 'write' });
+      // Joined while committing (a beforeCommit hook): from the commit pools, so that a transaction holding
+      // connections never waits for one from the pools it holds (lookups/cross.ts).
+      const lease = await acquireOn(ctx, server, { intent: 'write' }, state === 'hooks');
       options.trace?.lease(server, lease);
       const p: Participant = {
         server,
@@ -474,7 +477,7 @@ export function openCrossTransaction(
     },
     async join(placement) {
       canJoin();
-      const path = quoteIdent(placement.schema, 'schema');
+      const path = shardSearchPath(placement.schema); // the shard, then the reference tables
       const p = await participant(placement.server, path, placement);
       canJoin();
       const session = makeSession(p, path, placement);

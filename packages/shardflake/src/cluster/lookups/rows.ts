@@ -1,0 +1,148 @@
+import { isShardflakeError, ShardflakeError } from '../../errors.js';
+import type { ShardflakeId } from '../../ids/id.js';
+import type { InsertManyOptions } from '../router/bulk.js';
+import type { RouterContext } from '../router/context.js';
+import type { InsertOptions, Row } from '../router/rows.js';
+import type { ShardSession, ShardTarget } from '../router/session.js';
+import { insertRowsSql } from '../router/statements.js';
+import { type ShardKey, shardForKey } from '../shard-key.js';
+import { withShards } from '../transactions/with-shards.js';
+
+/**
+ * A write session of a router that has lookups: a cross transaction of one shard to start with, so the commit can
+ * join the entry shards on other servers (lookups/cross.ts). On one server it costs what withShard costs.
+ */
+export function withShardKept<T>(
+  ctx: RouterContext,
+  target: ShardTarget,
+  fn: (session: ShardSession) => Promise<T> | T,
+): Promise<T> {
+  return withShards(ctx, [target], (sessions) => fn(sessions[0] as ShardSession));
+}
+
+/**
+ * The router's single-row calls on a table with a lookup. A plain call is one statement in autocommit, which
+ * would commit the row without its entry (and so fails with SF010, ddl.ts): on such a table each call runs as a
+ * shard session instead, which applies the captured changes before it commits (maintain.ts).
+ */
+export async function insertKept(
+  ctx: RouterContext,
+  table: string,
+  row: Row,
+  options: InsertOptions,
+): Promise<ShardflakeId> {
+  if (options?.shard === undefined && options?.key === undefined)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insert needs a shard key ({ key }) or a shard ({ shard })',
+    );
+  const columns = Object.keys(row);
+  const target = options.shard !== undefined ? { shard: options.shard } : { key: options.key as ShardKey };
+  return withShardKept(ctx, target, async (session) => {
+    const { rows } = await session.query(
+      ctx.statements.insert(session.schema, table, columns),
+      columns.map((c) => row[c]),
+    );
+    return BigInt((rows[0] as { id: bigint }).id) as ShardflakeId;
+  });
+}
+
+export async function updateKept(
+  ctx: RouterContext,
+  table: string,
+  id: ShardflakeId,
+  changes: Row,
+): Promise<boolean> {
+  const columns = Object.keys(changes);
+  if (columns.length === 0)
+    throw new ShardflakeError('INVALID_ARGUMENT', 'update needs at least one column to change');
+  return withShardKept(ctx, { id }, async (session) => {
+    const result = await session.query(ctx.statements.update(session.schema, table, columns), [
+      id,
+      ...columns.map((c) => changes[c]),
+    ]);
+    return (result.rowCount ?? 0) > 0;
+  });
+}
+
+export async function deleteKept(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
+  return withShardKept(ctx, { id }, async (session) => {
+    const result = await session.query(ctx.statements.delete(session.schema, table), [id]);
+    return (result.rowCount ?? 0) > 0;
+  });
+}
+
+/** Rows per INSERT statement at most (and within PostgreSQL's 65,535 bind parameters). */
+const ROWS_PER_STATEMENT = 500;
+
+/**
+ * `insertMany` on a table with a lookup: rows split by shard, each shard's rows inserted in one session (one
+ * multi-row INSERT per 500 rows) that keeps the lookup at its commit, shards in parallel a few at a time. All rows
+ * of one shard commit together or not at all; shards commit independently (see bulk.ts for the plain table's
+ * per-server rule), and an error says which rows did not land.
+ */
+export async function insertManyKept<R extends Row>(
+  ctx: RouterContext,
+  table: string,
+  rows: readonly R[],
+  options: InsertManyOptions<R>,
+): Promise<ShardflakeId[]> {
+  if (!Array.isArray(rows))
+    throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
+  if (rows.length === 0) return [];
+  const hasKey = typeof options?.key === 'function';
+  if (hasKey === (options?.shard !== undefined))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insertMany needs either { key: (row) => shard key } or { shard }, not both',
+    );
+  const columns = Object.keys(rows[0] as R);
+  const map = await ctx.map.fresh();
+  const byShard = new Map<number, number[]>();
+  rows.forEach((row, i) => {
+    const keys = Object.keys(row);
+    if (keys.length !== columns.length || !columns.every((c) => c in row))
+      throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} does not have the columns of row 0`);
+    const shard = hasKey
+      ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
+      : (options.shard as number);
+    byShard.set(shard, [...(byShard.get(shard) ?? []), i]);
+  });
+  const ids: ShardflakeId[] = new Array(rows.length);
+  const queue = [...byShard];
+  const failed: number[] = [];
+  let firstError: unknown;
+  const worker = async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const [shard, list] = next;
+      try {
+        await withShardKept(ctx, { shard }, async (session) => {
+          for (let i = 0; i < list.length; i += ROWS_PER_STATEMENT) {
+            const part = list.slice(i, i + ROWS_PER_STATEMENT);
+            const { rows: got } = await session.query(
+              insertRowsSql(session.schema, table, columns, part.length),
+              part.flatMap((r) => columns.map((c) => (rows[r] as R)[c])),
+            );
+            got.forEach((g, j) => {
+              ids[part[j] as number] = BigInt((g as { id: bigint }).id) as ShardflakeId;
+            });
+          }
+        });
+      } catch (error) {
+        firstError ??= error;
+        failed.push(...list);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(4, byShard.size) }, worker));
+  if (firstError !== undefined) {
+    const e = firstError as { code?: string; message?: string };
+    failed.sort((x, y) => x - y);
+    throw new ShardflakeError(
+      isShardflakeError(firstError) ? firstError.code : 'DATABASE_ERROR',
+      `insertMany into ${table}: ${failed.length} rows did not land (first: row ${failed[0]}): ${e.message ?? String(firstError)}`,
+      { detail: `not written: rows ${failed.slice(0, 20).join(', ')}${failed.length > 20 ? ' …' : ''}` },
+    );
+  }
+  return ids;
+}

@@ -1,0 +1,96 @@
+/**
+ * Passwords out of anything shardflake prints: messages, URLs, connection strings. Redaction parses rather than
+ * pattern-matches one shape, because the shapes that leak are the unusual ones:
+ *
+ * - URLs (`postgres://user:secret@host/db`), including passwords that contain `/`, `@`, `:` or `?` unencoded
+ *   (malformed, but typed by people): the userinfo runs to the last `@` of the URL's token, so everything between
+ *   the first `:` after `//` and that `@` is masked. A URL whose userinfo holds no `:` has no password to mask.
+ * - Query parameters `?password=…`, `&sslpassword=…` (libpq accepts every keyword there).
+ * - key=value connection strings (`host=h password=secret`, `password = 'it''s quoted'`, `PGPASSWORD=…`).
+ *
+ * Over-masking is the safe side: an odd URL may lose a little more than its password, never keep it.
+ */
+const MASK = '****';
+
+/** Keywords whose value is a secret (libpq's `password`, `sslpassword`; the environment's `PGPASSWORD`). */
+const SECRET_KEY = /^(?:pg|ssl)?password$/i;
+
+/**
+ * A URL's token: a scheme, `//`, then everything up to whitespace. Quotes and brackets stay in the token (a raw
+ * password may hold them; a closing quote after the URL costs nothing), so the userinfo's last `@` is found.
+ */
+const URL_TOKEN = /\b[a-z][a-z0-9+.-]*:\/\/\S*/gi;
+
+/**
+ * key=value pairs outside URLs: a secret keyword, `=`, then its value. A quoted value may hold quotes escaped as
+ * `\'` (libpq) or `''` (SQL), and spaces: it runs to the last quote before the next ` key=` or the end of the
+ * line, and without a closing quote to the end of the line. An unquoted value runs to whitespace.
+ */
+const CONNINFO_SECRET =
+  /\b((?:pg|ssl)?password)(\s*=\s*)('.*?'(?=\s+[A-Za-z_]+\s*=|[ \t]*$)|'.*|".*?"(?=\s+[A-Za-z_]+\s*=|[ \t]*$)|".*|\S+)/gim;
+
+function redactUrlToken(token: string): string {
+  const start = token.indexOf('//') + 2;
+  let out = token;
+  const at = token.lastIndexOf('@');
+  if (at > start) {
+    const userinfo = token.slice(start, at);
+    const colon = userinfo.indexOf(':');
+    if (colon !== -1) out = `${token.slice(0, start + colon + 1)}${MASK}${token.slice(at)}`;
+  }
+  // Query parameters: each `key=value` after `?` up to `&` or `#`.
+  const q = out.indexOf('?', out.lastIndexOf('@') + 1);
+  if (q === -1) return out;
+  const [query, fragment] = splitOnce(out.slice(q + 1), '#');
+  const params = query.split('&').map((pair) => {
+    const eq = pair.indexOf('=');
+    if (eq === -1) return pair;
+    const key = safeDecode(pair.slice(0, eq));
+    return SECRET_KEY.test(key) ? `${pair.slice(0, eq)}=${MASK}` : pair;
+  });
+  return `${out.slice(0, q + 1)}${params.join('&')}${fragment === undefined ? '' : `#${fragment}`}`;
+}
+
+function splitOnce(text: string, separator: string): [string, string | undefined] {
+  const i = text.indexOf(separator);
+  return i === -1 ? [text, undefined] : [text.slice(0, i), text.slice(i + 1)];
+}
+
+function safeDecode(text: string): string {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
+/** `text` with every password it holds (in URLs, query parameters and key=value strings) replaced by `****`. */
+export function redactText(text: string): string {
+  // URLs first (their query may hold `password=`); then key=value pairs in what lies between them.
+  let out = '';
+  let last = 0;
+  for (const match of text.matchAll(URL_TOKEN)) {
+    out += redactConninfo(text.slice(last, match.index)) + redactUrlToken(match[0]);
+    last = match.index + match[0].length;
+  }
+  return out + redactConninfo(text.slice(last));
+}
+
+function redactConninfo(text: string): string {
+  return text.replace(CONNINFO_SECRET, (_all, key: string, eq: string) => `${key}${eq}${MASK}`);
+}
+
+/**
+ * One server's URL as shardflake prints it: `postgres://user:****@host:port/db`, without query secrets. A URL that
+ * does not parse is not echoed at all (it may be a password pasted in the wrong place): only its scheme is shown.
+ */
+export function describeServerUrl(url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(url)?.[1];
+    return scheme ? `${scheme}://… (not shown: it does not parse)` : '(not shown: not a URL)';
+  }
+  return redactText(parsed.toString());
+}

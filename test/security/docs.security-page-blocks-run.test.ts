@@ -1,0 +1,34 @@
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { makeCluster, withClient } from '../move/fixture.js';
+import { useServers } from '../support/postgres.js';
+
+const PAGE = fileURLToPath(new URL('../../../docs/security.md', import.meta.url));
+
+/** Every code block of docs/security.md runs, in order, on a real server with a cluster on it. */
+test('every SQL block of docs/security.md runs on a real cluster, and the router role it creates can write a shard', async () => {
+  const page = await readFile(PAGE, 'utf8');
+  const blocks = [...page.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)];
+  assert.ok(blocks.length >= 3);
+  const [server] = await useServers(1);
+  const url = (server as { url: string }).url;
+  const config = await makeCluster([server as never], 2);
+  assert.equal(shardSchema(config, 0), 'shard_0000', 'the page names shard_0000');
+  await withClient(url, async (c) => {
+    for (const [, language, body] of blocks) {
+      assert.equal(language, 'sql', 'the page holds SQL blocks only');
+      const result = await c.query(body as string);
+      // The seal check lists what could lift a fence: nothing on a fresh cluster.
+      const last = Array.isArray(result) ? result.at(-1) : result;
+      if (/shardflake_fenced/.test(body as string)) assert.equal(last.rows.length, 0);
+    }
+    // The role the page creates can read the catalog and write shard 0, and nothing else made it a superuser.
+    await c.query('SET ROLE app_router');
+    await c.query('SELECT count(*) FROM shardflake.shards');
+    await c.query(`INSERT INTO shard_0000.items (note) VALUES ('from the docs')`);
+    await c.query('RESET ROLE');
+  });
+});
