@@ -32,6 +32,9 @@ test('status names an abandoned move and every leftover copy (fenced or not); cl
 
   const schema = shardSchema(config, touched);
   const lateId = await withClient(a, async (c) => {
+    // As a promoted replica that never replayed the fence (nor its guard) holds it: no guard, no fence.
+    await c.query('DROP EVENT TRIGGER IF EXISTS shardflake_fence_guard_end');
+    await c.query('DROP EVENT TRIGGER IF EXISTS shardflake_fence_guard_drop');
     await c.query(unfenceSql(schema));
     const { rows } = await c.query(
       `INSERT INTO "${schema}".items (note) VALUES ('acknowledged on the old copy') RETURNING id`,
