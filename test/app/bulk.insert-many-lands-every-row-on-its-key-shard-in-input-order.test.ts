@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
 import { type EmbeddedServer, startEmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';

@@ -9,7 +9,7 @@ import {
   type ShardflakeId,
   type ShardSession,
 } from 'shardflake';
-import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';

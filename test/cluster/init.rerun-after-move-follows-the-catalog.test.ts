@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { isFenced } from '../../packages/shardflake/src/cluster/fence.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';

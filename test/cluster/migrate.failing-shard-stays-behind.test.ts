@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
 import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { ShardflakeId } from 'shardflake';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router.js';
+import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 import { moveShard, type VerifyMode } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
+import { moveSets } from '../../packages/shardflake/src/move/move.js';
 import { rebalanceCluster } from '../../packages/shardflake/src/move/rebalance.js';
-import { moveSets } from '../../packages/shardflake/src/move/set.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, rawConfig, replicationLeftovers, withClient } from './fixture.js';

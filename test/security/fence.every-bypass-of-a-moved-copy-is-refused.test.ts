@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog.js';
+import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { FENCED_ROLE, isSealed } from '../../packages/shardflake/src/cluster/fence.js';
 import { isShardflakeError } from '../../packages/shardflake/src/errors.js';

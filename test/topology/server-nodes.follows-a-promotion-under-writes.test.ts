@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
 import type { FailoverEvent } from '../../packages/shardflake/src/cluster/router/events.js';
-import { createServerNodes } from '../../packages/shardflake/src/cluster/router/server-nodes.js';
+import { createServerNodes } from '../../packages/shardflake/src/cluster/topology/server-nodes.js';
 import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';

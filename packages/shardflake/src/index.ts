@@ -3,8 +3,8 @@
  */
 
 // cluster
-export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog.js';
-export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog.js';
+export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog/shards.js';
+export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog/shards.js';
 export type { ClusterConfig, Migration, TableTemplate } from './cluster/config.js';
 export {
   loadConfig,
@@ -26,6 +26,8 @@ export type { ReferenceConfig } from './cluster/reference/config.js';
 export type { ReferenceProblem } from './cluster/reference/verify.js';
 export { checkReferenceTables } from './cluster/reference/verify.js';
 export type { ReferenceSession } from './cluster/reference/write.js';
+export type { InsertManyOptions } from './cluster/router/bulk.js';
+export type { WriteRetry } from './cluster/router/context.js';
 export type {
   CatalogEvent,
   FailoverEvent,
@@ -40,6 +42,27 @@ export type {
   TransactionPhase,
 } from './cluster/router/events.js';
 export { OPERATIONS, RETRY_REASONS, TRANSACTION_PHASES } from './cluster/router/events.js';
+export type { Router, RouterOptions } from './cluster/router/router.js';
+export { createRouter, FENCED_SQLSTATE } from './cluster/router/router.js';
+export type { InsertOptions, Row } from './cluster/router/rows.js';
+export type {
+  FeedCommon,
+  FeedKeys,
+  FeedOptions,
+  FeedPage,
+  MergedQuery,
+  ShardQuery,
+} from './cluster/router/scatter.js';
+export type { SessionOptions, ShardSession, ShardTarget } from './cluster/router/session.js';
+export type { SessionPool, SessionPoolClient } from './cluster/router/session-pool.js';
+export { sessionPool } from './cluster/router/session-pool.js';
+export type { TelemetryOptions } from './cluster/router/telemetry.js';
+export { telemetryHook } from './cluster/router/telemetry.js';
+export type { ShardKey } from './cluster/shard-key.js';
+export { hashKey, shardForKey } from './cluster/shard-key.js';
+export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
+export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
+export { clusterStatus } from './cluster/status.js';
 export type {
   AcquireOptions,
   Lsn,
@@ -47,35 +70,8 @@ export type {
   NodeRole,
   ServerNodes,
   ServerNodesOptions,
-} from './cluster/router/server-nodes.js';
-export { createServerNodes } from './cluster/router/server-nodes.js';
-export type { TelemetryOptions } from './cluster/router/telemetry.js';
-export { telemetryHook } from './cluster/router/telemetry.js';
-export type {
-  FeedCommon,
-  FeedKeys,
-  FeedOptions,
-  FeedPage,
-  InsertManyOptions,
-  InsertOptions,
-  MergedQuery,
-  Router,
-  RouterOptions,
-  Row,
-  SessionOptions,
-  SessionPool,
-  SessionPoolClient,
-  ShardQuery,
-  ShardSession,
-  ShardTarget,
-  WriteRetry,
-} from './cluster/router.js';
-export { createRouter, FENCED_SQLSTATE, sessionPool } from './cluster/router.js';
-export type { ShardKey } from './cluster/shard-key.js';
-export { hashKey, shardForKey } from './cluster/shard-key.js';
-export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
-export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
-export { clusterStatus } from './cluster/status.js';
+} from './cluster/topology/nodes.js';
+export { createServerNodes } from './cluster/topology/server-nodes.js';
 export type { InDoubtGid, RecoveryReport, SettledGid } from './cluster/transactions/recovery.js';
 export type { TransactionOptions } from './cluster/transactions/state.js';
 export type { ErrorCode, ErrorDetails } from './errors.js';
@@ -108,9 +104,10 @@ export { findMac, workerIdFromMac } from './ids/worker-id.js';
 // shard moves
 export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
 export { cleanupCluster } from './move/cleanup.js';
+export { isInterrupted as isMoveInterrupted } from './move/connections.js';
 export type { Throttle } from './move/copy-stream.js';
 export { parseThrottle } from './move/copy-stream.js';
-export { moveShard, moveShards } from './move/move.js';
+export { moveSets, moveShard, moveShards } from './move/move.js';
 export type {
   MoveOptions,
   MoveProgress,
@@ -121,8 +118,6 @@ export type {
   VerifyMode,
 } from './move/options.js';
 export { VERIFY_MODES } from './move/options.js';
-export type { MovePhase } from './move/phases.js';
-export { MOVE_PHASES } from './move/phases.js';
 export type {
   MoveEstimate,
   PlannedMove,
@@ -138,8 +133,6 @@ export {
   planRebalanceByWeight,
   rebalanceCluster,
 } from './move/rebalance.js';
-export { isInterrupted as isMoveInterrupted } from './move/session.js';
-export { moveSets } from './move/set.js';
 export type { ConnectOptions, Queryable } from './postgres/connect.js';
 export { connect, createPool, describeUrl } from './postgres/connect.js';
 export type { GeneratorLanguage, GeneratorSqlOptions, GeneratorSqlPlan } from './postgres/generator-sql.js';

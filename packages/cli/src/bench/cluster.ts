@@ -1,9 +1,9 @@
 import { startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { readShardMap } from 'shardflake/internal/cluster/catalog.js';
+import { readShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
 import { validateConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router.js';
+import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { shardForKey } from 'shardflake/internal/cluster/shard-key.js';
 import { connect, createPool } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';

@@ -3,7 +3,7 @@ import { startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
 import { validateConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router.js';
+import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { createPool } from 'shardflake/internal/postgres/connect.js';
 import { percentile } from './stats.js';
 

@@ -3,7 +3,7 @@ import { startEmbeddedServers } from '@shardflake/embedded';
 import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
 import { connectServer } from 'shardflake/internal/cluster/connections.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router.js';
+import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from 'shardflake/internal/move/move.js';
 import type { ReportSection } from './report.js';
 

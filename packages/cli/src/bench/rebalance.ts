@@ -5,12 +5,11 @@ import type pg from 'pg';
 import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
 import { connectServer } from 'shardflake/internal/cluster/connections.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router.js';
+import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
-import { moveShard } from 'shardflake/internal/move/move.js';
+import { moveSets, moveShard } from 'shardflake/internal/move/move.js';
 import type { MoveResult, VerifyMode } from 'shardflake/internal/move/options.js';
 import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
-import { moveSets } from 'shardflake/internal/move/set.js';
 import { copyFrom, copyTo } from 'shardflake/internal/postgres/copy-streams.js';
 import { qualified } from 'shardflake/internal/postgres/identifier.js';
 

@@ -3,7 +3,7 @@ import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded'
 import type pg from 'pg';
 import { validateConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter, type Router } from 'shardflake/internal/cluster/router.js';
+import { createRouter, type Router } from 'shardflake/internal/cluster/router/router.js';
 import { createPool } from 'shardflake/internal/postgres/connect.js';
 import { median, percentile } from './stats.js';
 

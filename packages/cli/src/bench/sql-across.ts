@@ -2,7 +2,7 @@ import { cpus } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServer } from '@shardflake/embedded';
 import { validateConfig } from 'shardflake/internal/cluster/config.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router.js';
+import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 

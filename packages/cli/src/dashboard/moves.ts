@@ -1,10 +1,11 @@
+import { readMoveRows } from 'shardflake/internal/cluster/catalog/moves.js';
 import { redactSecrets } from 'shardflake/internal/errors.js';
 import type { Queryable } from 'shardflake/internal/postgres/connect.js';
 
 /**
- * Shard moves as the dashboard shows them, read from the catalog's `shardflake.moves` with plain SQL. The dashboard
- * reads the table rather than the move code's own module on purpose: the page only looks, and a row is sent as the
- * catalog holds it (every column, as JSON), so columns a newer move code adds show up without a change here.
+ * Shard moves as the dashboard shows them, read from the catalog's `shardflake.moves` (catalog/moves.ts
+ * readMoveRows). A row is sent as the catalog holds it (every column, as JSON), so columns a newer move code adds
+ * show up without a change here.
  *
  * The order of the phases is read from the table's own CHECK constraint (the move code writes its phase list
  * there), which gives each move a progress fraction: the position of its phase on the way to `done`.
@@ -32,27 +33,10 @@ export interface MovesView {
   moves: MoveRow[];
 }
 
-/** Phases after which a move has ended; the catalog's unique index on unfinished moves uses the same two. */
-const FINAL = ['done', 'rolled_back'];
 const RECENT_FINISHED = 20;
 
 export async function readMoves(catalog: Queryable): Promise<MovesView> {
-  const exists = await catalog.query("SELECT to_regclass('shardflake.moves') IS NOT NULL AS ok");
-  if (!(exists.rows[0] as { ok: boolean }).ok) return { phases: [], moves: [] };
-  const constraint = await catalog.query(
-    `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint
-     WHERE conrelid = 'shardflake.moves'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%phase%'`,
-  );
-  const def = (constraint.rows[0] as { def: string } | undefined)?.def ?? '';
-  const phases = [...def.matchAll(/'([a-z_]+)'/g)].map((m) => m[1] as string);
-  const { rows } = await catalog.query(
-    `(SELECT to_jsonb(m) AS row, false AS finished FROM shardflake.moves m
-      WHERE phase <> ALL ($1::text[]) ORDER BY id)
-     UNION ALL
-     (SELECT to_jsonb(m), true FROM shardflake.moves m
-      WHERE phase = ANY ($1::text[]) ORDER BY id DESC LIMIT ${RECENT_FINISHED})`,
-    [FINAL],
-  );
+  const { phases, rows } = await readMoveRows(catalog, RECENT_FINISHED);
   const done = phases.indexOf('done');
   const moves = rows.map(({ row, finished }: { row: Record<string, unknown>; finished: boolean }) => {
     const phase = String(row.phase);

@@ -10,14 +10,10 @@ import {
 } from '../postgres/generator-sql.js';
 import { validateIdentifier } from '../postgres/identifier.js';
 import { expandEnv } from './config-env.js';
-import {
-  type CheckedStatement,
-  type ConcurrentIndexStatement,
-  checkShardStatement,
-  tokenize,
-} from './ddl-guard.js';
 import { type LookupDefinition, parseLookups } from './lookups/config.js';
 import { REFERENCE_FIELDS, type ReferenceConfig, referenceConfig } from './reference/config.js';
+import type { Migration, TableTemplate } from './schema-templates.js';
+import { type CheckedStatement, checkShardStatement, tokenize } from './statement-rules.js';
 
 /**
  * The cluster config file (JSON), as SPEC section 2 fixes it, plus optional fields:
@@ -41,23 +37,7 @@ export const MAX_LOGICAL_SHARDS = 8192;
 /** Table names starting with this are shardflake's own bookkeeping inside each shard schema. */
 export const RESERVED_TABLE_PREFIX = '_shardflake';
 
-export interface TableTemplate {
-  name: string;
-  /** The CREATE TABLE first, then any index statements. */
-  statements: string[];
-}
-
-export interface Migration {
-  /** 1, 2, 3, … in order; a shard's schema version is the highest version applied to it (0 = just the tables). */
-  version: number;
-  name: string;
-  statements: string[];
-  /**
-   * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the
-   * same order as `statements`): `cluster migrate` runs them outside a transaction, one shard at a time per server.
-   */
-  concurrent?: ConcurrentIndexStatement[];
-}
+export type { Migration, TableTemplate };
 
 export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */

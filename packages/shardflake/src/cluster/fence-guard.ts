@@ -1,4 +1,4 @@
-import { FENCE_FUNCTION, FENCED_ROLE } from './fence.js';
+import { FENCE_FUNCTION, FENCED_ROLE } from './fence-names.js';
 import { TRUSTED_OWNER } from './privileges.js';
 
 /**

@@ -1,6 +1,7 @@
 import type { Queryable } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from '../postgres/identifier.js';
 import { fenceGuardSql } from './fence-guard.js';
+import { FENCE_FUNCTION, FENCED_ROLE } from './fence-names.js';
 
 /**
  * The fence on the old copy of a moved shard. A trigger on every table of the schema raises SQLSTATE `SF001` on
@@ -33,10 +34,8 @@ import { fenceGuardSql } from './fence-guard.js';
  * give the tables back to their owners; after it the old copy is never written again, so the seal is for good.
  * The copy in the making on the target keeps an ordinary trigger: the subscription fills it in replica mode.
  */
-export const FENCE_FUNCTION = '_shardflake_fence';
+export { FENCE_FUNCTION, FENCED_ROLE } from './fence-names.js';
 export const FENCED_SQLSTATE = 'SF001';
-/** The role that owns sealed old copies: NOLOGIN, no members (checked at every seal). */
-export const FENCED_ROLE = 'shardflake_fenced';
 
 /** Statements (for one transaction) that fence `tables` of `schema`; idempotent. */
 export function fenceSql(schema: string, tables: readonly string[], message: string): string {

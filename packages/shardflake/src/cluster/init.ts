@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { expectObject, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
+import { recordServers } from './catalog/servers.js';
 import {
   bumpMapVersion,
   installCatalog,
@@ -9,7 +10,8 @@ import {
   readShardMap,
   recordShards,
   type ShardRecord,
-} from './catalog.js';
+  writeClusterRow,
+} from './catalog/shards.js';
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, type ServerClients } from './connections.js';
 import { isFenced } from './fence.js';
@@ -79,11 +81,12 @@ async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Prom
   let info = await readClusterInfo(catalog);
   if (!info) {
     await installCatalog(catalog);
-    await catalog.query(
-      `INSERT INTO shardflake.cluster (logical_shards, epoch_ms, catalog_sql_version, layout, schema_prefix)
-       VALUES ($1, $2, 1, $3, $4) ON CONFLICT (singleton) DO NOTHING`,
-      [config.logicalShards, config.epoch, config.layout.name, config.schemaPrefix],
-    );
+    await writeClusterRow(catalog, {
+      logicalShards: config.logicalShards,
+      epochMs: config.epoch,
+      layout: config.layout.name,
+      schemaPrefix: config.schemaPrefix,
+    });
     info = await readClusterInfo(catalog);
   }
   if (!info) throw new ShardflakeError('DATABASE_ERROR', 'the catalog has no cluster row after writing it');
@@ -164,6 +167,7 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     // Before any shard: a shard session may join against the reference tables from its first statement.
     await installReference(config, clients);
     await installTransactions(clients, config.catalog);
+    await recordServers(catalog, config.nodes);
     const map = await readShardMap(catalog);
     const recorded = new Set(map.shards.map((s) => s.shard));
     for (const s of map.shards) {

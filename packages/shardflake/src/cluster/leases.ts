@@ -2,6 +2,7 @@ import { ShardflakeError } from '../errors.js';
 import { createGenerator } from '../ids/generator.js';
 import { type Layout, resolveLayout } from '../ids/layout.js';
 import { type Queryable, wrapPgError } from '../postgres/connect.js';
+import { grantLease, installLeases, releaseLease, renewLease } from './catalog/leases.js';
 
 /**
  * Worker-id leases from the catalog, for app-side generators (Snowflake, Discord, Sonyflake, LSID): no two live
@@ -22,17 +23,6 @@ import { type Queryable, wrapPgError } from '../postgres/connect.js';
  * - A generator made by `leasedGenerator` checks the lease before every id and throws LEASE_LOST once it is no
  *   longer valid: a process that lost its lease stops issuing ids.
  */
-export const LEASES_SQL = `
-CREATE SCHEMA IF NOT EXISTS shardflake;
-CREATE SEQUENCE IF NOT EXISTS shardflake.lease_token;
-CREATE TABLE IF NOT EXISTS shardflake.worker_leases (
-  namespace text NOT NULL,
-  worker integer NOT NULL CHECK (worker >= 0),
-  holder text NOT NULL,
-  token bigint NOT NULL,
-  expires_at timestamptz NOT NULL,
-  PRIMARY KEY (namespace, worker)
-);`;
 
 export interface LeaseOptions {
   /** Worker ids are unique within a namespace (default: the layout's name). */
@@ -84,10 +74,6 @@ function leaseField(layout: Layout, field?: string) {
   return f;
 }
 
-export async function installLeases(client: Queryable): Promise<void> {
-  await client.query(LEASES_SQL);
-}
-
 export async function acquireLease(catalog: Queryable, options: LeaseOptions = {}): Promise<Lease> {
   const layout = resolveLayout(options.layout ?? 'snowflake');
   const field = leaseField(layout, options.field);
@@ -113,26 +99,10 @@ export async function acquireLease(catalog: Queryable, options: LeaseOptions = {
   let granted: { worker: number; token: bigint } | undefined;
   // Racing acquirers may pick the same free id; the loser's upsert matches no row and it tries the next free one.
   for (let attempt = 0; attempt < 5 && !granted; attempt++) {
-    const { rows } = await catalog
-      .query(
-        `WITH candidate AS (
-           SELECT w FROM generate_series(0, $2::int - 1) AS w
-           WHERE NOT EXISTS (SELECT 1 FROM shardflake.worker_leases l
-                             WHERE l.namespace = $1 AND l.worker = w AND l.expires_at > clock_timestamp())
-           ORDER BY w LIMIT 1)
-         INSERT INTO shardflake.worker_leases AS l (namespace, worker, holder, token, expires_at)
-         SELECT $1, w, $3, nextval('shardflake.lease_token'), clock_timestamp() + make_interval(secs => $4::float8 / 1000)
-         FROM candidate
-         ON CONFLICT (namespace, worker) DO UPDATE
-           SET holder = excluded.holder, token = excluded.token, expires_at = excluded.expires_at
-           WHERE l.expires_at <= clock_timestamp()
-         RETURNING worker, token`,
-        [namespace, maxWorkers, holder, ttlMs],
-      )
-      .catch((error) => {
+    granted =
+      (await grantLease(catalog, { namespace, maxWorkers, holder, ttlMs }).catch((error) => {
         throw wrapPgError(error);
-      });
-    granted = rows[0] as { worker: number; token: bigint } | undefined;
+      })) ?? undefined;
   }
   if (!granted) {
     throw new ShardflakeError(
@@ -163,16 +133,10 @@ export async function acquireLease(catalog: Queryable, options: LeaseOptions = {
     async heartbeat() {
       if (lost) lease.assertValid();
       const at = clock();
-      const { rowCount } = await catalog
-        .query(
-          `UPDATE shardflake.worker_leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8 / 1000)
-           WHERE namespace = $1 AND worker = $2 AND token = $3 AND expires_at > clock_timestamp()`,
-          [namespace, worker, token, ttlMs],
-        )
-        .catch((error) => {
-          throw wrapPgError(error);
-        });
-      if (rowCount === 0) {
+      const renewed = await renewLease(catalog, { namespace, worker, token, ttlMs }).catch((error) => {
+        throw wrapPgError(error);
+      });
+      if (!renewed) {
         lost = true;
         if (timer) clearInterval(timer);
         lease.assertValid();
@@ -184,15 +148,9 @@ export async function acquireLease(catalog: Queryable, options: LeaseOptions = {
       const wasLost = lost;
       lost = true;
       if (wasLost) return;
-      await catalog
-        .query('DELETE FROM shardflake.worker_leases WHERE namespace = $1 AND worker = $2 AND token = $3', [
-          namespace,
-          worker,
-          token,
-        ])
-        .catch((error) => {
-          throw wrapPgError(error);
-        });
+      await releaseLease(catalog, { namespace, worker, token }).catch((error) => {
+        throw wrapPgError(error);
+      });
     },
   };
   if (options.autoHeartbeat ?? true) {

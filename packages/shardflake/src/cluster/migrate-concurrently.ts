@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { ShardflakeError } from '../errors.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import type { Migration } from './config.js';
-import type { ConcurrentIndexStatement } from './ddl-guard.js';
+import type { ConcurrentIndexStatement } from './statement-rules.js';
 
 /**
  * A migration of `CREATE [UNIQUE] INDEX CONCURRENTLY` / `DROP INDEX CONCURRENTLY` statements on one shard.

@@ -2,7 +2,14 @@ import type pg from 'pg';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
-import { readClusterInfo, readShardMap, readShardVersions } from './catalog.js';
+import { runningMove } from './catalog/moves.js';
+import {
+  findPlacement,
+  readClusterInfo,
+  readShardMap,
+  readShardVersions,
+  recordShardVersion,
+} from './catalog/shards.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { closeAll, connectAll, connectServer, primaryUrl } from './connections.js';
 import { buildLookups, type LookupBuildReport } from './lookups/build.js';
@@ -10,7 +17,7 @@ import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate
 import { keepHistory } from './migrations.js';
 import { installReference, type ReferenceInstallResult } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
-import { lockShard, runningMove, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
+import { lockShard, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
 import { settlePreparedOnShards } from './transactions/settle.js';
 
 /**
@@ -215,10 +222,7 @@ export async function migrateCluster(
     let catalogWrites = Promise.resolve();
     const record = (shard: number, version: number, error: string | null) => {
       catalogWrites = catalogWrites.then(async () => {
-        await catalog.query(
-          'UPDATE shardflake.shards SET schema_version = $2, last_error = $3 WHERE shard = $1',
-          [shard, version, error],
-        );
+        await recordShardVersion(catalog, shard, version, error);
       });
     };
 
@@ -253,10 +257,7 @@ export async function migrateCluster(
         }
         try {
           // Under the lock: where the shard lives now, and whether a move left it `moving` (a crashed one).
-          const now = await lock.query('SELECT server, state FROM shardflake.shards WHERE shard = $1', [
-            shard,
-          ]);
-          const placed = now.rows[0] as { server: string; state: string } | undefined;
+          const placed = await findPlacement(lock, shard);
           if (placed) server = placed.server;
           if (placed?.state === 'moving') {
             failed.push({ shard, server, schema, version, error: MOVING });

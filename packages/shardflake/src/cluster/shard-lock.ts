@@ -1,6 +1,9 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../errors.js';
-import type { Queryable } from '../postgres/connect.js';
+import { runningMove } from './catalog/moves.js';
+import { SHARD_LOCK_CLASS } from './catalog/shards.js';
+
+export { SHARD_LOCK_CLASS };
 
 /**
  * The per-shard lock that keeps a shard's move and its migrations apart: a session advisory lock on the catalog,
@@ -9,24 +12,6 @@ import type { Queryable } from '../postgres/connect.js';
  * move is told from a crashed one. It lives here, not with moves, because migrations need it too and the cluster
  * layer never imports move code.
  */
-export const SHARD_LOCK_CLASS = 0x5f4d4f56; // "_MOV": the key space is (class, shard); (class, -1) guards setup.
-
-/**
- * The unfinished move of a shard as the catalog's moves table records it, for messages; null when none. Throws when
- * no move ever ran (the table does not exist yet): callers treat that as none.
- */
-export async function runningMove(
-  catalog: Queryable,
-  shard: number,
-): Promise<{ id: bigint; to: string; phase: string } | null> {
-  const { rows } = await catalog.query(
-    `SELECT id, to_server AS to, phase FROM shardflake.moves
-      WHERE shard = $1 AND phase NOT IN ('done', 'rolled_back')`,
-    [shard],
-  );
-  const row = rows[0] as { id: bigint; to: string; phase: string } | undefined;
-  return row ? { id: BigInt(row.id), to: row.to, phase: row.phase } : null;
-}
 
 /**
  * Takes the shard's lock on `catalog` (a dedicated connection, held until `unlockShard` or disconnect). Throws

@@ -1,10 +1,11 @@
 import { ShardflakeError } from '../errors.js';
 import { resolveLayout, withEpoch } from '../ids/layout.js';
 import { connect, describeUrl } from '../postgres/connect.js';
-import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog.js';
+import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from './catalog/shards.js';
 import { type ClusterConfig, targetVersion } from './config.js';
 import { serverNodeUrls } from './connections.js';
 import { historyReport } from './migrations.js';
+import { type MoveStatus, moveWarnings, readMoveStatus } from './status-moves.js';
 import { type NodeStatus, readNodes, readShardStats, type ShardStats } from './status-stats.js';
 import { readTransactionsStatus, type TransactionsStatus } from './transactions/cluster-access.js';
 import { TRANSACTION_DEFAULTS } from './transactions/state.js';
@@ -50,6 +51,8 @@ export interface ClusterStatus {
   /** `reachable`: the server's primary answers. `nodes`: each node's role, connections and replica lag. */
   servers: { name: string; url: string; shards: number; reachable: boolean; nodes: NodeStatus[] }[];
   warnings: string[];
+  /** Unfinished (and abandoned) moves, leftover copies on any node (status-moves.ts). */
+  moves: MoveStatus;
   shards: ShardStatus[];
   /**
    * Transactions across servers: servers that cannot take part (max_prepared_transactions = 0), and this
@@ -140,6 +143,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       for (const n of s.nodes.filter((x) => s.reachable && !x.reachable))
         warnings.push(`server ${s.name}: node ${n.node} is unreachable`);
     }
+    const moves = await readMoveStatus(catalog, map, urls, config.schemaPrefix);
+    warnings.push(...moveWarnings(moves));
     const transactions = await readTransactionsStatus(
       config,
       servers.filter((x) => x.reachable && x.url !== '(not in config)').map((x) => x.name),
@@ -170,6 +175,7 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       schemaVersions,
       servers,
       warnings,
+      moves,
       shards,
       transactions,
     };

@@ -4,28 +4,15 @@ import { lookupCheck } from './lookups/verify.js';
 import { migrationsCheck } from './migrations-verify.js';
 import { referenceCheck } from './reference/verify.js';
 import { clusterAccess } from './transactions/cluster-access.js';
-import type { ServerAccess } from './transactions/recovery.js';
 import { transactionChecks } from './transactions/verify.js';
+import type { Problem, VerifyCheck } from './verify-check.js';
 
 /**
  * `shardflake cluster verify`: the cluster's consistency checks, one list that each feature appends its own to
  * (one line below per module: transactions, reference tables, lookups, …). A check reads, never changes anything,
  * and names what is wrong and where; a check that cannot run (a server down) reports that as its problem.
  */
-export interface Problem {
-  /** The check that found it. */
-  check: string;
-  /** Where: a server, a shard, a table, a gid … as a reader would look for it. */
-  where: string;
-  /** What is wrong, and what to do about it when there is something to do. */
-  what: string;
-}
-
-export interface VerifyCheck {
-  name: string;
-  /** `pools`: a connection to any configured server's primary, opened on first use and shared by every check. */
-  run(config: ClusterConfig, pools: ServerAccess): Promise<Problem[]>;
-}
+export type { Problem, VerifyCheck };
 
 /** Every check, in the order they run and print. */
 export const VERIFY_CHECKS: VerifyCheck[] = [

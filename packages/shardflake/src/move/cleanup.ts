@@ -1,13 +1,18 @@
 import type pg from 'pg';
-import { readShardMap } from '../cluster/catalog.js';
+import { installMoves, isFinal, listMoves, markOldCopyDropped, streamId } from '../cluster/catalog/moves.js';
+import { readShardMap } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { isFenced } from '../cluster/fence.js';
 import { dropFenceGuardIfUnusedSql } from '../cluster/fence-guard.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
-import { isFinal } from './phases.js';
-import { installMoves, listMoves, markOldCopyDropped, streamId } from './record.js';
+import {
+  differencesFromVerified,
+  fenceOnDiscovery,
+  type LeftoverConflict,
+  rowsMissingAtHome,
+} from './leftovers.js';
 import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
 import { settleMove } from './settle.js';
 import { dropSchema } from './tables.js';
@@ -19,13 +24,18 @@ import { dropSchema } from './tables.js';
  *    catalog, rolled back otherwise. A move still running (lock held) is left alone.
  * 2. Shard schemas on a server the catalog does not place them on: fenced old copies of finished moves, and
  *    target copies of rolled-back moves. The catalog's placement is never dropped, and a shard is locked while
- *    its copies are dropped, so a move cannot start beside it.
+ *    its copies are dropped, so a move cannot start beside it. An unfenced one is fenced first, and an old copy
+ *    that no longer matches what its move verified is kept and reported as a conflict (leftovers.ts).
  * 3. Replication objects named `sf_move_<id>` (subscriptions, publications, slots, and the subscriptions'
  *    table-sync slots) of moves that have ended.
  */
 export interface CleanupResult {
   settled: { moveId: bigint; shard: number; outcome: 'finished' | 'rolled_back' }[];
   droppedCopies: { shard: number; server: string; schema: string; fenced: boolean }[];
+  /** Leftover copies found writable and fenced on the spot. */
+  fencedOnDiscovery: { shard: number; server: string; schema: string }[];
+  /** Old copies that took writes after their fence (or hold an older state): kept, with what to reconcile. */
+  conflicts: LeftoverConflict[];
   droppedReplication: { server: string; kind: 'subscription' | 'publication' | 'slot'; name: string }[];
   skipped: string[];
 }
@@ -39,7 +49,14 @@ export async function cleanupCluster(
   config: ClusterConfig,
   options: CleanupOptions = {},
 ): Promise<CleanupResult> {
-  const result: CleanupResult = { settled: [], droppedCopies: [], droppedReplication: [], skipped: [] };
+  const result: CleanupResult = {
+    settled: [],
+    droppedCopies: [],
+    fencedOnDiscovery: [],
+    conflicts: [],
+    droppedReplication: [],
+    skipped: [],
+  };
   const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake cleanup' });
   const clients = new Map<string, pg.Client>();
   try {
@@ -96,6 +113,30 @@ export async function cleanupCluster(
         }
         try {
           const fenced = await isFenced(client, schema);
+          if (!fenced && !options.dryRun) {
+            await fenceOnDiscovery(
+              client,
+              schema,
+              `shard ${shard} lives on server ${at}; this copy on server ${server} is a leftover (fenced on discovery by cluster cleanup)`,
+            );
+            result.fencedOnDiscovery.push({ shard, server, schema });
+          }
+          const move = [...moves]
+            .reverse()
+            .find((m) => m.shard === shard && m.from === server && m.phase === 'done');
+          const differences = await differencesFromVerified(client, schema, move);
+          if (move && differences && differences.length > 0) {
+            const home = clients.get(at);
+            result.conflicts.push({
+              shard,
+              server,
+              schema,
+              moveId: move.id,
+              differences,
+              rowsToReconcile: home ? await rowsMissingAtHome(client, home, schema) : [],
+            });
+            continue;
+          }
           if (!options.dryRun) {
             await dropSchema(client, schema);
             for (const m of moves) {

@@ -55,11 +55,6 @@ BEGIN
 END
 $install$`;
 
-/** Lists `schema` as moving on the source and makes sure the guard is installed. Returns false without privilege. */
-export async function guardSchema(source: pg.Client, schema: string, moveId: bigint): Promise<boolean> {
-  return guardSchemas(source, [schema], moveId);
-}
-
 /** Lists every schema of a set as moving, in one transaction. */
 export async function guardSchemas(
   source: pg.Client,
@@ -92,10 +87,6 @@ export async function guardSchemas(
 }
 
 /** Removes `schema` from the guard; drops the guard when no move from this server is left. */
-export async function unguardSchema(source: pg.Client, schema: string): Promise<void> {
-  await unguardSchemas(source, [schema]);
-}
-
 export async function unguardSchemas(source: pg.Client, schemas: readonly string[]): Promise<void> {
   const { rows } = await source.query("SELECT to_regclass('shardflake_move.moving') IS NOT NULL AS ok");
   if (!(rows[0] as { ok: boolean }).ok) return;

@@ -1,5 +1,5 @@
+import type { MovePhase } from '../cluster/catalog/moves.js';
 import type { Throttle } from './copy-stream.js';
-import type { MovePhase } from './phases.js';
 import type { ReplicationLogin } from './replication.js';
 
 /** What a caller can ask of a move, what it reports while it runs, and what it returns; defaults in one place. */
@@ -22,6 +22,18 @@ export interface MoveOptions {
   cutoverTimeoutMs?: number;
   /** Longest wait for the initial copy and catch-up (default 30 minutes). */
   syncTimeoutMs?: number;
+  /**
+   * Longest wait, between the fence's commit and the switch (writes paused), for every replica the config lists for
+   * the source to replay the fence (default 5000 ms); past it the move rolls back instead of switching.
+   */
+  replicaFenceTimeoutMs?: number;
+  /** Replicas of the source declared out (host:port as messages print them, or their URL): not waited for. */
+  skipReplicas?: readonly string[];
+  /**
+   * The longest a frozen or vanished mover can keep a shard's writes paused (default 10 000 ms): its sessions end
+   * a transaction left idle that long, wait no longer for a lock, and run no statement in the pause longer.
+   */
+  pauseBoundMs?: number;
   /** Names this process in the move record (default host:pid). */
   owner?: string;
   /**
@@ -29,7 +41,7 @@ export interface MoveOptions {
    * - `in-pause`: counts and checksums of every table while writes are paused, right before the switch. Safest;
    *   the pause grows with the shard's size (about 1 ms per 1,000 rows on a small machine).
    * - `snapshots`: checksums on consistent snapshots pinned during a short earlier pause (VDiff-style, see
-   *   move-snapshots.ts), then only row counts in the cutover pause. For big shards.
+   *   snapshots.ts), then a barrier in the cutover pause. For big shards.
    */
   verify?: VerifyMode;
   /** How the subscription logs in to the source: its role and a passfile on the target (replication.ts). */
@@ -87,6 +99,8 @@ export const DEFAULTS = {
   cutoverAttempts: 3,
   cutoverTimeoutMs: 10_000,
   syncTimeoutMs: 30 * 60_000,
+  replicaFenceTimeoutMs: 5000,
+  pauseBoundMs: 10_000,
   pollMs: 20,
 };
 

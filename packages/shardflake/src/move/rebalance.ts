@@ -1,12 +1,14 @@
 import type pg from 'pg';
-import { readShardMap, type ShardPlacement } from '../cluster/catalog.js';
+import { finishedStreams } from '../cluster/catalog/moves.js';
+import { readShardMap, type ShardPlacement } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
+import { checkSetOptions } from './checks.js';
+import { moveSets } from './engine.js';
 import type { MoveResult, SetMoveOptions } from './options.js';
-import { checkSetOptions, moveSets } from './set.js';
 
 /**
  * `cluster rebalance`: spreads the logical shards evenly over the servers the config names, e.g. after a third
@@ -361,15 +363,7 @@ export async function estimateFromHistory(
   shards: number,
   rows: number,
 ): Promise<MoveEstimate | null> {
-  const { rows: history } = await catalog
-    .query(
-      `SELECT count(*)::float8 AS shards, coalesce(sum(rows_copied), 0)::float8 AS rows,
-            extract(epoch FROM max(updated_at) - min(started_at))::float8 AS seconds
-       FROM shardflake.moves WHERE phase = 'done'
-      GROUP BY coalesce(batch_id, id)`,
-    )
-    .catch(() => ({ rows: [] as unknown[] }));
-  const sets = history as { shards: number; rows: number; seconds: number }[];
+  const sets = await finishedStreams(catalog).catch(() => []);
   if (sets.length === 0) return null;
   let ss = 0;
   let sr = 0;

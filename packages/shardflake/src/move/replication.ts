@@ -3,12 +3,12 @@ import { type Queryable, wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 
 /**
- * Copy and catch-up of one shard schema with PostgreSQL logical replication: a publication for the schema's
- * tables on the source, a subscription (with its replication slot on the source) on the target. The initial copy
- * is the subscription's own COPY of each table; changes made meanwhile stream through the slot.
+ * Catch-up of a move's shard schemas with PostgreSQL logical replication: a publication for the schemas on the
+ * source, a replication slot there (made by the copy, snapshot-copy.ts, whose snapshot the copy reads), and a
+ * subscription on the target that streams from that slot the changes made since.
  *
- * Names of the replication objects come from the move id (`sf_move_<id>`), so a rerun or `cluster cleanup` can
- * always find and drop what an interrupted move left behind.
+ * Names of the replication objects come from the move's stream id (`sf_move_<id>`), so a rerun or `cluster
+ * cleanup` can always find and drop what an interrupted move left behind.
  */
 export interface ReplicationNames {
   publication: string;
@@ -23,16 +23,16 @@ export function replicationNames(moveId: bigint): ReplicationNames {
   return { publication: name, subscription: name, slot: name };
 }
 
+/** The publication of every table of `schemas` (tables created later in them too); idempotent. */
 export async function createPublication(
   source: Queryable,
   name: string,
-  schema: string,
-  tables: readonly string[],
+  schemas: readonly string[],
 ): Promise<void> {
   const { rows } = await source.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [name]);
   if (rows.length > 0) return;
   await source.query(
-    `CREATE PUBLICATION ${quoteIdent(name)} FOR TABLE ${tables.map((t) => qualified(schema, t)).join(', ')}`,
+    `CREATE PUBLICATION ${quoteIdent(name)} FOR TABLES IN SCHEMA ${schemas.map((s) => quoteIdent(s, 'schema')).join(', ')}`,
   );
 }
 
@@ -126,8 +126,8 @@ export async function grantReplicationRead(
 }
 
 /**
- * Creates the subscription (which creates the slot on the source and starts the initial copy). `binary` makes
- * the initial COPY and the change stream use binary send/receive (both servers run the same major version);
+ * Creates the subscription on the slot the copy made (no copy of its own). `binary` makes the change stream use
+ * binary send/receive (both servers run the same major version);
  * `streaming = off` keeps every transaction applied by the one apply worker, in commit order, which the cutover's
  * "received up to the source's LSN" test relies on. The connection string has no password (ReplicationLogin).
  */
@@ -143,7 +143,7 @@ export async function createSubscription(
     await target.query(
       `CREATE SUBSCRIPTION ${quoteIdent(names.subscription)} CONNECTION ${quoteLiteral(subscriptionConninfo(sourceUrl, login))}
        PUBLICATION ${quoteIdent(names.publication)}
-       WITH (copy_data = true, create_slot = true, slot_name = ${quoteLiteral(names.slot)}, enabled = true, streaming = off, binary = true)`,
+       WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(names.slot)}, enabled = true, streaming = off, binary = true)`,
     );
   } catch (error) {
     throw subscriptionError(error, login);

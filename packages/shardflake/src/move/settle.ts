@@ -1,14 +1,15 @@
 import type pg from 'pg';
+import { type MoveRecord, reached, recordPhase, streamId } from '../cluster/catalog/moves.js';
+import { readPlacement, setShardsState } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { isFenced, unfenceSql } from '../cluster/fence.js';
 import { ShardflakeError } from '../errors.js';
-import { ddlPastGuard, unguardSchema } from './ddl-guard.js';
-import { DEFAULTS } from './options.js';
-import { reached } from './phases.js';
-import { type MoveRecord, recordPhase, streamId } from './record.js';
+import { inTransaction, openServer } from './connections.js';
+import { ddlPastGuard, unguardSchemas } from './ddl-guard.js';
+import { finishMembers } from './finish.js';
+import { DEFAULTS, SET_DEFAULTS } from './options.js';
 import { dropPublication, dropSlots, dropSubscription, replicationNames } from './replication.js';
-import { inTransaction, newSession, openServer, readPlacement, setShardState } from './session.js';
-import { finish } from './steps.js';
+import type { Run } from './run.js';
 import { dropSchema, listTables } from './tables.js';
 
 /**
@@ -18,14 +19,14 @@ import { dropSchema, listTables } from './tables.js';
 /**
  * Undoes a move that has not switched: target copy and subscription dropped, source unfenced, publication and
  * slots dropped, shard active on its source. A target that cannot be reached keeps its subscription (now without
- * a slot, so it copies nothing); `cluster cleanup` drops it later.
+ * a slot, so it copies nothing); `cluster cleanup` drops it later. Returns what was left behind, in words.
  */
 export async function rollBackMove(
   config: ClusterConfig,
   catalog: pg.Client,
   record: MoveRecord,
   reason: string,
-): Promise<void> {
+): Promise<string[]> {
   const placement = await readPlacement(catalog, record.shard);
   if (placement.server !== record.from) {
     throw new ShardflakeError(
@@ -51,13 +52,14 @@ export async function rollBackMove(
     if (await isFenced(source, record.schema)) await ddlPastGuard(source, unfenceSql(record.schema));
     await dropPublication(source, names.publication);
     await dropSlots(source, names.slot, record.subscriptionOid);
-    await unguardSchema(source, record.schema);
+    await unguardSchemas(source, [record.schema]);
     await inTransaction(catalog, async () => {
-      if (placement.state !== 'active') await setShardState(catalog, record.shard, 'active');
+      if (placement.state !== 'active') await setShardsState(catalog, [record.shard], 'active');
       await recordPhase(catalog, record.id, 'rolled_back', {
         error: [reason, ...leftovers.map((l) => `left: ${l}`)].join('; '),
       });
     });
+    return leftovers;
   } finally {
     await Promise.all([source.end().catch(() => {}), target?.end().catch(() => {})]);
   }
@@ -80,17 +82,35 @@ export async function settleMove(
     throw e;
   });
   try {
-    const s = newSession({
+    const names = replicationNames(streamId(record));
+    const run: Run = {
       config,
-      opts: { ...DEFAULTS },
+      opts: { ...DEFAULTS, ...SET_DEFAULTS },
       catalog,
       source,
       target,
-      record,
-      names: replicationNames(streamId(record)),
-      tables: await listTables(source, record.schema),
-    });
-    await finish(s);
+      from: record.from,
+      to: record.to,
+      streamId: streamId(record),
+      batchId: record.batchId,
+      names,
+      members: [
+        {
+          record,
+          tables: await listTables(source, record.schema),
+          resumedFrom: record.phase,
+          rows: 0n,
+          pauseMs: null,
+          pauseSteps: {},
+          mapVersion: 0n,
+          snapshot: null,
+        },
+      ],
+      copy: null,
+      catchUpMs: null,
+      steps: {},
+    };
+    await finishMembers(run, run.members);
     return 'finished';
   } finally {
     await Promise.all([source.end().catch(() => {}), target.end().catch(() => {})]);

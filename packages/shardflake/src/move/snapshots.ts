@@ -30,6 +30,8 @@ export interface SnapshotVerifyOptions {
   tables: readonly string[];
   lockTimeoutMs: number;
   timeoutMs: number;
+  /** Bound on how long a frozen caller can keep the short pause (idle_in_transaction_session_timeout). */
+  pauseBoundMs?: number;
 }
 
 export interface SnapshotVerifyResult {
@@ -51,6 +53,12 @@ export async function verifyOnSnapshots(o: SnapshotVerifyOptions): Promise<Snaps
       open(o.targetUrl),
     ]);
     sessions.push(locker, pinnedSource, marker, pinnedTarget);
+    // The session that pauses writes ends itself if this process freezes inside the pause (see boundedSessionSql).
+    if (o.pauseBoundMs !== undefined) {
+      await locker.query(
+        `SET idle_in_transaction_session_timeout = ${Math.max(1, Math.round(o.pauseBoundMs))}`,
+      );
+    }
     const migrations = qualified(o.schema, MIGRATIONS_TABLE);
     const locked = o.tables.filter((t) => t !== MIGRATIONS_TABLE).map((t) => qualified(o.schema, t));
     const { rows: versionRows } = await pinnedTarget.query(`SELECT min(version) AS v FROM ${migrations}`);

@@ -50,13 +50,6 @@ export async function existingSchemas(client: Queryable, schemas: readonly strin
   return new Set((rows as { s: string }[]).map((r) => r.s));
 }
 
-export async function schemaExists(client: Queryable, schema: string): Promise<boolean> {
-  const { rows } = await client.query('SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS ok', [
-    schema,
-  ]);
-  return (rows[0] as { ok: boolean }).ok;
-}
-
 /** Refuses a table without a primary key: logical replication could not apply its UPDATEs and DELETEs. */
 export function requirePrimaryKeys(schema: string, tables: readonly SourceTable[]): void {
   const missing = tables.filter((t) => t.primaryKey.length === 0).map((t) => `${schema}.${t.name}`);

@@ -1,39 +1,4 @@
-import type pg from 'pg';
-import type { ClusterConfig } from '../cluster/config.js';
-import { shardCreationSql } from '../cluster/shard-ddl.js';
-import { type Queryable, wrapPgError } from '../postgres/connect.js';
-import { qualified } from '../postgres/identifier.js';
-import { listTables } from './tables.js';
-
-/**
- * Creates the shard on the target from the cluster's own table templates and migrations (the same SQL
- * `cluster init` runs), then empties every table so the subscription's initial copy brings the source's rows
- * (including `_shardflake_migrations`). Re-running the templates, rather than reverse-engineering DDL from the
- * catalog tables, gives the target exactly the generator, defaults and indexes every other shard has; the move
- * checks beforehand that the source is at the config's schema version and afterwards that both shapes match.
- */
-export async function createTargetSchema(
-  target: pg.Client,
-  config: ClusterConfig,
-  shard: number,
-  schema: string,
-): Promise<void> {
-  await target.query('BEGIN');
-  try {
-    await target.query(shardCreationSql(config, shard, schema));
-    const tables = await listTables(target, schema);
-    if (tables.length > 0) {
-      await target.query(`TRUNCATE ${tables.map((t) => qualified(schema, t.name)).join(', ')}`);
-    }
-    for (const index of await deferrableIndexes(target, schema)) {
-      await target.query(`DROP INDEX ${qualified(schema, index.name)}`);
-    }
-    await target.query('COMMIT');
-  } catch (error) {
-    await target.query('ROLLBACK').catch(() => {});
-    throw wrapPgError(error);
-  }
-}
+import type { Queryable } from '../postgres/connect.js';
 
 /**
  * Plain (non-unique) indexes of the schema, with their full definitions. The target gets them only after the
@@ -56,24 +21,6 @@ export async function deferrableIndexes(
     [schema],
   );
   return rows as { name: string; definition: string }[];
-}
-
-/** Builds on the target every deferred index the source has and the target lacks (idempotent). */
-export async function buildDeferredIndexes(
-  source: Queryable,
-  target: Queryable,
-  schema: string,
-): Promise<number> {
-  const wanted = await deferrableIndexes(source, schema);
-  const present = new Set((await deferrableIndexes(target, schema)).map((i) => i.name));
-  let built = 0;
-  for (const index of wanted) {
-    if (present.has(index.name)) continue;
-    // pg_get_indexdef names the schema, which is the same on both servers.
-    await target.query(index.definition);
-    built++;
-  }
-  return built;
 }
 
 /** `deferrableIndexes` of many schemas in one query. */

@@ -54,22 +54,6 @@ export function digestSql(
     .join(' UNION ALL ');
 }
 
-/** Row counts only (checksum 0): the cheap comparison a `snapshots` move makes inside the write pause. */
-export async function countTables(
-  client: Queryable,
-  schema: string,
-  tables: readonly string[],
-): Promise<TableDigest[]> {
-  if (tables.length === 0) return [];
-  const sql = tables
-    .map((t, i) => `SELECT ${i} AS i, count(*)::bigint AS rows FROM ${qualified(schema, t)}`)
-    .join(' UNION ALL ');
-  const { rows } = await client.query(sql);
-  return (rows as { i: number; rows: bigint }[])
-    .sort((a, b) => a.i - b.i)
-    .map((r) => ({ table: tables[r.i] as string, rows: BigInt(r.rows), checksum: 0n }));
-}
-
 /** Digests of `tables`; call inside a transaction (it sets the text settings locally). */
 export async function digestTables(
   client: Queryable,

@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
+import { MOVE_PHASES } from 'shardflake/internal/cluster/catalog/moves.js';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
 import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { checkShardList } from 'shardflake/internal/move/checks.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
 import { parseThrottle } from 'shardflake/internal/move/copy-stream.js';
 import { moveShards } from 'shardflake/internal/move/move.js';
@@ -13,9 +15,7 @@ import {
   VERIFY_MODES,
   type VerifyMode,
 } from 'shardflake/internal/move/options.js';
-import { MOVE_PHASES } from 'shardflake/internal/move/phases.js';
 import { BALANCE_BY, type BalanceBy, rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
-import { checkShardList } from 'shardflake/internal/move/set.js';
 import { positiveInteger } from '../options.js';
 import { progressBar, toJson } from '../output.js';
 
@@ -30,6 +30,9 @@ interface MoveFlags {
   throttle?: string;
   copyWorkers?: number;
   streamsPerServer?: number;
+  pauseBound?: number;
+  replicaFenceTimeout?: number;
+  skipReplica?: string;
 }
 
 /** The flags every command that moves shards shares, as set options. */
@@ -38,6 +41,9 @@ function setOptions(flags: MoveFlags): SetMoveOptions {
     throttle: flags.throttle === undefined ? undefined : parseThrottle(flags.throttle),
     copyWorkers: flags.copyWorkers,
     streamsPerServer: flags.streamsPerServer,
+    pauseBoundMs: flags.pauseBound,
+    replicaFenceTimeoutMs: flags.replicaFenceTimeout,
+    skipReplicas: flags.skipReplica?.split(',').map((r) => r.trim()),
     afterStep: holdHook(),
     replication: { user: flags.replicationUser, passfile: flags.replicationPassfile },
   };
@@ -120,7 +126,7 @@ export function registerMoveCommands(cluster: Command): void {
       'in-pause',
     )
     .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
-    .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
+    .option('--copy-workers <n>', 'tables copied at once (default 4)', positiveInteger('--copy-workers'))
     .option(
       '--replication-user <role>',
       "the source role the subscription logs in as (default: the URL's user)",
@@ -130,6 +136,20 @@ export function registerMoveCommands(cluster: Command): void {
       '--streams-per-server <n>',
       'sets at once on any one server (default 1)',
       positiveInteger('--streams-per-server'),
+    )
+    .option(
+      '--pause-bound <ms>',
+      'longest a frozen or vanished mover can keep writes paused: its sessions end after this (default 10000)',
+      positiveInteger('--pause-bound'),
+    )
+    .option(
+      '--replica-fence-timeout <ms>',
+      "longest wait for the source's replicas to replay the fence before the switch; past it the move rolls back (default 5000)",
+      positiveInteger('--replica-fence-timeout'),
+    )
+    .option(
+      '--skip-replica <host:port[,…]>',
+      'replicas of the source declared out (gone for good): not waited for at the switch',
     )
     .option('--json', 'print the results as JSON')
     .action(async (flags: Flags & MoveFlags & { shard: string; to: string; verify: string }) => {
@@ -173,7 +193,7 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--throttle <rate>', "limit each set's initial copy: 5000rows/s, 20MB/s, …")
     .option(
       '--copy-workers <n>',
-      'tables copied at once per set (default 2)',
+      'tables copied at once per set (default 4)',
       positiveInteger('--copy-workers'),
     )
     .option(
@@ -185,6 +205,20 @@ export function registerMoveCommands(cluster: Command): void {
       '--streams-per-server <n>',
       'sets at once on any one server (default 1); distinct server pairs move in parallel',
       positiveInteger('--streams-per-server'),
+    )
+    .option(
+      '--pause-bound <ms>',
+      'longest a frozen or vanished mover can keep writes paused: its sessions end after this (default 10000)',
+      positiveInteger('--pause-bound'),
+    )
+    .option(
+      '--replica-fence-timeout <ms>',
+      "longest wait for the source's replicas to replay the fence before the switch; past it the move rolls back (default 5000)",
+      positiveInteger('--replica-fence-timeout'),
+    )
+    .option(
+      '--skip-replica <host:port[,…]>',
+      'replicas of the source declared out (gone for good): not waited for at the switch',
     )
     .option('--json', 'print the plan and results as JSON')
     .action(
@@ -275,10 +309,24 @@ export function registerMoveCommands(cluster: Command): void {
             (c) =>
               `${verb} ${c.fenced ? 'fenced old copy' : 'leftover copy'} ${c.schema} of shard ${c.shard} on ${c.server}`,
           ),
+          ...result.fencedOnDiscovery.map(
+            (c) => `fenced writable leftover copy ${c.schema} of shard ${c.shard} on ${c.server}`,
+          ),
+          ...result.conflicts.map(
+            (c) =>
+              `kept ${c.schema} of shard ${c.shard} on ${c.server}: it changed after move #${c.moveId} fenced it (${c.differences.join('; ')}); reconcile ${c.rowsToReconcile.length > 0 ? c.rowsToReconcile.join(', ') : 'its rows'} with the shard's home, then drop it by hand`,
+          ),
           ...result.droppedReplication.map((r) => `${verb} ${r.kind} ${r.name} on ${r.server}`),
           ...result.skipped.map((s) => `skipped: ${s}`),
-          result.settled.length + result.droppedCopies.length + result.droppedReplication.length === 0
-            ? 'nothing to clean up'
+          result.settled.length +
+            result.droppedCopies.length +
+            result.droppedReplication.length +
+            result.fencedOnDiscovery.length +
+            result.conflicts.length ===
+          0
+            ? result.skipped.length > 0
+              ? 'nothing cleaned up on the servers reached; run again once the skipped ones answer'
+              : 'nothing to clean up'
             : '',
         ]
           .filter((l) => l !== '')

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
+import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import type { Row } from 'shardflake/internal/cluster/router/rows.js';
-import { createRouter } from 'shardflake/internal/cluster/router.js';
 import type { SqlColumn } from 'shardflake/internal/cluster/sql/index.js';
 import { toJson } from '../output.js';
 

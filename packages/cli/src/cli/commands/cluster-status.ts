@@ -90,6 +90,14 @@ export function formatStatus(status: ClusterStatus, everyShard: boolean): string
   if (states.length > 0) lines.push(`not active: ${states.map((s) => `${s.shard} (${s.state})`).join(', ')}`);
   for (const s of status.shards.filter((x) => x.lastError))
     lines.push(`  shard ${s.shard}: last migration failed: ${s.lastError}`);
+  for (const m of status.moves?.unfinished ?? [])
+    lines.push(
+      `move #${m.moveId} of shard ${m.shard}: ${m.from} → ${m.to}, phase ${m.phase}, ${m.abandoned ? 'abandoned (no process holds it)' : `running (${m.owner ?? 'unknown owner'})`}`,
+    );
+  for (const l of status.moves?.leftovers ?? [])
+    lines.push(
+      `leftover copy ${l.schema} of shard ${l.shard} on ${l.role} ${l.node} (server ${l.server}): ${l.fenced ? 'fenced' : 'NOT fenced'}`,
+    );
   if (everyShard) {
     lines.push('shard   server    rows      size  inserts  updates  deletes');
     for (const s of status.shards) {

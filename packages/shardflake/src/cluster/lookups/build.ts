@@ -12,7 +12,7 @@ import {
   recordLookup,
   setLookupPhase,
 } from '../catalog/lookups.js';
-import { readShardMap, type ShardPlacement } from '../catalog.js';
+import { readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { closeAll, connectAll } from '../connections.js';
 import { shardForKey } from '../shard-key.js';

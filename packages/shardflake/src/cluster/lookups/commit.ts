@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import type { RouterContext } from '../router/context.js';
 import { placementIn } from '../router/map.js';
 import { applyPendingChanges, type JoinShard } from './maintain.js';

@@ -1,7 +1,7 @@
 import { ShardflakeError } from '../../errors.js';
 import { validateIdentifier } from '../../postgres/identifier.js';
-import type { Migration, TableTemplate } from '../config.js';
-import { checkShardStatement } from '../ddl-guard.js';
+import type { Migration, TableTemplate } from '../schema-templates.js';
+import { checkShardStatement } from '../statement-rules.js';
 
 /**
  * The config's reference tables (SPEC G2): small tables every shard joins against, one copy on every server.

@@ -2,7 +2,7 @@ import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RouterContext } from './context.js';
 import type { RetryReason } from './events.js';

@@ -1,9 +1,8 @@
+import type { ServerNodes } from '../topology/nodes.js';
 import type { TransactionState } from '../transactions/state.js';
 import type { RouterEventHook } from './events.js';
 import type { ShardMapCache } from './map.js';
 import type { ReadPositions } from './positions.js';
-import type { WriteRetry } from './retry.js';
-import type { ServerNodes } from './server-nodes.js';
 import type { Statements } from './statements.js';
 
 /** What the router's parts (sessions, bulk writes, scatter reads, single-row calls) share. */
@@ -32,4 +31,14 @@ export interface RetryPolicy {
   retryBackoffMs: number;
   maxRetryBackoffMs: number;
   onRetry: ((retry: WriteRetry) => void) | undefined;
+}
+
+/** A retry of a write on a fenced or moving shard, as `RouterOptions.onRetry` is told of it (retry.ts says when). */
+export interface WriteRetry {
+  shard: number;
+  /** 1 for the first retry. */
+  attempt: number;
+  reason: 'fenced' | 'moving';
+  /** What ended the wait: a newer map (from NOTIFY or another refresh), or the backoff timeout. */
+  woke: 'map' | 'timeout';
 }

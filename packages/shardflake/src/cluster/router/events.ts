@@ -1,5 +1,7 @@
 import type { ShardflakeError } from '../../errors.js';
-import type { NodeRole } from './server-nodes.js';
+import type { FailoverEvent, NodeRole } from '../topology/nodes.js';
+
+export type { FailoverEvent };
 
 /**
  * What a router reports about its own work, to `RouterOptions.onEvent` and (through ./telemetry.ts) to
@@ -68,16 +70,6 @@ export interface CatalogEvent {
   type: 'catalog-down' | 'catalog-up';
   /** The catalog server's name in the config. */
   server: string;
-  error?: ShardflakeError;
-}
-
-export interface FailoverEvent {
-  /** A node was marked suspect (`node-suspect`) and the roles found again (`roles-found`). */
-  type: 'node-suspect' | 'roles-found';
-  server: string;
-  node: string;
-  /** For `roles-found`: the primary now. */
-  primary?: string;
   error?: ShardflakeError;
 }
 

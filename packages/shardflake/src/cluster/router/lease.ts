@@ -1,8 +1,8 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { loadPg, wrapPgError } from '../../postgres/connect.js';
+import type { AcquireOptions, NodeLease } from '../topology/nodes.js';
 import type { RouterContext } from './context.js';
-import type { AcquireOptions, NodeLease } from './server-nodes.js';
 
 /**
  * Getting a connection from a server's nodes, and telling a lost connection from an error PostgreSQL reported on

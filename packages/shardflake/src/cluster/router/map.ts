@@ -4,7 +4,8 @@ import type { ShardflakeId } from '../../ids/id.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../../ids/layout.js';
 import { connect, createPool, wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
-import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog.js';
+import { readServers } from '../catalog/servers.js';
+import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { RouterEvent } from './events.js';
 
 /**
@@ -31,6 +32,8 @@ export interface MapState {
   layout: Layout;
   shardField: LayoutField;
   shards: ShardPlacement[];
+  /** The servers the catalog knows (catalog/servers.ts): node addresses without passwords. */
+  servers: Map<string, string[]>;
 }
 
 export interface ShardMapOptions {
@@ -86,6 +89,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
           `no cluster on catalog server ${options.catalogServer}; run cluster init first`,
         );
       const map = await readShardMap(catalogPool);
+      const servers = await readServers(catalogPool);
       const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
       const shardField = layout.fields.find((f) => f.kind === 'shard');
       if (!shardField)
@@ -93,7 +97,14 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       const shards: ShardPlacement[] = [];
       for (const s of map.shards) shards[s.shard] = s;
       const previous = state?.version ?? 0n;
-      state = { version: map.version, logicalShards: info.logicalShards, layout, shardField, shards };
+      state = {
+        version: map.version,
+        logicalShards: info.logicalShards,
+        layout,
+        shardField,
+        shards,
+        servers,
+      };
       options.onMapChange?.(map.version);
       if (options.emit && map.version !== previous)
         options.emit({ type: 'map', version: map.version, previous });

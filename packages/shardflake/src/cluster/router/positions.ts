@@ -1,5 +1,5 @@
 import { ShardflakeError } from '../../errors.js';
-import type { Lsn } from './server-nodes.js';
+import type { Lsn } from '../topology/nodes.js';
 
 /**
  * Read-your-writes across replicas: the newest write position (WAL LSN) the router has seen per server. A read

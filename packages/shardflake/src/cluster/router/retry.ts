@@ -1,5 +1,5 @@
 import { isShardflakeError, ShardflakeError, sqlStateOf } from '../../errors.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { FENCED_SQLSTATE } from '../fence.js';
 import type { RouterContext } from './context.js';
 import type { Operation, RetryReason } from './events.js';
@@ -26,15 +26,6 @@ import type { OperationTrace } from './trace.js';
  *   could apply it twice.
  * Each retry runs the whole attempt again: a new lease, the current map, fn from the start.
  */
-export interface WriteRetry {
-  shard: number;
-  /** 1 for the first retry. */
-  attempt: number;
-  reason: 'fenced' | 'moving';
-  /** What ended the wait: a newer map (from NOTIFY or another refresh), or the backoff timeout. */
-  woke: 'map' | 'timeout';
-}
-
 /**
  * The wait before a retry. Fenced or moving: until a map newer than `version` arrives (the cutover's NOTIFY), or
  * the backoff ends, after which the map is re-read anyway (a notification may have been lost, or LISTEN is off).
@@ -88,6 +79,7 @@ export async function routed<T>(
   const { policy } = ctx;
   const deadline = performance.now() + policy.writeRetryMs;
   let backoff = policy.retryBackoffMs;
+  let finalTry = false;
   for (let n = 1; ; n++) {
     const map = await ctx.map.fresh();
     const shard = shardOf(map);
@@ -99,6 +91,21 @@ export async function routed<T>(
     } catch (error) {
       const reason = await retryReason(ctx, error, placement, write, info);
       if (!reason) throw error;
+      if (performance.now() >= deadline && reason === 'fenced' && !finalTry) {
+        // A write that waited on a cutover's lock longer than writeRetryMs and then hit the fence changed nothing;
+        // if the shard has moved meanwhile (the switch follows the fence within the move's bounded pause), it
+        // tries the new home once before failing.
+        finalTry = true;
+        if ((await ctx.map.newerMap(map.version, Math.max(policy.maxRetryBackoffMs, 1000))) === 'timeout')
+          ctx.map.markStale();
+        const now = placementIn(await ctx.map.fresh(), shard);
+        if (now.server !== placement.server) {
+          policy.onRetry?.({ shard, attempt: n, reason, woke: 'map' });
+          trace?.retryReasons.push(reason);
+          ctx.onEvent?.({ type: 'retry', operation, shard, attempt: n, reason, woke: 'map' });
+          continue;
+        }
+      }
       if (performance.now() >= deadline) {
         if (reason === 'fenced' || reason === 'moving')
           throw new ShardflakeError(

@@ -2,7 +2,7 @@ import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import type { Layout } from '../../ids/layout.js';
 import { connect } from '../../postgres/connect.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
@@ -19,15 +19,16 @@ import { serverOrder } from '../reference/order.js';
 import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
+import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
+import { createServerNodes } from '../topology/server-nodes.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
 import { type TransactionOptions, TransactionState } from '../transactions/state.js';
 import { withShards } from '../transactions/with-shards.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
-import type { RetryPolicy, RouterContext } from './context.js';
+import type { RetryPolicy, RouterContext, WriteRetry } from './context.js';
 import type { RouterEventHook } from './events.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
 import { ReadPositions } from './positions.js';
-import type { WriteRetry } from './retry.js';
 import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
 import {
   type FeedOptions,
@@ -38,7 +39,6 @@ import {
   queryMerged,
   type ShardQuery,
 } from './scatter.js';
-import { createServerNodes, type ServerNodes, type ServerNodesOptions } from './server-nodes.js';
 import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
 import { Statements } from './statements.js';
 import { telemetryHook, telemetryInstalled } from './telemetry.js';
@@ -256,7 +256,7 @@ export async function createRouter(
     nodes(server) {
       let nodes = servers.get(server);
       if (!nodes) {
-        nodes = createServerNodes(server, serverNodeUrls(config, server), {
+        nodes = createServerNodes(server, nodeUrlsOf(config, map.state, server), {
           poolSize: opts.poolSize,
           maxUses: opts.maxUses,
           maxLifetimeSeconds: opts.maxLifetimeSeconds,
@@ -357,4 +357,25 @@ export async function createRouter(
   }
   transactions.start();
   return router;
+}
+
+/**
+ * A server's node URLs: from the config, or, for a server the config lacks (added for a rebalance after this
+ * router started), from the catalog's server list. Those addresses carry no password: node-postgres takes it from
+ * PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows is one line naming it and what to add.
+ */
+function nodeUrlsOf(
+  config: Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>,
+  state: MapState | undefined,
+  server: string,
+): string[] {
+  if (server in config.servers) return serverNodeUrls(config, server);
+  const known = state?.servers.get(server);
+  if (!known || known.length === 0) {
+    throw new ShardflakeError(
+      'UNKNOWN_SERVER',
+      `the shard map places a shard on server ${server}, which neither this router's config nor the catalog's server list knows; add server ${server} to the config`,
+    );
+  }
+  return known;
 }

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
 import type { RouterContext } from './context.js';
 import type { Operation } from './events.js';

@@ -2,16 +2,16 @@ import type pg from 'pg';
 import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
-import type { ShardPlacement } from '../catalog.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { applyBeforeLocalCommit } from '../lookups/commit.js';
 import { watchNotices } from '../lookups/maintain.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
+import type { NodeLease } from '../topology/nodes.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
 import { type MapState, shardOfIdIn } from './map.js';
 import { ReadPositions } from './positions.js';
 import { type AttemptInfo, routed } from './retry.js';
-import type { NodeLease } from './server-nodes.js';
 import { traced } from './trace.js';
 
 /**

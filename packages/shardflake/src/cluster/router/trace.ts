@@ -1,7 +1,7 @@
 import { redactSecrets, ShardflakeError } from '../../errors.js';
 import { wrapPgError } from '../../postgres/connect.js';
+import type { NodeLease } from '../topology/nodes.js';
 import type { Operation, RetryReason, RouterEvent, RouterEventHook } from './events.js';
-import type { NodeLease } from './server-nodes.js';
 
 /**
  * What one routed operation did, collected while it runs and reported as one OperationEvent when it ends. A trace

@@ -1,5 +1,5 @@
 import { ShardflakeError } from '../../errors.js';
-import type { Lsn } from '../router/server-nodes.js';
+import type { Lsn } from './nodes.js';
 
 /**
  * WAL positions as numbers. PostgreSQL prints an LSN as two hex halves of a 64-bit byte position (`16/B374D848`);

@@ -1,17 +1,17 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { createPool, describeUrl, wrapPgError } from '../../postgres/connect.js';
-import type { FailoverEvent } from '../router/events.js';
+import { lsnToBigint } from './lsn.js';
+import { isNodeFailure } from './node-errors.js';
 import type {
   AcquireOptions,
+  FailoverEvent,
   Lsn,
   NodeLease,
   NodeRole,
   ServerNodes,
   ServerNodesOptions,
-} from '../router/server-nodes.js';
-import { lsnToBigint } from './lsn.js';
-import { isNodeFailure } from './node-errors.js';
+} from './nodes.js';
 import { PROBE_SQL } from './roles.js';
 
 /**

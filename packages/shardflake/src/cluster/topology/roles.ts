@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { connect, describeUrl, type Queryable, wrapPgError } from '../../postgres/connect.js';
-import type { NodeRole } from '../router/server-nodes.js';
+import type { NodeRole } from './nodes.js';
 
 /**
  * Which node of a server is the primary, found by asking each node (`pg_is_in_recovery()`), never by the order of

@@ -2,15 +2,15 @@ import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent, quoteLiteral } from '../../postgres/identifier.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import { INSERT_DECISION_SQL } from '../catalog/transactions.js';
-import type { ShardPlacement } from '../catalog.js';
 import type { RouterContext } from '../router/context.js';
 import type { TransactionPhase } from '../router/events.js';
 import { acquireOn, isConnectionLost } from '../router/lease.js';
-import type { NodeLease } from '../router/server-nodes.js';
 import { type ShardSession, type SharedConnection, sessionClient } from '../router/session.js';
 import { shardSearchPath } from '../router/statements.js';
 import type { OperationTrace } from '../router/trace.js';
+import type { NodeLease } from '../topology/nodes.js';
 import { formatGid, newTxid } from './gid.js';
 
 /**

@@ -3,8 +3,8 @@ import { ShardflakeError } from '../../errors.js';
 import { type Queryable, wrapPgError } from '../../postgres/connect.js';
 import { CAPABILITY_SQL, installTransactionLog, readClusterId } from '../catalog/transactions.js';
 import type { RouterEvent, RouterEventHook } from '../router/events.js';
-import type { ServerNodes } from '../router/server-nodes.js';
 import { emitSafely } from '../router/trace.js';
+import type { ServerNodes } from '../topology/nodes.js';
 import { type RecoveryReport, recoverTransactions, type ServerAccess } from './recovery.js';
 
 /**

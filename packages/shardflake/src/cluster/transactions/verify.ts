@@ -1,5 +1,5 @@
 import type { ClusterConfig } from '../config.js';
-import type { Problem, VerifyCheck } from '../verify.js';
+import type { Problem, VerifyCheck } from '../verify-check.js';
 import { clusterIdOf, twoPhaseCapability } from './cluster-access.js';
 import { listInDoubt, type ServerAccess } from './recovery.js';
 import { TRANSACTION_DEFAULTS } from './state.js';

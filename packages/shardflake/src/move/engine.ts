@@ -1,7 +1,17 @@
-import { bumpMapVersion } from '../cluster/catalog.js';
+import {
+  createBatch,
+  installMoves,
+  type MoveRecord,
+  reached,
+  streamId,
+  unfinishedBatch,
+  unfinishedMoves,
+} from '../cluster/catalog/moves.js';
+import { recordServers } from '../cluster/catalog/servers.js';
+import { readPlacements, setShardsState } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { primaryUrl } from '../cluster/connections.js';
-import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../cluster/fence.js';
+import { fenceSql } from '../cluster/fence.js';
 import { clusterHistory } from '../cluster/migrations.js';
 import { ensureReferenceOn } from '../cluster/reference/before-move.js';
 import { shardsCreationSql } from '../cluster/shard-ddl.js';
@@ -9,63 +19,55 @@ import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
 import { isShardflakeError, ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
-import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
-import { ddlPastGuard, guardSchemas, unguardSchemas } from './ddl-guard.js';
+import { qualified, quoteIdent } from '../postgres/identifier.js';
+import { checkMoveList, preflightSet } from './checks.js';
+import { inTransaction, MoveInterrupted, openServer, sleep } from './connections.js';
+import { cutoverGroup, cutoverGroups } from './cutover.js';
+import { guardSchemas } from './ddl-guard.js';
+import { finishMembers } from './finish.js';
 import { DEFAULTS, type MoveResult, SET_DEFAULTS, type SetMoveOptions } from './options.js';
-import { reached } from './phases.js';
 import {
-  createBatch,
-  installMoves,
-  type MoveRecord,
-  recordPhases,
-  unfinishedBatch,
-  unfinishedMoves,
-} from './record.js';
-import {
+  createPublication,
+  createSubscription,
   currentLsn,
-  dropPublication,
   dropSlots,
-  dropSubscription,
   replicationNames,
-  subscriptionConninfo,
-  subscriptionError,
   subscriptionOid,
   subscriptionProgress,
 } from './replication.js';
 import { checkReplicationLimits } from './replication-limits.js';
-import { inTransaction, MoveInterrupted, openServer, sleep } from './session.js';
-import { checkMoveList, preflightSet, readPlacements } from './set-checks.js';
-import { cutoverGroup, cutoverGroups, round } from './set-cutover.js';
-import { advanceAll, checkpoint, describe, type Member, pending, type SetSession } from './set-session.js';
+import { advanceAll, checkpoint, describe, type Member, pending, type Run, round } from './run.js';
 import { rollBackMove, settleMove } from './settle.js';
 import { copyAtSnapshot } from './snapshot-copy.js';
 import { listTables, listTablesOfSchemas, type SourceTable } from './tables.js';
 import { buildDeferredIndexesOf, deferrableIndexesOf } from './target-schema.js';
 
-export { checkMoveList, checkSetOptions, checkShardList } from './set-checks.js';
-export { cutoverGroups } from './set-cutover.js';
+export { checkMoveList, checkSetOptions, checkShardList } from './checks.js';
+export { cutoverGroups } from './cutover.js';
 
 /**
- * Moving a set of shards from one server to another together: the same phases and guarantees as a single move
- * (move.ts), with the expensive parts shared.
+ * The one move engine. A move takes a set of shards from one server to another (a single shard's move is a set of
+ * one) through the phases of catalog/moves.ts, each recorded per shard in `shardflake.moves` after it happened:
  *
- * - One publication (`FOR TABLES IN SCHEMA` every shard of the set), one replication slot and one subscription,
- *   named after the set (`sf_move_<id of its first move>`), so the set costs one WAL sender and one apply worker.
- * - One initial copy of every table of every shard, at one snapshot (snapshot-copy.ts), then one catch-up.
- * - Cutover in groups: shards whose rows together stay under `cutoverGroupRows` share one write pause (one LOCK of
- *   all their tables, one wait for the target to catch up, each shard verified, its generator carried and its old
- *   copy fenced, one COMMIT), and one catalog transaction switches the group (one map version, one NOTIFY).
- * - One finish: subscription, publication and slot dropped once every shard has switched.
+ * - prepare: empty, fenced target copies made from the config's templates; one publication on the source
+ *   (`FOR TABLES IN SCHEMA` every shard of the set); the DDL guard on the source's schemas.
+ * - copy: one replication slot, one copy of every table at the slot's snapshot (snapshot-copy.ts), the deferred
+ *   indexes, then one subscription streaming from that slot (one WAL sender, one apply worker for the set).
+ * - catch up: the apply worker has received the source's WAL up to a recent LSN.
+ * - cutover (cutover.ts), in groups that share one write pause: lock, verify, raise generators, fence, commit,
+ *   switch.
+ * - finish: the fences checked, then subscription, publication and slot dropped once every shard has switched.
  *
- * Every shard keeps its own move record and phase in `shardflake.moves` (with the set's `batch_id`), so a rerun
- * after a crash resumes the set (the shards that switched stay switched; the others continue), and `cluster
- * cleanup` settles each shard as it would a single move. A failure before a shard's switch rolls back every shard
- * of the set that has not switched (they share the stream that failed); the shards that did switch are finished.
+ * Each step starts by looking at what exists, so a rerun after a crash resumes the set (the shards that switched
+ * stay switched; the others continue), and `cluster cleanup` settles each shard (settle.ts). A failure before a
+ * shard's switch rolls back every shard of the set that has not switched (they share the stream that failed); the
+ * shards that did switch are finished. Objects are named after the stream id: the set's batch id, or the move's
+ * own id for a move of one shard (`sf_move_<id>`).
  */
 // ---------------------------------------------------------------------------------------------------- phases
 
 /** planned → prepared: empty, fenced target copies (many per transaction), the set's publication, the DDL guard. */
-async function prepare(s: SetSession): Promise<void> {
+async function prepare(s: Run): Promise<void> {
   const todo = pending(s, 'planned');
   if (todo.length === 0) return;
   const CHUNK = 64;
@@ -112,22 +114,30 @@ async function prepare(s: SetSession): Promise<void> {
       );
     });
   }
-  const { rows } = await s.source.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [
+  await createPublication(
+    s.source,
     s.names.publication,
-  ]);
-  if (rows.length === 0) {
-    await s.source.query(
-      `CREATE PUBLICATION ${quoteIdent(s.names.publication)} FOR TABLES IN SCHEMA ${s.members
-        .map((m) => quoteIdent(m.record.schema, 'schema'))
-        .join(', ')}`,
-    );
-  }
+    s.members.map((m) => m.record.schema),
+  );
   await guardSchemas(
     s.source,
     s.members.map((m) => m.record.schema),
-    s.batchId,
+    s.streamId,
   );
   await advanceAll(s, todo, 'prepared');
+}
+
+/** Copy progress, as rows of the whole set (onSetProgress) and, under the first shard's name, onProgress. */
+function reportCopy(s: Run, rows: number, total: number): void {
+  s.opts.onSetProgress?.({ from: s.from, to: s.to, phase: 'copying', done: rows, total });
+  const first = s.members[0] as Member;
+  s.opts.onProgress?.({
+    shard: first.record.shard,
+    moveId: first.record.id,
+    phase: 'copying',
+    copiedRows: BigInt(rows),
+    totalRows: BigInt(total),
+  });
 }
 
 /**
@@ -135,7 +145,7 @@ async function prepare(s: SetSession): Promise<void> {
  * indexes, then the subscription on that slot without a copy of its own. A run killed during the copy left a
  * partial copy and a slot whose snapshot is gone: both are thrown away and the copy starts again.
  */
-async function copyAndSubscribe(s: SetSession): Promise<void> {
+async function copyAndSubscribe(s: Run): Promise<void> {
   const todo = pending(s, 'prepared');
   if (todo.length === 0) return;
   let oid = await subscriptionOid(s.target, s.names.subscription);
@@ -157,8 +167,7 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
       workers: s.opts.copyWorkers,
       throttle: s.opts.throttle,
       stopped: () => s.opts.signal?.aborted === true,
-      onProgress: (rows) =>
-        s.opts.onSetProgress?.({ from: s.from, to: s.to, phase: 'copying', done: rows, total: totalRows }),
+      onProgress: (rows) => reportCopy(s, rows, totalRows),
     });
     await checkpoint(s, null);
     for (const m of s.members) {
@@ -171,29 +180,13 @@ async function copyAndSubscribe(s: SetSession): Promise<void> {
       s.target,
       s.members.map((m) => m.record.schema),
     );
-    try {
-      await s.target.query(
-        `CREATE SUBSCRIPTION ${quoteIdent(s.names.subscription)} CONNECTION ${quoteLiteral(subscriptionConninfo(await primaryUrl(s.config, s.from), s.opts.replication))}
-         PUBLICATION ${quoteIdent(s.names.publication)}
-         WITH (copy_data = false, create_slot = false, slot_name = ${quoteLiteral(s.names.slot)}, enabled = true, streaming = off, binary = true)`,
-      );
-    } catch (error) {
-      throw subscriptionError(error, s.opts.replication);
-    }
-    oid = (await subscriptionOid(s.target, s.names.subscription)) as bigint;
+    oid = await createSubscription(s.target, s.names, await primaryUrl(s.config, s.from), s.opts.replication);
   }
-  await recordPhases(
-    s.catalog,
-    todo.map((m) => m.record.id),
-    'subscribed',
-    { subscriptionOid: oid },
-  );
-  for (const m of todo) m.record = { ...m.record, phase: 'subscribed', subscriptionOid: oid };
-  await checkpoint(s, 'subscribed');
+  await advanceAll(s, todo, 'subscribed', { subscriptionOid: oid as bigint });
 }
 
 /** subscribed → synced: the one apply worker has received the source's WAL up to a recent LSN. */
-async function waitSynced(s: SetSession): Promise<void> {
+async function waitSynced(s: Run): Promise<void> {
   const todo = pending(s, 'subscribed');
   if (todo.length === 0) return;
   const started = performance.now();
@@ -221,38 +214,7 @@ async function waitSynced(s: SetSession): Promise<void> {
   await advanceAll(s, todo, 'synced');
 }
 
-/** switched → done for every shard: the fences checked, then the set's subscription, publication and slot dropped. */
-async function finishSet(s: SetSession, members: readonly Member[]): Promise<void> {
-  const todo = members.filter((m) => m.record.phase === 'switched');
-  if (todo.length === 0) return;
-  const fenced = await fencedSchemas(
-    s.source,
-    todo.map((m) => m.record.schema),
-  );
-  for (const m of todo) {
-    if (!fenced.has(m.record.schema)) {
-      await ddlPastGuard(
-        s.source,
-        fenceSql(
-          m.record.schema,
-          m.tables.map((t) => t.name),
-          `shard ${m.record.shard} has moved from server ${s.from} to server ${s.to} (move #${m.record.id}); refresh the shard map`,
-        ),
-      );
-    }
-  }
-  await ddlPastGuard(s.source, sealOldCopiesSql(todo.map((m) => m.record.schema))); // see fence.ts
-  await dropSubscription(s.target, s.names.subscription, true);
-  await dropPublication(s.source, s.names.publication);
-  await dropSlots(s.source, s.names.slot, todo[0]?.record.subscriptionOid ?? null);
-  await unguardSchemas(
-    s.source,
-    todo.map((m) => m.record.schema),
-  );
-  await advanceAll(s, todo, 'done');
-}
-
-async function timed(s: SetSession, name: string, work: () => Promise<void>): Promise<void> {
+async function timed(s: Run, name: string, work: () => Promise<void>): Promise<void> {
   const t = performance.now();
   try {
     await work();
@@ -261,7 +223,7 @@ async function timed(s: SetSession, name: string, work: () => Promise<void>): Pr
   }
 }
 
-async function drive(s: SetSession): Promise<void> {
+async function drive(s: Run): Promise<void> {
   await timed(s, 'prepare', () => prepare(s));
   await timed(s, 'copy', () => copyAndSubscribe(s));
   await timed(s, 'catchUp', () => waitSynced(s));
@@ -279,12 +241,12 @@ async function drive(s: SetSession): Promise<void> {
       total: s.members.length,
     });
   }
-  await timed(s, 'finish', () => finishSet(s, s.members));
+  await timed(s, 'finish', () => finishMembers(s, s.members));
 }
 
 // ---------------------------------------------------------------------------------------------------- entry
 
-function result(s: SetSession, m: Member): MoveResult {
+function result(s: Run, m: Member): MoveResult {
   const copyMs = s.copy?.ms ?? null;
   return {
     moveId: m.record.id,
@@ -315,25 +277,25 @@ function result(s: SetSession, m: Member): MoveResult {
  */
 async function runSet(
   config: ClusterConfig,
-  opts: SetSession['opts'],
+  opts: Run['opts'],
   records: MoveRecord[],
   tablesOf: Map<number, SourceTable[]>,
   resumed: boolean,
 ): Promise<MoveResult[]> {
   const first = records[0] as MoveRecord;
-  const batchId = first.batchId ?? first.id;
+  const id = streamId(first);
   // A connection of its own for the set's catalog transactions: sets may run side by side, and the shard locks
   // stay on the caller's connection.
-  const catalog = await openServer(config, config.catalog);
-  const source = await openServer(config, first.from).catch(async (error) => {
+  const catalog = await openServer(config, config.catalog, opts.pauseBoundMs);
+  const source = await openServer(config, first.from, opts.pauseBoundMs).catch(async (error) => {
     await catalog.end().catch(() => {});
     throw error;
   });
-  const target = await openServer(config, first.to).catch(async (error) => {
+  const target = await openServer(config, first.to, opts.pauseBoundMs).catch(async (error) => {
     await Promise.all([source.end().catch(() => {}), catalog.end().catch(() => {})]);
     throw error;
   });
-  const s: SetSession = {
+  const s: Run = {
     config,
     opts,
     catalog,
@@ -341,8 +303,9 @@ async function runSet(
     target,
     from: first.from,
     to: first.to,
-    batchId,
-    names: replicationNames(batchId),
+    streamId: id,
+    batchId: first.batchId,
+    names: replicationNames(id),
     members: [],
     copy: null,
     catchUpMs: null,
@@ -379,27 +342,28 @@ async function runSet(
       const back = s.members.filter(
         (m) => !reached(m.record.phase, 'switched') && m.record.phase !== 'rolled_back',
       );
+      const undone: Member[] = [];
+      const left: string[] = [];
       const problems: string[] = [];
       for (const m of back) {
-        await rollBackMove(config, catalog, m.record, reason).catch((e: unknown) =>
-          problems.push(`shard ${m.record.shard}: ${(e as Error).message}`),
+        await rollBackMove(config, catalog, m.record, reason).then(
+          (leftovers) => {
+            undone.push(m);
+            left.push(...leftovers);
+          },
+          (e: unknown) => problems.push(`shard ${m.record.shard}: ${(e as Error).message}`),
         );
       }
       const forward = s.members.filter((m) => m.record.phase === 'switched');
       if (forward.length > 0) {
-        await finishSet(s, forward).catch((e: unknown) => problems.push((e as Error).message));
+        await finishMembers(s, forward).catch((e: unknown) => problems.push((e as Error).message));
       }
-      const shards = (list: Member[]) => list.map((m) => m.record.shard).join(', ');
       throw new ShardflakeError(
         'MOVE_FAILED',
-        `moving shards ${shards(s.members)} to server ${s.to} failed: ${reason}; ${
-          back.length > 0 ? `shards ${shards(back)} were rolled back and stay on server ${s.from}` : ''
-        }${forward.length > 0 ? `${back.length > 0 ? '; ' : ''}shards ${shards(forward)} had switched and now live on server ${s.to}` : ''}${
-          problems.length > 0
-            ? ` (not yet undone: ${problems.join('; ')}; run the command again or shardflake cluster cleanup)`
-            : ''
-        }`,
-        { cause: error },
+        failureMessage(s, reason, { undone, forward, left, problems }),
+        {
+          cause: error,
+        },
       );
     }
     return s.members.map((m) => result(s, m));
@@ -408,25 +372,48 @@ async function runSet(
   }
 }
 
-function owner(opts: SetMoveOptions): string {
-  return opts.owner ?? `${process.env.HOSTNAME ?? 'localhost'}:${process.pid}`;
+/**
+ * What a failed run says, in one line: what failed and why, which shards were rolled back (and stay on the source),
+ * which had switched (and were finished on the target), what was left behind for `cluster cleanup`, and what could
+ * not be undone yet.
+ */
+function failureMessage(
+  s: Run,
+  reason: string,
+  o: { undone: Member[]; forward: Member[]; left: string[]; problems: string[] },
+): string {
+  const list = (ms: readonly Member[]) => ms.map((m) => m.record.shard).join(', ');
+  const one = s.members.length === 1;
+  const what = one
+    ? `move of shard ${list(s.members)} to server ${s.to}`
+    : `moving shards ${list(s.members)} to server ${s.to}`;
+  const parts: string[] = [];
+  if (one && o.undone.length === 1) {
+    parts.push(
+      `${what} failed and was rolled back (shard ${list(o.undone)} stays on server ${s.from}): ${reason}`,
+    );
+  } else if (o.undone.length === s.members.length) {
+    parts.push(
+      `${what} failed and was rolled back (shards ${list(o.undone)} stay on server ${s.from}): ${reason}`,
+    );
+  } else {
+    parts.push(`${what} failed: ${reason}`);
+    if (o.undone.length > 0)
+      parts.push(`shards ${list(o.undone)} were rolled back and stay on server ${s.from}`);
+  }
+  if (o.forward.length > 0)
+    parts.push(`shards ${list(o.forward)} had switched and now live on server ${s.to}`);
+  if (o.left.length > 0) parts.push(`left behind: ${o.left.join('; ')}`);
+  if (o.problems.length > 0) {
+    parts.push(
+      `not yet undone: ${o.problems.join('; ')} (the shard is still served by server ${s.from}); run the command again or shardflake cluster cleanup`,
+    );
+  }
+  return parts.join('; ');
 }
 
-/**
- * Moves `shards` to server `to` as sets (one per source server), or resumes the interrupted sets they belong to.
- * Returns one result per shard, in the order given.
- */
-export async function moveShardSet(
-  config: ClusterConfig,
-  shards: readonly number[],
-  to: string,
-  options: SetMoveOptions = {},
-): Promise<MoveResult[]> {
-  return moveSets(
-    config,
-    shards.map((shard) => ({ shard, to })),
-    options,
-  );
+function owner(opts: SetMoveOptions): string {
+  return opts.owner ?? `${process.env.HOSTNAME ?? 'localhost'}:${process.pid}`;
 }
 
 interface PlannedSet {
@@ -443,7 +430,7 @@ interface PlannedSet {
  */
 async function runSideBySide(
   config: ClusterConfig,
-  opts: SetSession['opts'],
+  opts: Run['opts'],
   sets: readonly PlannedSet[],
 ): Promise<{ results: MoveResult[]; errors: unknown[] }> {
   const busy = new Map<string, number>();
@@ -493,7 +480,7 @@ export async function moveSets(
 ): Promise<MoveResult[]> {
   checkMoveList(config, moves, options);
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined));
-  const opts = { ...DEFAULTS, ...SET_DEFAULTS, ...given } as SetSession['opts'];
+  const opts = { ...DEFAULTS, ...SET_DEFAULTS, ...given } as Run['opts'];
   const targetOf = new Map(moves.map((m) => [m.shard, m.to]));
   const shards = moves.map((m) => m.shard);
   const catalog = await openServer(config, config.catalog);
@@ -507,21 +494,22 @@ export async function moveSets(
     // The target copies are made from the cluster's recorded history, not from whatever the config still lists.
     config = await clusterHistory(catalog, config);
     await installMoves(catalog);
+    // Routers on an older config learn the servers of this move from the catalog (catalog/servers.ts).
+    await recordServers(catalog, config.nodes);
     for (const shard of [...shards].sort((a, b) => a - b)) await lock(shard);
 
     // Unfinished moves of these shards: sets towards the same target are resumed whole (every shard of the set,
     // listed or not); anything else is settled first (finished if it switched, rolled back if not).
     const resumedSets = new Map<bigint, MoveRecord[]>();
     for (const record of await unfinishedMoves(catalog, shards)) {
-      if (record.batchId !== null && record.to === targetOf.get(record.shard)) {
-        if (resumedSets.has(record.batchId)) continue;
-        const members = await unfinishedBatch(catalog, record.batchId);
-        for (const m of members) await lock(m.shard);
-        resumedSets.set(record.batchId, members);
+      const id = streamId(record);
+      if (resumedSets.has(id)) continue;
+      const members = record.batchId !== null ? await unfinishedBatch(catalog, record.batchId) : [record];
+      for (const m of members) await lock(m.shard);
+      if (record.to === targetOf.get(record.shard)) {
+        resumedSets.set(id, members);
       } else {
-        const members = record.batchId !== null ? await unfinishedBatch(catalog, record.batchId) : [record];
         for (const m of members) {
-          await lock(m.shard);
           await settleMove(
             config,
             catalog,
@@ -538,9 +526,11 @@ export async function moveSets(
     if (there.length > 0) {
       throw new ShardflakeError(
         'INVALID_ARGUMENT',
-        there.length === 1
-          ? `server ${targetOf.get(there[0] as number)} already holds shard ${there[0]}; nothing was moved (leave it out of the list)`
-          : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
+        moves.length === 1
+          ? `shard ${there[0]} is already on server ${targetOf.get(there[0] as number)}; nothing to move`
+          : there.length === 1
+            ? `server ${targetOf.get(there[0] as number)} already holds shard ${there[0]}; nothing was moved (leave it out of the list)`
+            : `shards ${there.join(', ')} are already on their target server; nothing was moved (leave them out of the list)`,
       );
     }
 
@@ -612,11 +602,7 @@ export async function moveSets(
           })),
           owner(opts),
         );
-        const version = await bumpMapVersion(catalog);
-        await catalog.query(
-          `UPDATE shardflake.shards SET state = 'moving', changed_in_version = $2 WHERE shard = ANY($1::int[])`,
-          [pair.shards, version],
-        );
+        await setShardsState(catalog, pair.shards, 'moving');
         return made;
       });
       sets.push({ from: pair.from, to: pair.to, records, tables, resumed: false });

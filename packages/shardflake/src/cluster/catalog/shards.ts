@@ -1,4 +1,5 @@
-import type { Queryable } from '../postgres/connect.js';
+import { ShardflakeError } from '../../errors.js';
+import type { Queryable } from '../../postgres/connect.js';
 
 /**
  * The catalog: the shard map stored in Postgres itself, in schema `shardflake` on the config's catalog server (no
@@ -6,10 +7,18 @@ import type { Queryable } from '../postgres/connect.js';
  * one on every change, and each change is announced on the NOTIFY channel below in the same transaction, so a
  * router learns of it at commit and can refuse to act on a map older than the catalog's.
  *
- * Other modules keep their own tables in the same schema (leases, moves, migrations), each created by its module.
+ * Every statement on the `shardflake` schema lives in this folder, one file per topic (shards.ts: the cluster row
+ * and the shard map; moves.ts: the move records; leases.ts: worker leases), as named functions: the CLI, the
+ * router, the dashboard and the move engine call them and write no catalog SQL of their own.
  */
 export const CATALOG_SCHEMA = 'shardflake';
 export const MAP_CHANNEL = 'shardflake_map';
+
+/**
+ * The advisory-lock key space of the per-shard lock (cluster/shard-lock.ts): keys (class, shard); (class, -1)
+ * serializes the catalog's own setup. "_MOV".
+ */
+export const SHARD_LOCK_CLASS = 0x5f4d4f56;
 
 /** Lifecycle of a logical shard in the map. `moving` shards still serve from `server` until cutover. */
 export const SHARD_STATES = ['active', 'moving'] as const;
@@ -159,4 +168,84 @@ export async function readShardVersions(
       { schemaVersion: r.schema_version, lastError: r.last_error },
     ]),
   );
+}
+
+/** Writes the cluster row once (a rerun keeps the first one); `cluster init` then checks it against the config. */
+export async function writeClusterRow(
+  client: Queryable,
+  row: { logicalShards: number; epochMs: number; layout: string; schemaPrefix: string },
+): Promise<void> {
+  await client.query(
+    `INSERT INTO shardflake.cluster (logical_shards, epoch_ms, catalog_sql_version, layout, schema_prefix)
+     VALUES ($1, $2, ${CATALOG_SQL_VERSION}, $3, $4) ON CONFLICT (singleton) DO NOTHING`,
+    [row.logicalShards, row.epochMs, row.layout, row.schemaPrefix],
+  );
+}
+
+/** Records a shard's schema version and last migration error (null when it migrated cleanly). */
+export async function recordShardVersion(
+  client: Queryable,
+  shard: number,
+  version: number,
+  error: string | null,
+): Promise<void> {
+  await client.query('UPDATE shardflake.shards SET schema_version = $2, last_error = $3 WHERE shard = $1', [
+    shard,
+    version,
+    error,
+  ]);
+}
+
+/** Where the map places one shard now; throws UNKNOWN_SHARD when the map lacks it. */
+export async function readPlacement(client: Queryable, shard: number): Promise<ShardPlacement> {
+  const found = await readPlacements(client, [shard]);
+  return found.get(shard) as ShardPlacement;
+}
+
+/** Where the map places one shard now, or null when the map lacks it. */
+export async function findPlacement(client: Queryable, shard: number): Promise<ShardPlacement | null> {
+  return (await readPlacements(client, [shard]).catch(() => null))?.get(shard) ?? null;
+}
+
+/** The map's placement of each shard, in one query; throws UNKNOWN_SHARD naming the shards the map lacks. */
+export async function readPlacements(
+  client: Queryable,
+  shards: readonly number[],
+): Promise<Map<number, ShardPlacement>> {
+  const { rows } = await client.query(
+    'SELECT shard, server, schema_name, state FROM shardflake.shards WHERE shard = ANY($1::int[])',
+    [shards],
+  );
+  const found = new Map(
+    (rows as { shard: number; server: string; schema_name: string; state: ShardState }[]).map((r) => [
+      r.shard,
+      { shard: r.shard, server: r.server, schema: r.schema_name, state: r.state },
+    ]),
+  );
+  const missing = shards.filter((n) => !found.has(n));
+  if (missing.length > 0) {
+    throw new ShardflakeError(
+      'UNKNOWN_SHARD',
+      `shard ${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not in the shard map; run cluster init first`,
+    );
+  }
+  return found;
+}
+
+/**
+ * Sets the state of `shards` (and, with `server`, places them there) under a new map version; returns it. Call
+ * inside the transaction that makes the change, so routers learn it at commit.
+ */
+export async function setShardsState(
+  client: Queryable,
+  shards: readonly number[],
+  state: ShardState,
+  server?: string,
+): Promise<bigint> {
+  const version = await bumpMapVersion(client);
+  await client.query(
+    'UPDATE shardflake.shards SET state = $2, server = coalesce($3, server), changed_in_version = $4 WHERE shard = ANY($1::int[])',
+    [shards, state, server ?? null, version],
+  );
+  return version;
 }

@@ -1,16 +1,14 @@
 import type pg from 'pg';
-import { ShardflakeError } from '../../errors.js';
-import { createPool, describeUrl } from '../../postgres/connect.js';
-import { createReplicatedServerNodes } from '../topology/replicated-server.js';
-import type { FailoverEvent } from './events.js';
+import type { ShardflakeError } from '../../errors.js';
 
 /**
  * The nodes of one configured server, as the router sees them: where a write goes (the primary), where a read
  * may go (a replica that has replayed far enough, else the primary), and what an error on a node means.
  *
  * This file is the seam between the router (sessions, bulk writes, scatter reads: they only ask for a lease) and
- * the topology (role discovery, failover, replica lag: it only hands out leases). Today's implementation serves a
- * server of one node; the multi-node one (streaming replicas, failover) implements the same interface.
+ * the topology (role discovery, failover, replica lag: it only hands out leases): the contract and the events it
+ * reports. Two implementations: single-server.ts (a server of one node) and replicated-server.ts (a primary and
+ * its streaming replicas, failover); server-nodes.ts picks one.
  */
 export type NodeRole = 'primary' | 'replica';
 
@@ -78,51 +76,12 @@ export interface ServerNodes {
   end(): Promise<void>;
 }
 
-const ignore = () => {};
-
-/**
- * The nodes of a server. A server of one node: every lease is on it and it is always the primary (no role check,
- * no position round trips). Several nodes: a primary and its streaming replicas, roles found at run time.
- */
-export function createServerNodes(
-  name: string,
-  urls: readonly string[],
-  options: ServerNodesOptions = {},
-): ServerNodes {
-  if (urls.length > 1) return createReplicatedServerNodes(name, urls, options);
-  const url = urls[0];
-  if (!url) throw new ShardflakeError('INVALID_CONFIG', `server ${name} has no node URL`);
-  const pool = createPool(url, {
-    max: options.poolSize ?? 10,
-    connectTimeoutMs: options.connectTimeoutMs,
-    applicationName: options.applicationName ?? 'shardflake router',
-    maxUses: options.maxUses,
-    maxLifetimeSeconds: options.maxLifetimeSeconds,
-  });
-  const node = describeUrl(url);
-  return {
-    name,
-    hasReplicas: false,
-    async acquire() {
-      const started = performance.now();
-      const client = await pool.connect();
-      const waitMs = performance.now() - started;
-      // The pool listens for errors only on idle clients; a leased one whose server goes away between two
-      // queries would emit 'error' with nobody listening and crash the application.
-      client.on('error', ignore);
-      return {
-        client,
-        node,
-        role: 'primary',
-        waitMs,
-        release: (error?: unknown) => {
-          client.removeListener('error', ignore);
-          client.release(error instanceof Error ? error : error !== undefined);
-        },
-      };
-    },
-    positionAfterWrite: async () => undefined,
-    noteError: () => false,
-    end: () => pool.end(),
-  };
+export interface FailoverEvent {
+  /** A node was marked suspect (`node-suspect`) and the roles found again (`roles-found`). */
+  type: 'node-suspect' | 'roles-found';
+  server: string;
+  node: string;
+  /** For `roles-found`: the primary now. */
+  primary?: string;
+  error?: ShardflakeError;
 }

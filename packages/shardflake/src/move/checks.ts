@@ -8,33 +8,8 @@ import type { SetMoveOptions } from './options.js';
 import { existingSchemas, listTablesOfSchemas, requirePrimaryKeys, type SourceTable } from './tables.js';
 
 /** What is checked before a set starts: the list of moves, the options, each shard's placement and schema. */
-/** The catalog's placement of each shard, in one query. */
-export async function readPlacements(
-  catalog: pg.Client,
-  shards: readonly number[],
-): Promise<Map<number, { server: string; schema: string }>> {
-  const { rows } = await catalog.query(
-    'SELECT shard, server, schema_name FROM shardflake.shards WHERE shard = ANY($1::int[])',
-    [shards],
-  );
-  const found = new Map(
-    (rows as { shard: number; server: string; schema_name: string }[]).map((r) => [
-      r.shard,
-      { server: r.server, schema: r.schema_name },
-    ]),
-  );
-  const missing = shards.filter((n) => !found.has(n));
-  if (missing.length > 0) {
-    throw new ShardflakeError(
-      'UNKNOWN_SHARD',
-      `shard ${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} not in the shard map; run cluster init first`,
-    );
-  }
-  return found;
-}
-
 /**
- * The checks of a single move's preflight (steps.ts), for a whole set in a few queries: logical WAL on the source,
+ * The preflight of a move, for a whole set in a few queries: logical WAL on the source,
  * every schema there with primary keys on every table and at the config's schema version, none on the target yet.
  * (Replication slots and workers are checked for the whole plan by checkReplicationLimits.)
  */

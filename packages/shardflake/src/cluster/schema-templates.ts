@@ -1,0 +1,23 @@
+import type { ConcurrentIndexStatement } from './statement-rules.js';
+
+/**
+ * The shapes of a config's tables and migrations (config.ts validates them): their own module, so the modules
+ * config.ts reads its parts with (reference/config.ts, …) can name them without importing config.ts back.
+ */
+export interface TableTemplate {
+  name: string;
+  /** The CREATE TABLE first, then any index statements. */
+  statements: string[];
+}
+
+export interface Migration {
+  /** 1, 2, 3, … in order; a shard's schema version is the highest version applied to it (0 = just the tables). */
+  version: number;
+  name: string;
+  statements: string[];
+  /**
+   * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the
+   * same order as `statements`): `cluster migrate` runs them outside a transaction, one shard at a time per server.
+   */
+  concurrent?: ConcurrentIndexStatement[];
+}
