@@ -55,12 +55,11 @@ BEGIN
 END
 $install$`;
 
-/** Lists every schema of a set as moving, in one transaction. */
-export async function guardSchemas(
-  source: pg.Client,
-  schemas: readonly string[],
-  moveId: bigint,
-): Promise<boolean> {
+/**
+ * Refuses, before a move makes anything, a source where the DDL guard could not be installed: event triggers need
+ * a superuser, and the guard's schema must be ours (see privileges.ts).
+ */
+export async function requireGuardable(source: pg.Client): Promise<void> {
   const { rows } = await source.query('SELECT rolsuper FROM pg_roles WHERE rolname = current_user');
   if (!(rows[0] as { rolsuper: boolean } | undefined)?.rolsuper) {
     throw new ShardflakeError(
@@ -69,6 +68,15 @@ export async function guardSchemas(
     );
   }
   await requireOwnedSchema(source, DDL_GUARD_SCHEMA);
+}
+
+/** Lists every schema of a set as moving, in one transaction. */
+export async function guardSchemas(
+  source: pg.Client,
+  schemas: readonly string[],
+  moveId: bigint,
+): Promise<boolean> {
+  await requireGuardable(source);
   await source.query('BEGIN');
   try {
     await source.query(INSTALL_SQL);

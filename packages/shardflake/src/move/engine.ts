@@ -23,7 +23,7 @@ import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { checkMoveList, preflightSet } from './checks.js';
 import { inTransaction, MoveInterrupted, openServer, sleep } from './connections.js';
 import { cutoverGroup, cutoverGroups } from './cutover.js';
-import { guardSchemas } from './ddl-guard.js';
+import { guardSchemas, requireGuardable } from './ddl-guard.js';
 import { finishMembers } from './finish.js';
 import { DEFAULTS, type MoveResult, SET_DEFAULTS, type SetMoveOptions } from './options.js';
 import {
@@ -70,6 +70,9 @@ export { cutoverGroups } from './cutover.js';
 async function prepare(s: Run): Promise<void> {
   const todo = pending(s, 'planned');
   if (todo.length === 0) return;
+  // Checked before the target copies and the publication, so a role that cannot guard the source gets one line
+  // naming what it lacks instead of a failure halfway.
+  await requireGuardable(s.source);
   const CHUNK = 64;
   for (let i = 0; i < todo.length; i += CHUNK) {
     const chunk = todo.slice(i, i + CHUNK);
