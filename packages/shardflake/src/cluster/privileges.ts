@@ -4,7 +4,7 @@ import type { Queryable } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 import type { ClusterConfig } from './config.js';
 import { connectServer } from './connections.js';
-import { FENCED_ROLE } from './fence.js';
+import { FENCED_ROLE } from './fence-names.js';
 
 /**
  * What each command needs on each server, checked before it changes anything, so that a command run with too few

@@ -71,6 +71,13 @@ export async function installClusterIdentity(catalog: Queryable): Promise<void> 
   if (rows.length === 0) await catalog.query(clusterIdentitySql());
 }
 
+/** Whether the catalog holds a cluster (`cluster init` wrote its row). */
+export async function catalogHasCluster(catalog: Queryable): Promise<boolean> {
+  const info = await catalog.query(`SELECT to_regclass('shardflake.cluster') IS NOT NULL AS ok`);
+  if (!(info.rows[0] as { ok: boolean }).ok) return false;
+  return (await catalog.query('SELECT 1 FROM shardflake.cluster WHERE singleton')).rows.length > 0;
+}
+
 /**
  * The cluster's identity; null before `cluster init` wrote the cluster row. A catalog made before identities
  * existed gets one when `create` is set (a router about to commit across servers); readers (status, verify,

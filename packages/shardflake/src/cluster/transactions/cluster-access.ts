@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import { wrapPgError } from '../../postgres/connect.js';
-import { readClusterId } from '../catalog/transactions.js';
+import { catalogHasCluster, readClusterId } from '../catalog/transactions.js';
 import type { ClusterConfig } from '../config.js';
 import { connectServer } from '../connections.js';
 import {
@@ -52,11 +52,7 @@ export function clusterAccess(
  */
 export async function clusterIdOf(access: ServerAccess, catalog: string): Promise<string | null> {
   const exists = await access
-    .use(catalog, async (c) => {
-      const info = await c.query(`SELECT to_regclass('shardflake.cluster') IS NOT NULL AS ok`);
-      if (!(info.rows[0] as { ok: boolean }).ok) return false;
-      return (await c.query('SELECT 1 FROM shardflake.cluster WHERE singleton')).rows.length > 0;
-    })
+    .use(catalog, (c) => catalogHasCluster(c))
     .catch((error: unknown) => {
       const e = wrapPgError(error);
       throw new ShardflakeError(e.code, `catalog server ${catalog}: ${e.message}`, {
