@@ -3,7 +3,7 @@ import { chmod, chown, cp, mkdir, mkdtemp, readdir, realpath, rm, writeFile } fr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { type EmbeddedServer, freePort, SERVER_SETTINGS } from './embedded.js';
+import { type EmbeddedServer, freePort, SERVER_SETTINGS, sharePasswordOf } from './embedded.js';
 import { binariesFor, reachableDataDir } from './root-placement.js';
 
 /**
@@ -125,6 +125,8 @@ export async function startEmbeddedReplica(primary: EmbeddedServer): Promise<Emb
   });
   child.stderr?.on('data', (chunk: Buffer) => log.push(chunk.toString()));
   const url = `postgres://${main.username}:${main.password}@127.0.0.1:${port}${main.pathname}`;
+  // The replica answers to the primary's password: once promoted, moves away from it subscribe to it.
+  await sharePasswordOf(port, decodeURIComponent(main.password));
   let exited = false;
   child.on('exit', () => {
     exited = true;

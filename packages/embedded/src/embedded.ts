@@ -60,9 +60,22 @@ const passfiles = new Map<EmbeddedServer, { file: string; user: ServerUser | und
 let passfileWrites: Promise<void> = Promise.resolve();
 const pgpassField = (text: string) => text.replace(/[\\:]/g, (c) => `\\${c}`);
 
+/** Lines of nodes that have no passfile of their own (streaming replicas, see embedded-replica.ts), by port. */
+const otherNodes = new Map<number, string>();
+
+/**
+ * Makes another node of this process (a streaming replica of an embedded server: same password, its own port)
+ * reachable from every server's subscriptions, so a shard can move away from it once it is promoted.
+ */
+export function sharePasswordOf(port: number, password: string): Promise<void> {
+  otherNodes.set(port, `127.0.0.1:${port}:*:postgres:${pgpassField(password)}`);
+  return sharePasswords();
+}
+
 function sharePasswords(): Promise<void> {
   passfileWrites = passfileWrites.then(async () => {
-    const content = [...passfiles.values()].map((p) => `${p.line}\n`).join('');
+    const lines = [...[...passfiles.values()].map((p) => p.line), ...otherNodes.values()];
+    const content = lines.map((line) => `${line}\n`).join('');
     for (const p of passfiles.values()) {
       await writeFile(p.file, content, { mode: 0o600 }).catch(() => {});
       if (p.user) await chown(p.file, p.user.uid, p.user.gid).catch(() => {});
