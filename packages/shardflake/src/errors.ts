@@ -2,7 +2,7 @@ import { redactText } from './redact.js';
 
 /**
  * The one error type shardflake throws at its public boundary. Every error carries a stable string `code`
- * (listed in ERROR_CODES and in the README's error table) and one clear sentence as its message. The CLI prints
+ * (listed in ERROR_CODES and in the error table of docs/errors.md) and one clear sentence as its message. The CLI prints
  * `error [CODE]: message` on one line and exits non-zero; stacks appear only with `--debug`.
  */
 export const ERROR_CODES = [

@@ -121,7 +121,7 @@ export interface Router {
     options: InsertManyOptions<R>,
   ): Promise<ShardflakeId[]>;
   feed<R extends object = Row>(table: string, options: FeedOptions): Promise<FeedPage<R>>;
-  /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
+  /** Runs fn in one transaction in the target's shard (see session.ts and docs/applications.md, "Shard sessions"). */
   withShard<T>(
     target: ShardTarget,
     fn: (session: ShardSession) => Promise<T> | T,
