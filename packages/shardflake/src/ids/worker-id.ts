@@ -20,6 +20,7 @@ export const WORKER_MAX = 2 ** WORKER_BITS - 1;
 
 const MAC_TEXT = /^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$/i;
 
+/** The network interface `findMac` chose, and its MAC address as text. */
 export interface MacChoice {
   interface: string;
   mac: string;

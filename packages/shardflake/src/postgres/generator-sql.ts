@@ -100,6 +100,10 @@ export const GENERATOR_OBJECTS = {
 /** Objects of version 1 (a seqlock guard in a second sequence) that an upgrade removes. */
 const V1_OBJECTS = { guard: 'next_id_guard', targetOf: 'next_id_target_of' } as const;
 
+/**
+ * What `generatorSql` and `installGenerator` install: the schema, the shard, the layout and epoch, and the language
+ * of `next_id()`.
+ */
 export interface GeneratorSqlOptions {
   /** The shard's schema (a plain identifier). */
   schema: string;
@@ -131,6 +135,10 @@ export interface GeneratorSqlOptions {
 
 /** The ways of writing `next_id()`, the default first. */
 export const GENERATOR_LANGUAGES = ['plpgsql', 'sql'] as const;
+/**
+ * How `next_id()` is written: `plpgsql` (the default, cheapest for unprepared inserts) or `sql` (inlined by the
+ * planner: cheapest for bulk loads and prepared statements). docs/next-id.md measures both.
+ */
 export type GeneratorLanguage = (typeof GENERATOR_LANGUAGES)[number];
 /** The default: the cost of an unprepared single-row insert decides it (see COST at the top of this file). */
 export const DEFAULT_GENERATOR_LANGUAGE: GeneratorLanguage = 'plpgsql';

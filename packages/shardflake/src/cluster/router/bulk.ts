@@ -27,7 +27,11 @@ import { type OperationTrace, traced } from './trace.js';
  * written explicitly), and see docs/applications.md ("Bulk writes") for the measurement that decided it.
  */
 export type InsertManyOptions<R extends Row = Row> =
-  | { key: (row: R, index: number) => ShardKey; shard?: undefined }
+  | {
+      /** Routes each row by the shard key this function returns for it. */
+      key: (row: R, index: number) => ShardKey;
+      shard?: undefined;
+    }
   | { shard: number; key?: undefined };
 
 /** Rows per INSERT statement at most (also bounded by 65,535 bind parameters). */
