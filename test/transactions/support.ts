@@ -16,6 +16,7 @@ import { isRunning, readPostmaster } from '../../packages/embedded/src/postmaste
 import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { useServers } from '../support/postgres.js';
 
 export const CRASH_CHILD = fileURLToPath(new URL('./crash-child.js', import.meta.url));
 
@@ -265,4 +266,57 @@ export async function useCrashCluster(
     await rm(dir, { recursive: true, force: true });
   });
   return cluster;
+}
+
+/** Six shards on two servers and a third to move them to, for the move-with-in-doubt-transactions tests. */
+export interface MoveCluster {
+  /** The config file lists a, b and c (router children read it). */
+  configFile: string;
+  /** A router whose config lists a, b and c; it never recovers on its own. */
+  router: Router;
+  /** The cluster's config with c listed, plus `extra` fields. */
+  withC: (extra?: Record<string, unknown>) => ClusterConfig;
+  /** The tags on a shard, sorted. */
+  tagsOn: (shard: number) => Promise<string[]>;
+  ours: (name: Name) => Promise<string[]>;
+}
+
+/**
+ * Shards 0–2 on a (the catalog), shards 3–5 on b; c is where shards move. Set up when the promise resolves;
+ * stopped after the file's tests.
+ */
+export async function useMoveCluster(): Promise<MoveCluster> {
+  const servers = await useServers(3);
+  const urls = Object.fromEntries(servers.map((s) => [s.name, s.url])) as Record<Name, string>;
+  const raw = {
+    servers: { a: urls.a, b: urls.b },
+    catalog: 'a',
+    logicalShards: 6,
+    epoch: '2024-01-01T00:00:00Z',
+    tables: { marks: 'CREATE TABLE marks (id bigint PRIMARY KEY DEFAULT next_id(), tag text NOT NULL)' },
+  };
+  const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));
+  const configFile = join(dir, 'cluster.json');
+  const withC = (extra: Record<string, unknown> = {}) =>
+    validateConfig({ ...raw, servers: urls, ...extra }, 'test-config');
+  await initCluster(validateConfig(raw, 'test-config'));
+  await writeFile(configFile, JSON.stringify({ ...raw, servers: urls }));
+  const router = await createRouter(withC(), { transactions: { recovery: false } });
+  const placed = [0, 1, 2, 3, 4, 5].map((s) => router.placement(s).server).join('');
+  if (placed !== 'aaabbb') throw new Error(`shards 0–5 are on ${placed}, not aaabbb`);
+  after(async () => {
+    await router.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+  return {
+    configFile,
+    router,
+    withC,
+    ours: async (name) => (await preparedGids(urls[name])).filter((g) => g.startsWith('sf:')),
+    tagsOn: (shard) =>
+      router.withShard({ shard }, async (s) => {
+        const { rows } = await s.query<{ tag: string }>('SELECT tag FROM marks ORDER BY tag');
+        return rows.map((r) => r.tag);
+      }),
+  };
 }
