@@ -2,7 +2,6 @@ import type pg from 'pg';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
-import { runningMove } from './catalog/moves.js';
 import {
   findPlacement,
   readClusterInfo,
@@ -17,7 +16,7 @@ import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate
 import { keepHistory } from './migrations.js';
 import { installReference, type ReferenceInstallResult } from './reference/install.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
-import { lockShard, SHARD_LOCK_CLASS, unlockShard } from './shard-lock.js';
+import { lockShardWaiting, unlockShard } from './shard-lock.js';
 import { settlePreparedOnShards } from './transactions/settle.js';
 
 /**
@@ -114,32 +113,6 @@ async function readVersionLocked(client: pg.Client, schema: string): Promise<num
 }
 
 const MOVING = 'the shard is being moved; migrate again after the move';
-
-/**
- * Takes the shard's move lock on `lock` (a catalog connection of this worker). Returns why the shard is refused, or
- * null once locked. A running move holds the lock for its whole run, so the shard is refused at once; another
- * migrate holds it for one step, so that is waited for (up to the connection's lock_timeout).
- */
-async function lockForMigration(lock: pg.Client, shard: number): Promise<string | null> {
-  try {
-    await lockShard(lock, shard);
-    return null;
-  } catch (error) {
-    if (!(error instanceof ShardflakeError && error.code === 'SHARD_BUSY')) throw error;
-  }
-  const move = await runningMove(lock, shard).catch(() => null);
-  if (move)
-    return `the shard is being moved (move #${move.id} to server ${move.to}); migrate again after the move`;
-  try {
-    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [SHARD_LOCK_CLASS, shard]);
-    return null;
-  } catch (error) {
-    if ((error as { code?: string }).code === '55P03') {
-      return 'another process (a move or a migration) kept the shard locked; migrate again';
-    }
-    throw wrapPgError(error);
-  }
-}
 
 /**
  * Brings every shard to the config's last migration, each shard in its own transaction (index builds CONCURRENTLY
@@ -258,7 +231,7 @@ export async function migrateCluster(
         const { shard, schema } = next;
         let server = home;
         let version = versions.get(shard)?.schemaVersion ?? 0;
-        const refused = await lockForMigration(lock, shard);
+        const refused = await lockShardWaiting(lock, shard);
         if (refused) {
           failed.push({ shard, server, schema, version, error: refused });
           done++;
@@ -356,6 +329,7 @@ export async function migrateCluster(
             batchSize: opts.lookupBatchSize,
             onProgress: opts.onLookupProgress,
             signal: opts.signal,
+            shardLockWaitMs: opts.shardLockWaitMs,
           })
         : [];
     return {

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../errors.js';
+import { wrapPgError } from '../postgres/connect.js';
 import { runningMove } from './catalog/moves.js';
 import { SHARD_LOCK_CLASS } from './catalog/shards.js';
 
@@ -35,4 +36,30 @@ export async function lockShard(catalog: pg.Client, shard: number): Promise<void
 
 export async function unlockShard(catalog: pg.Client, shard: number): Promise<void> {
   await catalog.query('SELECT pg_advisory_unlock($1::int, $2::int)', [SHARD_LOCK_CLASS, shard]);
+}
+
+/**
+ * Takes the shard's lock on `lock` (a catalog connection of a migration or a lookup build), or says why the shard
+ * is refused (null once locked). A running move holds the lock for its whole run, so the shard is refused at once;
+ * another migration or build holds it for one step, so that is waited for (up to the connection's lock_timeout).
+ */
+export async function lockShardWaiting(lock: pg.Client, shard: number): Promise<string | null> {
+  try {
+    await lockShard(lock, shard);
+    return null;
+  } catch (error) {
+    if (!(error instanceof ShardflakeError && error.code === 'SHARD_BUSY')) throw error;
+  }
+  const move = await runningMove(lock, shard).catch(() => null);
+  if (move)
+    return `the shard is being moved (move #${move.id} to server ${move.to}); migrate again after the move`;
+  try {
+    await lock.query('SELECT pg_advisory_lock($1::int, $2::int)', [SHARD_LOCK_CLASS, shard]);
+    return null;
+  } catch (error) {
+    if ((error as { code?: string }).code === '55P03') {
+      return 'another process (a move or a migration) kept the shard locked; migrate again';
+    }
+    throw wrapPgError(error);
+  }
 }

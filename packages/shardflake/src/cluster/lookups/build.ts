@@ -12,9 +12,10 @@ import {
   recordLookup,
   setLookupPhase,
 } from '../catalog/lookups.js';
-import { readShardMap, type ShardPlacement } from '../catalog/shards.js';
+import { readPlacement, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
-import { closeAll, connectAll } from '../connections.js';
+import { closeAll, connectAll, connectServer } from '../connections.js';
+import { lockShardWaiting, unlockShard } from '../shard-lock.js';
 import { shardForKey } from '../shard-key.js';
 import type { LookupDefinition } from './config.js';
 import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
@@ -38,6 +39,18 @@ import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
  *     two rows with one value: the shard's progress stops there (a rerun starts again from that batch), the scan
  *     goes on to find every pair, and the build fails listing them (ids and shards, never the value).
  *  4. `ready`: routers may read the lookup ("readable once built").
+ *
+ * Moves. Every step that works on a shard holds the shard's lock, the one a move holds for its whole run
+ * (shard-lock.ts), and reads where the shard lives under it, as `cluster migrate`'s steps do: a shard's DDL
+ * (phases 1 and 2) and each backfill batch of its rows. So a build and a move of one shard never run at once: a
+ * move cannot start while a step holds the shard (SHARD_BUSY), and a step on a shard a move holds stops the build
+ * with SHARD_BUSY ("migrate again after the move"; a rerun resumes from the recorded phase and progress). Without
+ * it, DDL could land in a shard the move has already copied (the new home would lack the entry table or the
+ * trigger), and a batch could lock rows `FOR SHARE` in a copy that the switch has just left, while the row's
+ * update commits at the new home: an entry for a value the row no longer holds. A batch's entries go to the
+ * entry shards the map places under the lock; those shards are not locked (a batch writes to many), so an entry
+ * shard whose move switches during the batch fails the batch with its fence's SF001 (rolled back, recorded
+ * nowhere) and the build with it, which a rerun resumes — never an entry written where no one reads it.
  */
 export interface LookupBuildOptions {
   /** Rows per batch (default 1000). */
@@ -45,6 +58,8 @@ export interface LookupBuildOptions {
   /** Called after every batch with the lookup's shards done so far. */
   onProgress?: (lookup: string, done: number, total: number) => void;
   signal?: AbortSignal;
+  /** How long a step waits for its shard's lock held by another migrate or build (default 10 000 ms). */
+  shardLockWaitMs?: number;
 }
 
 export interface LookupDuplicate {
@@ -70,8 +85,13 @@ export async function buildLookups(
   if (lookups.length === 0) return [];
   const batchSize = options.batchSize ?? 1000;
   const clients = await connectAll(config, { applicationName: 'shardflake lookup build' });
+  let lock: pg.Client | undefined;
   try {
     const catalog = clients.get(config.catalog) as pg.Client;
+    // The shard locks live on a connection of their own: its lock_timeout bounds only the wait for a lock.
+    lock = await connectServer(config, config.catalog, { applicationName: 'shardflake lookup build lock' });
+    await lock.query(`SET lock_timeout = ${Math.max(1, Math.round(options.shardLockWaitMs ?? 10_000))}`);
+    const holding = shardHolder(lock);
     await installLookupCatalog(catalog);
     const map = await readShardMap(catalog);
     const reports: LookupBuildReport[] = [];
@@ -90,9 +110,11 @@ export async function buildLookups(
       }
       const at = (phase: LookupPhase) => LOOKUP_PHASES.indexOf(record.phase) <= LOOKUP_PHASES.indexOf(phase);
       const eachShard = async (sql: (schema: string) => string[]) => {
-        for (const s of map.shards) {
+        for (const { shard } of map.shards) {
           options.signal?.throwIfAborted();
-          await inTransaction(clients.get(s.server) as pg.Client, sql(s.schema).join(';\n'));
+          await holding(shard, (s) =>
+            inTransaction(clients.get(s.server) as pg.Client, sql(s.schema).join(';\n')),
+          );
         }
       };
       if (at('tables')) {
@@ -116,15 +138,19 @@ export async function buildLookups(
         let frozen = false;
         for (;;) {
           options.signal?.throwIfAborted();
-          const batch = await backfillBatch(
-            clients,
-            map.shards,
-            lookup,
-            source,
-            lastId,
-            batchSize,
-            config.layout,
-          );
+          const batch = await holding(source.shard, async () => {
+            // Read under the lock: the row shard stays where it is for the batch, entry shards are placed now.
+            const now = await readShardMap(lock as pg.Client);
+            return backfillBatch(
+              clients,
+              now.shards,
+              lookup,
+              now.shards[source.shard] as ShardPlacement,
+              lastId,
+              batchSize,
+              config.layout,
+            );
+          });
           written += batch.written;
           if (batch.duplicates.length > 0) {
             found.push(...batch.duplicates);
@@ -152,8 +178,31 @@ export async function buildLookups(
     if (duplicates.length > 0) throw duplicatesError(duplicates);
     return reports;
   } finally {
+    await lock?.end().catch(() => {});
     await closeAll(clients);
   }
+}
+
+/**
+ * Runs a step on one shard holding its lock, with where the shard lives now (see "Moves" at the top). A shard
+ * a move holds, or that a crashed move left `moving`, stops the build with SHARD_BUSY.
+ */
+function shardHolder(lock: pg.Client) {
+  return async <T>(shard: number, step: (placement: ShardPlacement) => Promise<T>): Promise<T> => {
+    const refused = await lockShardWaiting(lock, shard);
+    if (refused) throw new ShardflakeError('SHARD_BUSY', `lookup build: shard ${shard}: ${refused}`);
+    try {
+      const placement = await readPlacement(lock, shard);
+      if (placement.state === 'moving')
+        throw new ShardflakeError(
+          'SHARD_BUSY',
+          `lookup build: shard ${shard} has an unfinished move (run cluster cleanup, or the move again); migrate again after it`,
+        );
+      return await step(placement);
+    } finally {
+      await unlockShard(lock, shard);
+    }
+  };
 }
 
 function duplicatesError(duplicates: readonly LookupDuplicate[]): ShardflakeError {

@@ -1,0 +1,180 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type pg from 'pg';
+import { createRouter, isShardflakeError, type Router, type ShardflakeId } from 'shardflake';
+import { readLookups } from '../../packages/shardflake/src/cluster/catalog/lookups.js';
+import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/connections.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { buildLookups } from '../../packages/shardflake/src/cluster/lookups/build.js';
+import { verifyLookups } from '../../packages/shardflake/src/cluster/lookups/verify.js';
+import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { SHARD_LOCK_CLASS } from '../../packages/shardflake/src/cluster/shard-lock.js';
+import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { defined } from '../support/defined.js';
+import { useServers } from '../support/postgres.js';
+import { testConfig } from './cluster-config.js';
+
+/**
+ * The lookup build of `cluster migrate` (lookups/build.ts) and shard moves take the same per-shard lock, so a build
+ * step and a move of one shard never run at once, whichever starts first: a move held at one of its steps makes
+ * the build stop with SHARD_BUSY before it writes anything in that shard; a build held inside a backfill batch of a
+ * shard makes the move of that shard refuse to start. Both builds then finish and verify clean.
+ */
+const servers = await useServers(2);
+const USERS = 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)';
+const base = { logicalShards: 4, tables: { users: USERS } };
+const plain = testConfig(servers, base);
+const byEmail = testConfig(servers, {
+  ...base,
+  lookups: { user_email: { table: 'users', column: 'email', unique: true } },
+});
+const byEmailAndName = testConfig(servers, {
+  ...base,
+  lookups: {
+    user_email: { table: 'users', column: 'email', unique: true },
+    user_name: { table: 'users', column: 'name' },
+  },
+});
+let router: Router;
+let catalog: pg.Client;
+let ids: ShardflakeId[];
+
+before(async () => {
+  await initCluster(plain);
+  router = await createRouter(plain);
+  ids = await router.insertMany(
+    'users',
+    Array.from({ length: 80 }, (_, i) => ({ name: `n${i % 30}`, email: `e${i}@x` })),
+    { key: (_row, i) => i },
+  );
+  catalog = await connect(defined(servers[0]).url);
+});
+after(async () => {
+  await router?.close();
+  await catalog?.end();
+});
+
+/** Whether some session holds the shard's lock (a move's or a build's). */
+async function shardLocked(shard: number): Promise<boolean> {
+  const { rows } = await catalog.query(
+    "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2 AND granted",
+    [SHARD_LOCK_CLASS, shard],
+  );
+  return (rows[0] as { n: number }).n === 1;
+}
+
+async function until(what: string, check: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; !(await check()); i++) {
+    assert.ok(i < 500, `never happened: ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function verifiesClean(config: typeof plain): Promise<void> {
+  const clients = await connectAll(config);
+  try {
+    assert.deepEqual(await verifyLookups(config, clients), []);
+  } finally {
+    await closeAll(clients);
+  }
+}
+
+describe('a lookup build and a shard move exclude each other per shard', () => {
+  it('move first: the build stops with SHARD_BUSY at the moving shard and writes nothing there; after the move it finishes', async () => {
+    const shard = 1;
+    const from = router.placement(shard).server;
+    const to = from === 'a' ? 'b' : 'a';
+    let held!: () => void;
+    const isHeld = new Promise<void>((resolve) => {
+      held = resolve;
+    });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    // The move holds its shard lock for its whole run; here it is held at its first recorded step.
+    const moving = moveShard(plain, shard, to, {
+      afterStep: async () => {
+        held();
+        await released;
+      },
+    });
+    try {
+      await isHeld;
+      assert.ok(await shardLocked(shard));
+      // The build itself (cluster migrate runs it after its own shard steps, which a move that starts after them
+      // no longer meets).
+      const error = await buildLookups(byEmail, { shardLockWaitMs: 300 }).then(
+        () => assert.fail('the build ran beside a move of one of its shards'),
+        (e: unknown) => e,
+      );
+      assert.ok(isShardflakeError(error, 'SHARD_BUSY'), String(error));
+      assert.match(error.message, new RegExp(`shard ${shard}: the shard is being moved`));
+      // Nothing of the lookup reached the moving shard, on either server.
+      for (const server of servers) {
+        const c = await connect(server.url);
+        const { rows } = await c.query('SELECT to_regclass($1) IS NULL AS none', [
+          `"${shardSchema(plain, shard)}"._shardflake_lookup_user_email`,
+        ]);
+        await c.end();
+        assert.equal(
+          (rows[0] as { none: boolean }).none,
+          true,
+          `entry table of shard ${shard} on ${server.name}`,
+        );
+      }
+    } finally {
+      release();
+    }
+    assert.equal((await moving).to, to);
+    const built = await migrateCluster(byEmail);
+    assert.deepEqual(
+      built.lookups.map((l) => [l.lookup, l.alreadyBuilt, l.entriesWritten]),
+      [['user_email', false, ids.length]],
+    );
+    await verifiesClean(byEmail);
+  });
+
+  it('build first: a move of the shard a backfill batch holds is refused; after the build it moves', async () => {
+    const shard = 2;
+    const from = router.placement(shard).server;
+    const to = from === 'a' ? 'b' : 'a';
+    const id = defined(ids.find((i) => router.shardOfId(i) === shard));
+    // A row of the shard locked FOR UPDATE: the build's FOR SHARE read of that batch waits on it, holding the shard.
+    const blocker = await connect(defined(servers.find((s) => s.name === from)).url);
+    await blocker.query('BEGIN');
+    await blocker.query(`SELECT 1 FROM "${shardSchema(plain, shard)}".users WHERE id = $1 FOR UPDATE`, [id]);
+    const building = migrateCluster(byEmailAndName, { lookupBatchSize: 10 });
+    building.catch(() => {});
+    try {
+      await until('the build holds the shard inside a batch', async () => {
+        const { rows } = await blocker.query(
+          `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+            WHERE NOT l.granted AND a.application_name = 'shardflake lookup build'`,
+        );
+        return (rows[0] as { n: number }).n > 0 && (await shardLocked(shard));
+      });
+      const phase = (await readLookups(catalog)).get('user_name')?.phase;
+      assert.equal(phase, 'backfill');
+      await assert.rejects(moveShard(byEmailAndName, shard, to), (e: unknown) =>
+        isShardflakeError(e, 'SHARD_BUSY'),
+      );
+      assert.equal(router.placement(shard).server, from);
+    } finally {
+      await blocker.query('COMMIT');
+      await blocker.end();
+    }
+    const result = await building;
+    assert.deepEqual(
+      result.lookups.map((l) => [l.lookup, l.alreadyBuilt]),
+      [
+        ['user_email', true],
+        ['user_name', false],
+      ],
+    );
+    assert.equal((await moveShard(byEmailAndName, shard, to)).to, to);
+    await verifiesClean(byEmailAndName);
+  });
+});
