@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { redactSecrets, ShardflakeError } from '../errors.js';
-import { connect, wrapPgError } from '../postgres/connect.js';
+import { connect } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 import {
   findPlacement,
