@@ -15,8 +15,8 @@ import {
 import { readPlacement, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { closeAll, connectAll, connectServer } from '../connections.js';
-import { lockShardWaiting, unlockShard } from '../shard-lock.js';
 import { shardForKey } from '../shard-key.js';
+import { lockShardWaiting, unlockShard } from '../shard-lock.js';
 import type { LookupDefinition } from './config.js';
 import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
 
