@@ -1,6 +1,7 @@
 import { loadPg } from '../../postgres/connect.js';
 import type { RouterContext } from '../router/context.js';
 import { sqlStateOf } from '../router/retry.js';
+import type { MapState } from '../router/map.js';
 import type { Row } from '../router/rows.js';
 import { type OperationTrace, traced } from '../router/trace.js';
 import { accumulate, finalOid, finish, type Group, newStates } from './aggregate.js';
@@ -27,7 +28,8 @@ import { type Cell, equalityKey, needsCollation } from './values.js';
  * two shapes of plan, check.ts and from.ts for what is refused, docs/sql.md for the grammar).
  *
  * Not one snapshot: each server answers from its own (as every cross-shard read of the router). A query that
- * races a shard move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do.
+ * races a shard move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do; a
+ * stream only before its first row leaves (see openStreams).
  */
 export interface SqlColumn {
   name: string;
@@ -81,13 +83,27 @@ async function runBuffered(
     try {
       return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace);
     } catch (error) {
-      const state = sqlStateOf(error);
-      if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) throw error;
-      ctx.map.markStale();
-      if ((await ctx.map.fresh()).version === map.version) throw error;
+      if (!(await movedAway(ctx, error, map, attempt))) throw error;
       trace?.retryReasons.push('unknown-table');
     }
   }
+}
+
+/**
+ * Whether a failed attempt may run again on a newer map: its error says a table or schema is not there (42P01,
+ * 3F000), and the map, re-read, has changed since the attempt read it — a shard moved away under the old map (and
+ * its old copy was dropped). A table that is simply missing is the caller's error, reported at once.
+ */
+async function movedAway(
+  ctx: RouterContext,
+  error: unknown,
+  map: MapState,
+  attempt: number,
+): Promise<boolean> {
+  const state = sqlStateOf(error);
+  if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) return false;
+  ctx.map.markStale();
+  return (await ctx.map.fresh()).version !== map.version;
 }
 
 function parserFor(oid: number): (text: string) => unknown {
@@ -289,24 +305,55 @@ export async function* streamSql(
     return;
   }
   const batch = options.batchSize ?? 1000;
-  const map = await ctx.map.fresh();
-  const texts = serverStatements(plan, map);
-  const streams: ServerStream[] = [];
+  const { servers, streams, columns } = await openStreams(ctx, plan, values, batch);
   try {
-    for (const [server, statement] of texts)
-      streams.push(await openServerStream(ctx, server, statement, values, batch));
-    const columns = await (streams[0] as ServerStream).columns();
-    const { rows, columns: visible } = await rowsPipeline(
-      ctx,
-      plan,
-      [...texts.keys()],
-      columns,
-      streams,
-      values,
-    );
+    const { rows, columns: visible } = await rowsPipeline(ctx, plan, servers, columns, streams, values);
     const project = projector(visible);
     for await (const row of rows) yield project(row);
   } finally {
     await Promise.all(streams.map((s) => s.close()));
+  }
+}
+
+/**
+ * Every server's cursor, opened on the map of the moment, with its first batch read. When a server says a table
+ * or schema is not there and the re-read map shows a shard moved (`movedAway`), every cursor is closed and the
+ * whole set opened again on the new map, as router.sql runs again.
+ *
+ * What may be retried, exactly: only this opening, before the first row leaves the stream. It waits for every
+ * server's first batch (read in parallel) before the stream yields anything, so a server that fails does so while
+ * no row has been given out, and a retry cannot give a row twice. After that there is nothing of a move to retry:
+ * a server's first read has planned its whole statement, which locks every shard table it reads until its cursor
+ * closes, so a move's cleanup cannot drop them under a running stream (its DROP waits). A stream that read a map
+ * older than a finished move but whose old copy is still there reads that copy, which holds the rows as of the
+ * cutover (router/map.ts): a read that began before the switch, not a wrong one. Any error after the first row is
+ * the caller's.
+ */
+async function openStreams(
+  ctx: RouterContext,
+  plan: RowsPlan,
+  values: readonly unknown[],
+  batch: number,
+): Promise<{ servers: string[]; streams: ServerStream[]; columns: Column[] }> {
+  for (let attempt = 1; ; attempt++) {
+    const map = await ctx.map.fresh();
+    const texts = serverStatements(plan, map);
+    const streams: ServerStream[] = [];
+    let failure: unknown;
+    try {
+      for (const [server, statement] of texts)
+        streams.push(await openServerStream(ctx, server, statement, values, batch));
+      const firsts = await Promise.allSettled(streams.map((s) => s.columns()));
+      const failed = firsts.find((f): f is PromiseRejectedResult => f.status === 'rejected');
+      if (!failed) {
+        const columns = (firsts[0] as PromiseFulfilledResult<Column[]>).value;
+        return { servers: [...texts.keys()], streams, columns };
+      }
+      failure = failed.reason;
+    } catch (error) {
+      failure = error;
+    }
+    await Promise.all(streams.map((s) => s.close()));
+    if (!(await movedAway(ctx, failure, map, attempt))) throw failure;
   }
 }
