@@ -8,7 +8,8 @@ import { useServers } from '../support/postgres.js';
 
 /**
  * A small cluster (2 servers, 8 shards) holding users and their photos (each photo on its user's shard), and the
- * same rows in one plain schema `plain` on the first server: the reference answer for router.sql.
+ * same rows in one plain schema `plain` on the first server: the reference answer for router.sql. Also a reference
+ * table (`countries`), in the cluster and in `plain`.
  */
 export const TABLES = {
   users:
@@ -16,6 +17,18 @@ export const TABLES = {
   photos:
     'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, likes int, caption text)',
 };
+
+/** A reference table (one copy on every server): countries, some users' countries missing, one with no user. */
+export const REFERENCE = {
+  countries: 'CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL, region text)',
+};
+const COUNTRY_ROWS = [
+  ['fr', 'France', 'eu'],
+  ['de', 'Germany', 'eu'],
+  ['jp', 'Japan', 'asia'],
+  ['br', 'Brazil', null],
+  ['us', 'United States', 'americas'],
+];
 
 export interface SqlFixture {
   router: Router;
@@ -30,9 +43,12 @@ const SCORES = ['1.5', '2.25', '3', '-0.125', '10.10', null, '7'];
 
 export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixture> {
   const servers = await useServers(2);
-  const config = testConfig(servers, { logicalShards: shards, tables: TABLES });
+  const config = testConfig(servers, { logicalShards: shards, tables: TABLES, referenceTables: REFERENCE });
   await initCluster(config);
   const router = await createRouter(config);
+  const countries = 'INSERT INTO countries SELECT * FROM unnest($1::text[], $2::text[], $3::text[])';
+  const countryValues = [0, 1, 2].map((i) => COUNTRY_ROWS.map((r) => r[i]));
+  await router.withReference((s) => s.query(countries, countryValues));
   const users = Array.from({ length: userCount }, (_, i) => ({
     country: COUNTRIES[i % COUNTRIES.length] ?? null,
     age: i % 7 === 3 ? null : 18 + ((i * 13) % 50),
@@ -62,6 +78,8 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
   await plain.query('CREATE SCHEMA plain');
   await plain.query('SET search_path TO plain');
   for (const text of Object.values(TABLES)) await plain.query(text.replace(' DEFAULT next_id()', ''));
+  await plain.query(REFERENCE.countries);
+  await plain.query(countries, countryValues);
   // The same rows, one statement per table (arrays unnested into rows).
   await plain.query(
     `INSERT INTO users SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::numeric[], $5::boolean[],
@@ -91,6 +109,7 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
     logicalShards: shards,
     epoch: '2024-01-01T00:00:00Z',
     tables: TABLES,
+    referenceTables: REFERENCE,
   };
   return { router, plain, config, configFile };
 }

@@ -8,7 +8,7 @@ import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
-import { TABLES } from './fixture.js';
+import { REFERENCE, TABLES } from './fixture.js';
 
 /**
  * Every query router.sql cannot answer exactly is refused with UNSUPPORTED_QUERY naming what, before any statement
@@ -16,7 +16,7 @@ import { TABLES } from './fixture.js';
  * `cluster sql` prints the answer as psql would (or JSON), and a refusal as one stderr line with exit code 2.
  */
 const servers = await useServers(2);
-const config = testConfig(servers, { logicalShards: 4, tables: TABLES });
+const config = testConfig(servers, { logicalShards: 4, tables: TABLES, referenceTables: REFERENCE });
 await initCluster(config);
 const events: RouterEvent[] = [];
 const router = await createRouter(config, { onEvent: (e) => events.push(e) });
@@ -49,6 +49,24 @@ const REFUSED: [string, RegExp][] = [
   ['SELECT * FROM users u JOIN photos p ON p.caption = u.country', /join whose condition/],
   ['SELECT * FROM users u, photos p WHERE p.user_id = u.id', /several FROM items/],
   ['SELECT * FROM users NATURAL JOIN photos', /NATURAL JOIN/],
+  // A reference table's unmatched rows would come once per shard.
+  [
+    'SELECT * FROM countries c LEFT JOIN users u ON u.country = c.code',
+    /keeps a reference table’s unmatched rows/,
+  ],
+  [
+    'SELECT * FROM users u RIGHT JOIN countries c ON u.country = c.code',
+    /keeps a reference table’s unmatched rows/,
+  ],
+  [
+    'SELECT * FROM users u FULL JOIN countries c ON u.country = c.code',
+    /keeps a reference table’s unmatched rows/,
+  ],
+  // An id equated with a reference table's column does not make two sharded tables' rows colocated.
+  [
+    'SELECT * FROM users u JOIN countries c ON c.code = u.country JOIN photos p ON p.id = c.code',
+    /join whose condition/,
+  ],
   ['SELECT * FROM public.users', /qualified name/],
   ['SELECT 1', /without FROM/],
   ['SELECT sum(age) / count(*) FROM users', /expression over aggregates/],

@@ -137,3 +137,20 @@ export function referenceConfig(
   }
   return { referenceTables, referenceMigrations };
 }
+
+/**
+ * The names of the reference tables a config makes: its `referenceTables` and the tables its `referenceMigrations`
+ * create (router.sql reads them where they live, in every server's reference schema).
+ */
+export function referenceTableNames(
+  config: Partial<Pick<ReferenceConfig, 'referenceTables' | 'referenceMigrations'>>,
+): Set<string> {
+  const names = new Set((config.referenceTables ?? []).map((t) => t.name));
+  for (const m of config.referenceMigrations ?? []) {
+    for (const sql of m.statements) {
+      const made = checkShardStatement(sql, 'referenceMigrations').createsTable;
+      if (made) names.add(made);
+    }
+  }
+  return names;
+}

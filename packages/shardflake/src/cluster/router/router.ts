@@ -15,6 +15,7 @@ import {
 } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
 import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
+import { referenceTableNames } from '../reference/config.js';
 import { serverOrder } from '../reference/order.js';
 import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
@@ -307,6 +308,8 @@ export async function createRouter(
   // Tables with a lookup: their single-row writes run as sessions, which keep the lookup (lookups/rows.ts).
   const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
+  // router.sql reads reference tables in every server's reference schema, sharded tables in each shard's.
+  const sqlTables = { reference: referenceTableNames(config) };
 
   const router: Router = {
     get mapVersion() {
@@ -348,9 +351,9 @@ export async function createRouter(
     query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
     queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
-    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values),
+    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values, sqlTables),
     async *sqlStream(text, values, streamOptions) {
-      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
+      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions, sqlTables);
     },
     withReference: (fn) => withReference(ctx, serverOrder(config), fn),
     withShards: (targets, fn) => withShards(ctx, targets, fn),

@@ -49,11 +49,21 @@ export interface SqlStreamOptions {
   batchSize?: number;
 }
 
+/** What the router knows of the tables a query names: which are reference tables (config `referenceTables`). */
+export interface SqlTables {
+  reference: ReadonlySet<string>;
+}
+
+const NO_TABLES: SqlTables = { reference: new Set() };
+
 const PLAN_CACHE_SIZE = 100;
 const plans = new WeakMap<RouterContext, Map<string, Promise<Plan>>>();
 
-/** Plans are kept per router by query text (the text is the whole input of planning; values are not). */
-function planFor(ctx: RouterContext, text: string): Promise<Plan> {
+/**
+ * Plans are kept per router by query text (the text and the router's reference tables are the whole input of
+ * planning; values are not).
+ */
+function planFor(ctx: RouterContext, text: string, tables: SqlTables): Promise<Plan> {
   let cache = plans.get(ctx);
   if (!cache) {
     cache = new Map();
@@ -61,7 +71,7 @@ function planFor(ctx: RouterContext, text: string): Promise<Plan> {
   }
   let plan = cache.get(text);
   if (!plan) {
-    plan = planQuery(text);
+    plan = planQuery(text, tables.reference);
     plan.catch(() => cache?.delete(text));
     if (cache.size >= PLAN_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
     cache.set(text, plan);
@@ -74,7 +84,7 @@ const ATTEMPTS = 3;
 
 async function runBuffered(
   ctx: RouterContext,
-  plan: Plan,
+  plan: GroupsPlan | RowsPlan,
   values: readonly unknown[],
   trace: OperationTrace | undefined,
 ): Promise<ServerRows[]> {
@@ -256,15 +266,38 @@ async function* fromArray<T>(rows: T[]): AsyncGenerator<T> {
   yield* rows;
 }
 
+let turn = 0;
+
+/**
+ * The server that answers a query on reference tables alone: each server holding shards in turn. A server holds a
+ * synced copy of the reference tables before any shard is placed on it (reference/copy.ts); one that holds no
+ * shard may still be filling its copy.
+ */
+function onceServer(map: MapState): string {
+  const servers = [...new Set(map.shards.map((s) => s.server))];
+  turn = (turn + 1) % servers.length;
+  return servers[turn] as string;
+}
+
 const toColumns = (columns: Column[]): SqlColumn[] => columns.map((c) => ({ name: c.name, type: c.oid }));
 
 export async function runSql(
   ctx: RouterContext,
   text: string,
   values: readonly unknown[] = [],
+  tables: SqlTables = NO_TABLES,
 ): Promise<SqlResult> {
-  const plan = await planFor(ctx, text);
+  const plan = await planFor(ctx, text, tables);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
+  if (plan.kind === 'once') {
+    return traced(ctx.onEvent, 'sql', async (trace) => {
+      const server = onceServer(await ctx.map.fresh());
+      const [answer] = await runOnServers(ctx, new Map([[server, plan.statement]]), values, trace);
+      const { columns, rows } = answer as ServerRows;
+      const project = projector(columns);
+      return { rows: rows.map(project), columns: toColumns(columns) };
+    });
+  }
   return traced(ctx.onEvent, 'sql', async (trace) => {
     const answers = await runBuffered(ctx, plan, values, trace);
     if (plan.kind === 'groups') {
@@ -297,14 +330,31 @@ export async function* streamSql(
   text: string,
   values: readonly unknown[] = [],
   options: SqlStreamOptions = {},
+  tables: SqlTables = NO_TABLES,
 ): AsyncGenerator<Row> {
-  const plan = await planFor(ctx, text);
+  const plan = await planFor(ctx, text, tables);
   resolveCut(plan.limits, values);
-  if (plan.kind === 'groups') {
-    yield* (await runSql(ctx, text, values)).rows;
+  const batch = options.batchSize ?? 1000;
+  if (plan.kind === 'once') {
+    const stream = await openServerStream(
+      ctx,
+      onceServer(await ctx.map.fresh()),
+      plan.statement,
+      values,
+      batch,
+    );
+    try {
+      const project = projector(await stream.columns());
+      for (let row = await stream.next(); row; row = await stream.next()) yield project(row);
+    } finally {
+      await stream.close();
+    }
     return;
   }
-  const batch = options.batchSize ?? 1000;
+  if (plan.kind === 'groups') {
+    yield* (await runSql(ctx, text, values, tables)).rows;
+    return;
+  }
   const { servers, streams, columns } = await openStreams(ctx, plan, values, batch);
   try {
     const { rows, columns: visible } = await rowsPipeline(ctx, plan, servers, columns, streams, values);

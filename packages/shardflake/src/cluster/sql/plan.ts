@@ -1,5 +1,6 @@
 import type { FuncCall, Node, ResTarget, SelectStmt, SortBy } from '@pgsql/types';
 import { checkDistinct, checkExpression, checkStatement, isAggregateCall } from './check.js';
+import { REFERENCE_SCHEMA } from '../reference/sql.js';
 import { checkFrom } from './from.js';
 import { compileHaving, type HavingExpr } from './having.js';
 import { loadSqlTools, parseSelect } from './parser.js';
@@ -78,7 +79,15 @@ export interface GroupsPlan extends PlanBase {
   sort: SortKey[];
 }
 
-export type Plan = RowsPlan | GroupsPlan;
+/** A query on reference tables alone: every server holds all their rows, so one server answers it whole. */
+export interface OncePlan {
+  kind: 'once';
+  statement: string;
+  /** Checked as the other plans' are (the server applies them). */
+  limits: Limits;
+}
+
+export type Plan = RowsPlan | GroupsPlan | OncePlan;
 
 const AGGREGATE_KINDS: Record<string, SlotKind> = {
   count: 'count',
@@ -91,12 +100,13 @@ const AGGREGATE_KINDS: Record<string, SlotKind> = {
   every: 'bool_and',
 };
 
-export async function planQuery(text: string): Promise<Plan> {
+/** `reference`: the names of the reference tables (from.ts says how they join). */
+export async function planQuery(text: string, reference: ReadonlySet<string> = new Set()): Promise<Plan> {
   const select = await parseSelect(text);
   const { print } = await loadSqlTools();
   checkStatement(select);
   const distinct = checkDistinct(select);
-  checkFrom(select.fromClause as Node[]);
+  const tables = checkFrom(select.fromClause as Node[], reference);
   checkExpression(select.whereClause, 'WHERE', false);
   const targets = (select.targetList ?? []).map((t) => (t as { ResTarget: ResTarget }).ResTarget);
   const hasAggregate = [
@@ -109,6 +119,10 @@ export async function planQuery(text: string): Promise<Plan> {
   for (const item of select.groupClause ?? []) checkExpression(item, 'GROUP BY', false);
   const limits = checkLimits(select);
   const holes = new Holes(text);
+  // Reference tables are read where every server keeps them; what is left unqualified is a shard's table.
+  for (const table of tables) if (reference.has(table.relname as string)) table.schemaname = REFERENCE_SCHEMA;
+  if (tables.every((t) => t.schemaname === REFERENCE_SCHEMA))
+    return { kind: 'once', statement: print({ SelectStmt: select }), limits };
   return grouped
     ? planGroups(select, targets, distinct, limits, holes, print)
     : planRows(select, targets, distinct, limits, holes, print);
@@ -125,11 +139,14 @@ function checkLimits(select: SelectStmt): Limits {
   return limits;
 }
 
-/** Points every table of a (cloned) statement at the schema hole; returns how many holes it placed. */
+/**
+ * Points every table of a (cloned) statement at the schema hole, but reference tables (already qualified);
+ * returns how many holes it placed.
+ */
 function qualifyTables(select: SelectStmt, marker: string): number {
   let holes = 0;
   for (const { node } of walk(select.fromClause)) {
-    if ('RangeVar' in node) {
+    if ('RangeVar' in node && !node.RangeVar.schemaname) {
       node.RangeVar.schemaname = marker;
       holes++;
     }

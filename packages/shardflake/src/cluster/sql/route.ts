@@ -6,7 +6,7 @@ import type { RouterContext } from '../router/context.js';
 import { acquireOn, isConnectionLost } from '../router/lease.js';
 import { type MapState, placementIn } from '../router/map.js';
 import type { OperationTrace } from '../router/trace.js';
-import type { Plan } from './plan.js';
+import type { GroupsPlan, RowsPlan } from './plan.js';
 import type { Cell } from './values.js';
 
 /**
@@ -29,7 +29,11 @@ export interface ServerRows {
 /** Every value as the text the server sent. */
 const RAW_TYPES = { getTypeParser: () => (value: string) => value };
 
-export function serverStatements(plan: Plan, map: MapState, trace?: OperationTrace): Map<string, string> {
+export function serverStatements(
+  plan: GroupsPlan | RowsPlan,
+  map: MapState,
+  trace?: OperationTrace,
+): Map<string, string> {
   const schemas = new Map<string, string[]>();
   for (let shard = 0; shard < map.logicalShards; shard++) {
     const p = placementIn(map, shard);
