@@ -40,7 +40,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const text = await configSchemaText();
   if (process.argv.includes('--check')) {
     if (readFileSync(SCHEMA_FILE, 'utf8') !== text) {
-      console.error(`config-schema: ${SCHEMA_FILE} differs from the definition; run node scripts/config-schema.mjs`);
+      console.error(
+        `config-schema: ${SCHEMA_FILE} differs from the definition; run node scripts/config-schema.mjs`,
+      );
       process.exit(1);
     }
   } else {
