@@ -14,7 +14,9 @@ const ROOT = resolve(import.meta.dirname, '..');
 function resolvePackage(specifier) {
   const match = /^(@shardflake\/[^/]+|shardflake)(\/.*)?$/.exec(specifier);
   if (!match) return null;
-  const dir = { shardflake: 'shardflake', '@shardflake/cli': 'cli', '@shardflake/embedded': 'embedded' }[match[1]];
+  const dir = { shardflake: 'shardflake', '@shardflake/cli': 'cli', '@shardflake/embedded': 'embedded' }[
+    match[1]
+  ];
   if (!dir) return null;
   const manifest = JSON.parse(readFileSync(join(ROOT, 'packages', dir, 'package.json'), 'utf8'));
   const sub = `.${match[2] ?? ''}`;
@@ -54,7 +56,8 @@ export function serverReason(file) {
     if (!existsSync(path)) continue;
     for (const [, code] of readFileSync(path, 'utf8').matchAll(CODE_BLOCKS)) {
       for (const [, specifier] of code.matchAll(SPECIFIERS)) {
-        if (SERVER_PACKAGES.test(specifier)) return `runs the code blocks of ${page}, which import ${specifier}`;
+        if (SERVER_PACKAGES.test(specifier))
+          return `runs the code blocks of ${page}, which import ${specifier}`;
       }
     }
   }
@@ -68,7 +71,9 @@ export function serverReason(file) {
     }
     for (const [, specifier] of readFileSync(real, 'utf8').matchAll(SPECIFIERS)) {
       if (SERVER_PACKAGES.test(specifier)) return `imports ${specifier} (through ${relative(ROOT, real)})`;
-      const target = specifier.startsWith('.') ? resolve(dirname(path), specifier) : resolvePackage(specifier);
+      const target = specifier.startsWith('.')
+        ? resolve(dirname(path), specifier)
+        : resolvePackage(specifier);
       if (target && existsSync(target) && target.endsWith('.js')) queue.push({ path: target, from: real });
     }
   }
