@@ -80,13 +80,17 @@ export function serverReason(file) {
   return null;
 }
 
-/** Every compiled test file under `dir` (default dist/test), sorted. */
+/**
+ * Every compiled test file under dist/test whose source is there (as scripts/run-tests.mjs: `tsc -b` leaves the
+ * output of a renamed or removed test behind), sorted.
+ */
 export function testFiles(dir = join(ROOT, 'dist', 'test')) {
   return readdirSync(dir)
     .flatMap((name) => {
       const path = join(dir, name);
       if (statSync(path).isDirectory()) return testFiles(path);
-      return name.endsWith('.test.js') ? [path] : [];
+      const source = join(ROOT, relative(join(ROOT, 'dist'), path)).replace(/\.js$/, '.ts');
+      return name.endsWith('.test.js') && existsSync(source) ? [path] : [];
     })
     .sort();
 }
