@@ -34,6 +34,11 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
     'cluster.json: shards is not a known field (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups)',
   ],
   [
+    'a $schema that is not text',
+    { $schema: 7, ...base },
+    'cluster.json: $schema must be a string (the path or URL of a JSON Schema)',
+  ],
+  [
     'no servers',
     withoutServers,
     'cluster.json: servers is missing (Each server name → its postgres:// URL, or a list of node URLs (a primary and its streaming replicas). ${VAR} in a URL is the environment variable VAR; a URL without a password uses PGPASSWORD or the pgpass file.)',

@@ -136,7 +136,7 @@ export const configSchema = section(
   {
     $schema: v.optional(
       v.pipe(
-        v.string(),
+        v.string('must be a string (the path or URL of a JSON Schema)'),
         v.description('The JSON Schema this file follows, for editors (shardflake ignores it)'),
       ),
     ),
