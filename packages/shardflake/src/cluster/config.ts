@@ -41,6 +41,11 @@ const CLUSTER_LAYOUTS = PRESET_NAMES.filter((name) => shardFieldOf(layouts[name]
 
 export type { Migration, TableTemplate };
 
+/**
+ * A validated cluster config, as `loadConfig`, `parseConfig` and `validateConfig` return it: servers and their
+ * nodes, the catalog server, the logical shards, the id layout and epoch, the table templates and migrations,
+ * reference tables and lookups.
+ */
 export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;

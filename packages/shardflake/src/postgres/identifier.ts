@@ -11,6 +11,10 @@ export const PLAIN_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 export const PLAIN_IDENTIFIER_RULE =
   'letters, digits and _, starting with a letter or _, at most 63 characters';
 
+/**
+ * Returns `name` when it is a plain SQL identifier (letters, digits and _, not starting with a digit, at most 63
+ * characters), else throws INVALID_IDENTIFIER naming `what`.
+ */
 export function validateIdentifier(name: string, what = 'identifier'): string {
   if (typeof name !== 'string' || !PLAIN_IDENTIFIER.test(name)) {
     throw new ShardflakeError(

@@ -39,6 +39,7 @@ export const referenceFields = {
 
 type ReferenceFields = v.InferOutput<v.ObjectSchema<typeof referenceFields, undefined>>;
 
+/** The reference tables of a config (one copy on every server) and their migrations. */
 export interface ReferenceConfig {
   /** The reference tables, created on every server by `cluster init` (and by `cluster migrate` where missing). */
   referenceTables: TableTemplate[];
