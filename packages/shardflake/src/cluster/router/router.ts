@@ -14,7 +14,7 @@ import {
   type LookupValue,
 } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
-import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
+import { insertManyKept, withShardKept, writeKept } from '../lookups/rows.js';
 import { serverOrder } from '../reference/order.js';
 import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
@@ -242,7 +242,13 @@ export async function createRouter(
     },
     opts.transactions,
   );
+  // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
+  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const ctx: RouterContext = {
+    keptWrite: (table) =>
+      lookupTables.has(table)
+        ? (operation, shardOf, text, values) => writeKept(ctx, operation, shardOf, text, values)
+        : undefined,
     map,
     transactions,
     statements: new Statements(),
@@ -285,8 +291,6 @@ export async function createRouter(
     },
   };
   const loaded = () => map.state as MapState;
-  // Tables with a lookup: their single-row writes run as sessions, which keep the lookup (lookups/rows.ts).
-  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
 
   const router: Router = {
@@ -305,14 +309,10 @@ export async function createRouter(
     shardFor: (key) => shardForKey(key, loaded().logicalShards),
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
-    insert: (table, row, insertOptions) =>
-      lookupTables.has(table)
-        ? insertKept(ctx, table, row, insertOptions)
-        : insertRow(ctx, table, row, insertOptions),
+    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
     get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
-    update: (table, id, changes) =>
-      lookupTables.has(table) ? updateKept(ctx, table, id, changes) : updateRow(ctx, table, id, changes),
-    delete: (table, id) => (lookupTables.has(table) ? deleteKept(ctx, table, id) : deleteRow(ctx, table, id)),
+    update: (table, id, changes) => updateRow(ctx, table, id, changes),
+    delete: (table, id) => deleteRow(ctx, table, id),
     lookup: ((name: string, value: LookupValue, lookupOptions?: LookupOptions) =>
       lookups.lookup(name, value, lookupOptions)) as Router['lookup'],
     lookupMany: (name, values) => lookups.lookupMany(name, values),
