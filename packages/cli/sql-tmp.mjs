@@ -32,28 +32,17 @@ try {
   await a.query('CREATE SCHEMA one_table; SET search_path TO one_table'); await a.query(TABLE.replace(' DEFAULT next_id()', ''));
   await a.query(`INSERT INTO orders SELECT g, ${COLUMNS} FROM generate_series(0, ${rows - 1}) AS g`); await a.query('ANALYZE orders');
 
-  const schemas = [...text.matchAll(/"(shard_\d+)"\.orders/g)].map((m) => m[1]);
-  const AGG = 'count(*) AS c, sum(amount) AS s, sum(price) AS sp, count(price) AS cp, max(amount) AS m';
-  const shapes = {
-    current: text,
-    pruned: `SELECT country, count(*), sum(amount), sum(price), count(price), max(amount) FROM (${schemas.map((s) => `SELECT country, amount, price FROM "${s}".orders`).join(' UNION ALL ')}) AS o WHERE amount > $1 GROUP BY country`,
-    //partialCombine: `SELECT country, sum(c)::bigint, sum(s), sum(sp), sum(cp)::bigint, max(m) FROM (${schemas.map((s) => `(SELECT country, ${AGG} FROM "${s}".orders WHERE amount > $1 GROUP BY country)`).join(' UNION ALL ')}) AS p GROUP BY country`,
-    //partialOnly: schemas.map((s) => `(SELECT country, ${AGG} FROM "${s}".orders WHERE amount > $1 GROUP BY country)`).join(' UNION ALL '),
-  };
-  const time = async (fn) => { const t = performance.now(); await fn(); return performance.now() - t; };
+
+  const time = async (c, q) => { const t = performance.now(); await c.query(q); return performance.now() - t; };
   const med = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
-  const one = await time(() => a.query(QUERY, [100]));
-  for (const par of ['on', 'off']) { if (par === 'off') await a.query('SET max_parallel_workers_per_gather = 0');
-  for (const [name, q] of Object.entries(shapes)) {
-    const plan = await a.query(`EXPLAIN (SUMMARY) ${q}`, [100]);
-    const pt = plan.rows.map((x) => x['QUERY PLAN']).filter((l) => /Planning Time/.test(l));
-    const ts = []; const os = [];
-    for (let i = 0; i < 7; i++) { ts.push(await time(() => a.query(q, [100]))); os.push(await time(() => a.query(QUERY, [100]))); }
-    // prepared, named
-    const ps = [];
-    for (let i = 0; i < 10; i++) ps.push(await time(() => a.query({ name: `p_${name}`, text: q, values: [100] })));
-    console.log(`parallel ${par} ${name}: unprepared p50 ${med(ts).toFixed(1)} ms (one table ${med(os).toFixed(1)}), prepared last5 p50 ${med(ps.slice(5)).toFixed(1)}, first ${ps[0].toFixed(1)}; ${pt.join(' ')}`);
-  }}
+  const b = await connect(servers[0].url); await b.query('SET max_parallel_workers_per_gather = 0; SET search_path TO one_table');
+  const cfgs = { oneTable: [a, { text: QUERY, values: [100] }], oneTableNoPar: [b, { text: QUERY, values: [100] }], current: [a, { text, values: [100] }], noParallel: [b, { text, values: [100] }],
+    currentPrepared: [a, { name: 'p1', text, values: [100] }], noParallelPrepared: [b, { name: 'p2', text, values: [100] }] };
+  const res = Object.fromEntries(Object.keys(cfgs).map((k) => [k, []]));
+  for (let i = 0; i < 12; i++) for (const [k, [c, q]] of Object.entries(cfgs)) res[k].push(await time(c, q));
+  for (const [k, v] of Object.entries(res)) console.log(k, 'p50', med(v.slice(6)).toFixed(1), 'min', Math.min(...v.slice(6)).toFixed(1));
+  for (const c of [a, b]) { const pl = []; for (let i = 0; i < 5; i++) { const r = await c.query(`EXPLAIN (SUMMARY) ${text}`, [100]); pl.push(Number(/([\d.]+) ms/.exec(r.rows.at(-1)['QUERY PLAN'])[1])); } console.log(c === a ? 'planning (parallel on)' : 'planning (parallel off)', med(pl)); }
+  await b.end();
   writeFileSync('/tmp/perf/url', servers[0].url);
   await a.end(); await router.close();
 } finally { if (!process.env.KEEP) await Promise.all(servers.map((s) => s.stop())); }

@@ -18,7 +18,7 @@ import { insertManyKept, withShardKept, writeKept } from '../lookups/rows.js';
 import { serverOrder } from '../reference/order.js';
 import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
-import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
+import type { SqlOptions, SqlResult, SqlStreamOptions } from '../sql/index.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
 import { createServerNodes } from '../topology/server-nodes.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
@@ -147,7 +147,7 @@ export interface Router {
    * One SELECT across every shard (sharded tables by their unqualified names), answered as one database holding
    * every shard's rows would answer it, or refused with UNSUPPORTED_QUERY. See docs/sql.md.
    */
-  sql(text: string, values?: readonly unknown[]): Promise<SqlResult>;
+  sql(text: string, values?: readonly unknown[], options?: SqlOptions): Promise<SqlResult>;
   /** router.sql as an async iterator of rows: an answer without aggregates streams a batch per server at a time. */
   sqlStream(text: string, values?: readonly unknown[], options?: SqlStreamOptions): AsyncIterable<Row>;
   /**
@@ -329,7 +329,7 @@ export async function createRouter(
     query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
     queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
-    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values),
+    sql: async (text, values, sqlOptions) => (await import('../sql/index.js')).runSql(ctx, text, values, sqlOptions),
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },

@@ -40,6 +40,15 @@ export interface SqlResult {
   columns: SqlColumn[];
 }
 
+export interface SqlOptions {
+  /**
+   * Send each server's statement as a named prepared statement (once per pooled connection and statement text):
+   * repeated calls skip the parse and, after PostgreSQL's first five runs, the planning of every shard's branch.
+   * Each connection keeps the statements until it closes; not for a pooler in transaction mode. Default false.
+   */
+  prepare?: boolean;
+}
+
 export interface SqlStreamOptions {
   /** Rows fetched per server per round trip (default 1000). */
   batchSize?: number;
@@ -73,11 +82,12 @@ async function runBuffered(
   plan: Plan,
   values: readonly unknown[],
   trace: OperationTrace | undefined,
+  prepare: boolean,
 ): Promise<ServerRows[]> {
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
     try {
-      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace);
+      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace, prepare);
     } catch (error) {
       const state = sqlStateOf(error);
       if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) throw error;
@@ -244,11 +254,12 @@ export async function runSql(
   ctx: RouterContext,
   text: string,
   values: readonly unknown[] = [],
+  options: SqlOptions = {},
 ): Promise<SqlResult> {
   const plan = await planFor(ctx, text);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
   return traced(ctx.onEvent, 'sql', async (trace) => {
-    const answers = await runBuffered(ctx, plan, values, trace);
+    const answers = await runBuffered(ctx, plan, values, trace, options?.prepare === true);
     if (plan.kind === 'groups') {
       const { rows, columns } = await groupsAnswer(ctx, plan, answers, values);
       const project = projector(columns);
