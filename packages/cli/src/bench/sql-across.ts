@@ -92,8 +92,8 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
       await startEmbeddedServer(name, {
         settings: { autovacuum: 'off', log_statement: 'all' },
         onLog: (text) => {
+          // The query's statements only (they name the orders tables), not the router's background recovery pass.
           for (const line of text.split('\n'))
-            // The query's statements only (they name the orders tables), not the router's background recovery pass.
             if (/LOG: {2}(statement|execute [^:]*):/.test(line) && line.includes('.orders'))
               received.set(name, (received.get(name) ?? 0) + 1);
         },
@@ -228,7 +228,11 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
           servers: servers.length,
           query: QUERY,
           groups: first.rows.length,
-          cold: { routerMs: round(coldRouterMs), oneTableMs: round(coldOneMs), ratio: round(coldRouterMs / coldOneMs) },
+          cold: {
+            routerMs: round(coldRouterMs),
+            oneTableMs: round(coldOneMs),
+            ratio: round(coldRouterMs / coldOneMs),
+          },
           router: common.router,
           oneTable: common.oneTable,
           ratio: common.ratio,

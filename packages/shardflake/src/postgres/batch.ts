@@ -30,7 +30,10 @@ export class BatchFailure extends Error {
   }
 }
 
-type ResultClass = new (rowMode: undefined, types: typeof bigintTypes) => pg.QueryResult & {
+type ResultClass = new (
+  rowMode: undefined,
+  types: typeof bigintTypes,
+) => pg.QueryResult & {
   addFields(fields: unknown[]): void;
   parseRow(fields: unknown[]): unknown;
   addRow(row: unknown): void;
@@ -64,7 +67,10 @@ interface Connection {
 }
 
 /** Sends `statements` on `client` in one round trip; resolves with every statement's result, in order. */
-export function queryBatch(client: pg.ClientBase, statements: readonly BatchStatement[]): Promise<pg.QueryResult[]> {
+export function queryBatch(
+  client: pg.ClientBase,
+  statements: readonly BatchStatement[],
+): Promise<pg.QueryResult[]> {
   const { Result, prepareValue } = pgInternals();
   let bound: unknown[][];
   try {

@@ -9,7 +9,12 @@ export function registerBenchSqlAcrossCommand(bench: Command): void {
     .description(
       'a grouped aggregate through router.sql over 1,024 shards on 2 embedded servers vs the same rows in one table: round trips per server and time ratio',
     )
-    .option('--rows <n>', 'rows in all (≈ 1,000 per shard by default; the ratio falls as they grow)', positiveInteger('--rows'), 1_000_000)
+    .option(
+      '--rows <n>',
+      'rows in all (≈ 1,000 per shard by default; the ratio falls as they grow)',
+      positiveInteger('--rows'),
+      1_000_000,
+    )
     .option('--shards <n>', 'logical shards', positiveInteger('--shards'), 1024)
     .option('--repeat <n>', 'timed queries each side', positiveInteger('--repeat'), 15)
     .option('--json', 'print the results as JSON')

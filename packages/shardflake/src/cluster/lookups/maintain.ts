@@ -212,7 +212,10 @@ const TAKEN_SQLSTATE = '22012';
  * its transaction committed: a second owner. It divides by zero then: the error aborts the transaction (and the
  * COMMIT sent after it does not run) and maps to UNIQUE_VIOLATION naming the lookup, never the value.
  */
-export function entryStatements(net: readonly EntryChange[], schemaOf: (shard: number) => string): EntryStatement[] {
+export function entryStatements(
+  net: readonly EntryChange[],
+  schemaOf: (shard: number) => string,
+): EntryStatement[] {
   const statements: EntryStatement[] = [];
   for (let i = 0; i < net.length; ) {
     const first = net[i] as EntryChange;
@@ -258,7 +261,8 @@ export function entryStatements(net: readonly EntryChange[], schemaOf: (shard: n
         ? `SELECT 1 / (count(*) = 0)::int FROM ${table} WHERE value = $1 AND id <> $2`
         : `SELECT 1 / (count(*) = 0)::int FROM ${table} e JOIN ${pairs} AS g(value, id) ON e.value = g.value AND e.id <> g.id`,
       values,
-      onError: (error) => ((error as { code?: string }).code === TAKEN_SQLSTATE ? uniqueViolation(lookup) : error),
+      onError: (error) =>
+        (error as { code?: string }).code === TAKEN_SQLSTATE ? uniqueViolation(lookup) : error,
     });
   }
   return statements;
@@ -267,8 +271,12 @@ export function entryStatements(net: readonly EntryChange[], schemaOf: (shard: n
 /** Writes net entry changes one statement at a time, each where `join` says its entry shard is. */
 export async function writeEntries(net: readonly EntryChange[], join: JoinShard): Promise<void> {
   const targets = new Map<number, Awaited<ReturnType<JoinShard>>>();
-  for (const change of net) if (!targets.has(change.shard)) targets.set(change.shard, await join(change.shard));
-  for (const statement of entryStatements(net, (shard) => (targets.get(shard) as { schema: string }).schema)) {
+  for (const change of net)
+    if (!targets.has(change.shard)) targets.set(change.shard, await join(change.shard));
+  for (const statement of entryStatements(
+    net,
+    (shard) => (targets.get(shard) as { schema: string }).schema,
+  )) {
     const target = targets.get(statement.shard) as Awaited<ReturnType<JoinShard>>;
     try {
       await target.query(statement.text, statement.values as unknown[]);

@@ -1,8 +1,8 @@
+import type pg from 'pg';
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
-import type { InsertManyOptions } from '../router/bulk.js';
-import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
+import type { InsertManyOptions } from '../router/bulk.js';
 import type { RouterContext } from '../router/context.js';
 import type { Operation } from '../router/events.js';
 import { type MapState, placementIn } from '../router/map.js';

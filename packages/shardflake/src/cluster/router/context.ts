@@ -1,6 +1,6 @@
+import type pg from 'pg';
 import type { ServerNodes } from '../topology/nodes.js';
 import type { TransactionState } from '../transactions/state.js';
-import type pg from 'pg';
 import type { Operation, RouterEventHook } from './events.js';
 import type { MapState, ShardMapCache } from './map.js';
 import type { ReadPositions } from './positions.js';

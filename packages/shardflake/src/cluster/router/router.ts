@@ -329,7 +329,8 @@ export async function createRouter(
     query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
     queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
-    sql: async (text, values, sqlOptions) => (await import('../sql/index.js')).runSql(ctx, text, values, sqlOptions),
+    sql: async (text, values, sqlOptions) =>
+      (await import('../sql/index.js')).runSql(ctx, text, values, sqlOptions),
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },

@@ -97,7 +97,9 @@ function writeRow(
   values: unknown[],
 ): Promise<pg.QueryResult> {
   const kept = ctx.keptWrite?.(table);
-  return kept ? kept(operation, shardOf, text, values) : routedStatement(ctx, operation, shardOf, true, text, values);
+  return kept
+    ? kept(operation, shardOf, text, values)
+    : routedStatement(ctx, operation, shardOf, true, text, values);
 }
 
 export async function insertRow(

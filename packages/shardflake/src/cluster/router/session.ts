@@ -137,7 +137,10 @@ export async function sendWithPending(
   } catch (failure) {
     if (!(failure instanceof BatchFailure)) throw failure;
     const failed = all[failure.index];
-    throw new PendingFailure(failure.index < all.length - statements.length, failed?.onError?.(failure.cause) ?? failure.cause);
+    throw new PendingFailure(
+      failure.index < all.length - statements.length,
+      failed?.onError?.(failure.cause) ?? failure.cause,
+    );
   }
 }
 
@@ -210,7 +213,8 @@ export function sessionClient(
     const [text, values] = plain as [unknown, unknown];
     // A statement with parameters (never transaction control, never several statements) goes out in the same
     // round trip as what must precede it.
-    const batched = typeof text === 'string' && Array.isArray(values) && values.length > 0 && plain.length === 2;
+    const batched =
+      typeof text === 'string' && Array.isArray(values) && values.length > 0 && plain.length === 2;
     const result = shared.tail.then(async () => {
       if (!batched) {
         await switchPath();

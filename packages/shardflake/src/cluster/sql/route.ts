@@ -67,7 +67,9 @@ export async function runOnServers(
       try {
         const result = await lease.client.query({
           // pg parses a named statement once per connection; the name is the text's hash, so a text is one name.
-          ...(prepare ? { name: `shardflake_sql_${createHash('sha256').update(text).digest('hex').slice(0, 32)}` } : {}),
+          ...(prepare
+            ? { name: `shardflake_sql_${createHash('sha256').update(text).digest('hex').slice(0, 32)}` }
+            : {}),
           text,
           values: [...values],
           rowMode: 'array',

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
+import type { BatchStatement } from '../../postgres/batch.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent, quoteLiteral } from '../../postgres/identifier.js';
 import type { ShardPlacement } from '../catalog/shards.js';
@@ -7,7 +8,6 @@ import { INSERT_DECISION_SQL } from '../catalog/transactions.js';
 import type { RouterContext } from '../router/context.js';
 import type { TransactionPhase } from '../router/events.js';
 import { acquireOn, isConnectionLost } from '../router/lease.js';
-import type { BatchStatement } from '../../postgres/batch.js';
 import {
   PendingFailure,
   type ShardSession,
