@@ -285,6 +285,36 @@ export async function runSql(
  * read `batchSize` at a time through a cursor and merged in order (or passed on unordered), so memory stays at a
  * batch per server; leaving the loop early closes the cursors. Aggregate plans are computed whole, then iterated.
  */
+/**
+ * Every server's stream, opened and its first batch read before any row is passed on: a query that finds a schema
+ * gone (a shard moved since the map was read) closes them and opens them again on the new map, up to 3 times, as
+ * router.sql does. Once rows have been passed on, a failure ends the stream instead (it cannot be taken back).
+ */
+async function openStreams(
+  ctx: RouterContext,
+  plan: RowsPlan,
+  values: readonly unknown[],
+  batch: number,
+): Promise<{ texts: Map<string, string>; streams: ServerStream[] }> {
+  for (let attempt = 1; ; attempt++) {
+    const map = await ctx.map.fresh();
+    const texts = serverStatements(plan, map);
+    const streams: ServerStream[] = [];
+    try {
+      for (const [server, statement] of texts)
+        streams.push(await openServerStream(ctx, server, statement, values, batch));
+      await Promise.all(streams.map((s) => s.columns()));
+      return { texts, streams };
+    } catch (error) {
+      await Promise.all(streams.map((s) => s.close()));
+      const state = sqlStateOf(error);
+      if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) throw error;
+      ctx.map.markStale();
+      if ((await ctx.map.fresh()).version === map.version) throw error;
+    }
+  }
+}
+
 export async function* streamSql(
   ctx: RouterContext,
   text: string,
@@ -298,12 +328,8 @@ export async function* streamSql(
     return;
   }
   const batch = options.batchSize ?? 1000;
-  const map = await ctx.map.fresh();
-  const texts = serverStatements(plan, map);
-  const streams: ServerStream[] = [];
+  const { texts, streams } = await openStreams(ctx, plan, values, batch);
   try {
-    for (const [server, statement] of texts)
-      streams.push(await openServerStream(ctx, server, statement, values, batch));
     const columns = await (streams[0] as ServerStream).columns();
     const { rows, columns: visible } = await rowsPipeline(
       ctx,
