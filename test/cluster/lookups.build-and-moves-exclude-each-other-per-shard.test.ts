@@ -111,7 +111,10 @@ describe('a lookup build and a shard move exclude each other per shard', () => {
         (e: unknown) => e,
       );
       assert.ok(isShardflakeError(error, 'SHARD_BUSY'), String(error));
-      assert.match(error.message, new RegExp(`shard ${shard}: the shard is being moved`));
+      assert.match(
+        error.message,
+        new RegExp(`building lookup user_email stopped at shard ${shard}: the shard is being moved`),
+      );
       // Nothing of the lookup reached the moving shard, on either server.
       for (const server of servers) {
         const c = await connect(server.url);

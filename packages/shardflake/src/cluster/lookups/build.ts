@@ -91,13 +91,13 @@ export async function buildLookups(
     // The shard locks live on a connection of their own: its lock_timeout bounds only the wait for a lock.
     lock = await connectServer(config, config.catalog, { applicationName: 'shardflake lookup build lock' });
     await lock.query(`SET lock_timeout = ${Math.max(1, Math.round(options.shardLockWaitMs ?? 10_000))}`);
-    const holding = shardHolder(lock);
     await installLookupCatalog(catalog);
     const map = await readShardMap(catalog);
     const reports: LookupBuildReport[] = [];
     const duplicates: LookupDuplicate[] = [];
     for (const lookup of lookups) {
       const started = performance.now();
+      const holding = shardHolder(lock, lookup.name);
       const record = await recordLookup(catalog, lookup, 'tables');
       if (record.table !== lookup.table || record.column !== lookup.column || record.unique !== lookup.unique)
         throw new ShardflakeError(
@@ -187,16 +187,21 @@ export async function buildLookups(
  * Runs a step on one shard holding its lock, with where the shard lives now (see "Moves" at the top). A shard
  * a move holds, or that a crashed move left `moving`, stops the build with SHARD_BUSY.
  */
-function shardHolder(lock: pg.Client) {
+function shardHolder(lock: pg.Client, lookup: string) {
+  const stopped = (shard: number, why: string) =>
+    new ShardflakeError(
+      'SHARD_BUSY',
+      `building lookup ${lookup} stopped at shard ${shard}: ${why} (the build resumes where it stopped)`,
+    );
   return async <T>(shard: number, step: (placement: ShardPlacement) => Promise<T>): Promise<T> => {
     const refused = await lockShardWaiting(lock, shard);
-    if (refused) throw new ShardflakeError('SHARD_BUSY', `lookup build: shard ${shard}: ${refused}`);
+    if (refused) throw stopped(shard, refused);
     try {
       const placement = await readPlacement(lock, shard);
       if (placement.state === 'moving')
-        throw new ShardflakeError(
-          'SHARD_BUSY',
-          `lookup build: shard ${shard} has an unfinished move (run cluster cleanup, or the move again); migrate again after it`,
+        throw stopped(
+          shard,
+          'the shard has an unfinished move (run cluster cleanup, or the move again); migrate again after it',
         );
       return await step(placement);
     } finally {

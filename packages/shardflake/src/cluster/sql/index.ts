@@ -1,7 +1,7 @@
 import { loadPg } from '../../postgres/connect.js';
 import type { RouterContext } from '../router/context.js';
-import { sqlStateOf } from '../router/retry.js';
 import type { MapState } from '../router/map.js';
+import { sqlStateOf } from '../router/retry.js';
 import type { Row } from '../router/rows.js';
 import { type OperationTrace, traced } from '../router/trace.js';
 import { accumulate, finalOid, finish, type Group, newStates } from './aggregate.js';
@@ -41,6 +41,16 @@ export interface SqlColumn {
 export interface SqlResult {
   rows: Row[];
   columns: SqlColumn[];
+}
+
+/** Options of `router.sql`. */
+export interface SqlOptions {
+  /**
+   * Send each server's statement as a named prepared statement (once per pooled connection and statement text):
+   * repeated calls skip the parse and, after PostgreSQL's first five runs, the planning of every shard's branch.
+   * Each connection keeps the statements until it closes; not for a pooler in transaction mode. Default false.
+   */
+  prepare?: boolean;
 }
 
 /** Options of `router.sqlStream`. */
@@ -87,11 +97,12 @@ async function runBuffered(
   plan: GroupsPlan | RowsPlan,
   values: readonly unknown[],
   trace: OperationTrace | undefined,
+  prepare: boolean,
 ): Promise<ServerRows[]> {
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
     try {
-      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace);
+      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace, prepare);
     } catch (error) {
       if (!(await movedAway(ctx, error, map, attempt))) throw error;
       trace?.retryReasons.push('unknown-table');
@@ -285,21 +296,23 @@ export async function runSql(
   ctx: RouterContext,
   text: string,
   values: readonly unknown[] = [],
+  options: SqlOptions = {},
   tables: SqlTables = NO_TABLES,
 ): Promise<SqlResult> {
+  const prepare = options.prepare === true;
   const plan = await planFor(ctx, text, tables);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
   if (plan.kind === 'once') {
     return traced(ctx.onEvent, 'sql', async (trace) => {
       const server = onceServer(await ctx.map.fresh());
-      const [answer] = await runOnServers(ctx, new Map([[server, plan.statement]]), values, trace);
+      const [answer] = await runOnServers(ctx, new Map([[server, plan.statement]]), values, trace, prepare);
       const { columns, rows } = answer as ServerRows;
       const project = projector(columns);
       return { rows: rows.map(project), columns: toColumns(columns) };
     });
   }
   return traced(ctx.onEvent, 'sql', async (trace) => {
-    const answers = await runBuffered(ctx, plan, values, trace);
+    const answers = await runBuffered(ctx, plan, values, trace, prepare);
     if (plan.kind === 'groups') {
       const { rows, columns } = await groupsAnswer(ctx, plan, answers, values);
       const project = projector(columns);
@@ -352,7 +365,7 @@ export async function* streamSql(
     return;
   }
   if (plan.kind === 'groups') {
-    yield* (await runSql(ctx, text, values, tables)).rows;
+    yield* (await runSql(ctx, text, values, {}, tables)).rows;
     return;
   }
   const { servers, streams, columns } = await openStreams(ctx, plan, values, batch);

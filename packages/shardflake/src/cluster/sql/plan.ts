@@ -1,6 +1,6 @@
 import type { FuncCall, Node, ResTarget, SelectStmt, SortBy } from '@pgsql/types';
-import { checkDistinct, checkExpression, checkStatement, isAggregateCall } from './check.js';
 import { REFERENCE_SCHEMA } from '../reference/sql.js';
+import { checkDistinct, checkExpression, checkStatement, isAggregateCall } from './check.js';
 import { checkFrom } from './from.js';
 import { compileHaving, type HavingExpr } from './having.js';
 import { loadSqlTools, parseSelect } from './parser.js';
