@@ -8,7 +8,8 @@ import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/conn
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { buildLookups } from '../../packages/shardflake/src/cluster/lookups/build.js';
 import { verifyLookups } from '../../packages/shardflake/src/cluster/lookups/verify.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { type MigrateResult, migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
 import { SHARD_LOCK_CLASS } from '../../packages/shardflake/src/cluster/shard-lock.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
@@ -20,7 +21,9 @@ import { testConfig } from './cluster-config.js';
  * The lookup build of `cluster migrate` (lookups/build.ts) and shard moves take the same per-shard lock, so a build
  * step and a move of one shard never run at once, whichever starts first: a move held at one of its steps makes
  * the build stop with SHARD_BUSY before it writes anything in that shard; a build held inside a backfill batch of a
- * shard makes the move of that shard refuse to start. Both builds then finish and verify clean.
+ * shard makes the move of that shard refuse to start. Both builds then finish and verify clean. A batch's entry
+ * shards are not locked: one that moves while a batch waits (the batch has read the map) is met through its old
+ * copy's fence, and the batch runs again on the new map instead of failing the build.
  */
 const servers = await useServers(2);
 const USERS = 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)';
@@ -70,6 +73,42 @@ async function until(what: string, check: () => Promise<boolean>): Promise<void>
     assert.ok(i < 500, `never happened: ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/**
+ * Starts `cluster migrate` with a row of `shard` locked FOR UPDATE by another session, and returns once the build
+ * waits on that row inside a backfill batch of the shard, holding the shard's lock; `release` lets the row go.
+ */
+async function buildHeldInABatch(
+  config: typeof plain,
+  shard: number,
+  lookup: string,
+  lookupBatchSize: number,
+): Promise<{ building: Promise<MigrateResult>; release: () => Promise<void> }> {
+  const id = defined(ids.find((i) => router.shardOfId(i) === shard));
+  const blocker = await connect(defined(servers.find((s) => s.name === router.placement(shard).server)).url);
+  await blocker.query('BEGIN');
+  await blocker.query(`SELECT 1 FROM "${shardSchema(plain, shard)}".users WHERE id = $1 FOR UPDATE`, [id]);
+  const building = migrateCluster(config, { lookupBatchSize });
+  building.catch(() => {});
+  const release = async () => {
+    await blocker.query('COMMIT');
+    await blocker.end();
+  };
+  try {
+    await until('the build holds the shard inside a batch', async () => {
+      const { rows } = await blocker.query(
+        `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+          WHERE NOT l.granted AND a.application_name = 'shardflake lookup build'`,
+      );
+      return (rows[0] as { n: number }).n > 0 && (await shardLocked(shard));
+    });
+    assert.equal((await readLookups(catalog)).get(lookup)?.phase, 'backfill');
+  } catch (error) {
+    await release();
+    throw error;
+  }
+  return { building, release };
 }
 
 async function verifiesClean(config: typeof plain): Promise<void> {
@@ -144,30 +183,14 @@ describe('a lookup build and a shard move exclude each other per shard', () => {
     const shard = 2;
     const from = router.placement(shard).server;
     const to = from === 'a' ? 'b' : 'a';
-    const id = defined(ids.find((i) => router.shardOfId(i) === shard));
-    // A row of the shard locked FOR UPDATE: the build's FOR SHARE read of that batch waits on it, holding the shard.
-    const blocker = await connect(defined(servers.find((s) => s.name === from)).url);
-    await blocker.query('BEGIN');
-    await blocker.query(`SELECT 1 FROM "${shardSchema(plain, shard)}".users WHERE id = $1 FOR UPDATE`, [id]);
-    const building = migrateCluster(byEmailAndName, { lookupBatchSize: 10 });
-    building.catch(() => {});
+    const { building, release } = await buildHeldInABatch(byEmailAndName, shard, 'user_name', 10);
     try {
-      await until('the build holds the shard inside a batch', async () => {
-        const { rows } = await blocker.query(
-          `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-            WHERE NOT l.granted AND a.application_name = 'shardflake lookup build'`,
-        );
-        return (rows[0] as { n: number }).n > 0 && (await shardLocked(shard));
-      });
-      const phase = (await readLookups(catalog)).get('user_name')?.phase;
-      assert.equal(phase, 'backfill');
       await assert.rejects(moveShard(byEmailAndName, shard, to), (e: unknown) =>
         isShardflakeError(e, 'SHARD_BUSY'),
       );
       assert.equal(router.placement(shard).server, from);
     } finally {
-      await blocker.query('COMMIT');
-      await blocker.end();
+      await release();
     }
     const result = await building;
     assert.deepEqual(
@@ -179,5 +202,50 @@ describe('a lookup build and a shard move exclude each other per shard', () => {
     );
     assert.equal((await moveShard(byEmailAndName, shard, to)).to, to);
     await verifiesClean(byEmailAndName);
+  });
+
+  it('an entry shard that moves while a batch waits: the batch meets the old copy’s fence and runs again on the new map', async () => {
+    // A third column to build a lookup on (one column has one lookup): each user's nick is its email.
+    const nick = {
+      version: 1,
+      name: 'nick',
+      sql: ['ALTER TABLE users ADD COLUMN nick text', 'UPDATE users SET nick = email'],
+    };
+    const lookups = {
+      user_email: { table: 'users', column: 'email', unique: true },
+      user_name: { table: 'users', column: 'name' },
+    };
+    await migrateCluster(testConfig(servers, { ...base, lookups, migrations: [nick] }));
+    const config = testConfig(servers, {
+      ...base,
+      lookups: { ...lookups, user_nick: { table: 'users', column: 'nick' } },
+      migrations: [nick],
+    });
+    // The batch's row shard, and an entry shard on the other server that some of its values belong to.
+    const shard = 3;
+    const home = router.placement(shard).server;
+    const values = ids.flatMap((id, i) => (router.shardOfId(id) === shard ? [`e${i}@x`] : []));
+    const entryShard = defined(
+      [0, 1, 2].find(
+        (s) => router.placement(s).server !== home && values.some((v) => shardForKey(v, 4) === s),
+      ),
+    );
+    // One batch holds the whole shard; it has read the map (the entry shard on its old server) and waits.
+    const { building, release } = await buildHeldInABatch(config, shard, 'user_nick', 100);
+    try {
+      assert.equal((await moveShard(config, entryShard, home)).to, home);
+    } finally {
+      await release();
+    }
+    const result = await building;
+    assert.deepEqual(
+      result.lookups.map((l) => [l.lookup, l.alreadyBuilt]),
+      [
+        ['user_email', true],
+        ['user_name', true],
+        ['user_nick', false],
+      ],
+    );
+    await verifiesClean(config);
   });
 });

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ShardflakeError } from '../../errors.js';
+import { ShardflakeError, sqlStateOf } from '../../errors.js';
 import type { Layout } from '../../ids/layout.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { qualified, quoteIdent } from '../../postgres/identifier.js';
@@ -15,6 +15,7 @@ import {
 import { readPlacement, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { closeAll, connectAll, connectServer } from '../connections.js';
+import { FENCED_SQLSTATE } from '../fence.js';
 import { shardForKey } from '../shard-key.js';
 import { lockShardWaiting, unlockShard } from '../shard-lock.js';
 import type { LookupDefinition } from './config.js';
@@ -49,8 +50,9 @@ import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
  * trigger), and a batch could lock rows `FOR SHARE` in a copy that the switch has just left, while the row's
  * update commits at the new home: an entry for a value the row no longer holds. A batch's entries go to the
  * entry shards the map places under the lock; those shards are not locked (a batch writes to many), so an entry
- * shard whose move switches during the batch fails the batch with its fence's SF001 (rolled back, recorded
- * nowhere) and the build with it, which a rerun resumes — never an entry written where no one reads it.
+ * shard whose move switches during the batch fails the batch with its fence's SF001 (or 42P01 once the old copy
+ * is dropped): the batch is rolled back whole, recorded nowhere, and run again on the map read anew (for up to
+ * ≈ 13 s, while the move finishes its switch) — never an entry written where no one reads it.
  */
 export interface LookupBuildOptions {
   /** Rows per batch (default 1000). */
@@ -138,19 +140,21 @@ export async function buildLookups(
         let frozen = false;
         for (;;) {
           options.signal?.throwIfAborted();
-          const batch = await holding(source.shard, async () => {
-            // Read under the lock: the row shard stays where it is for the batch, entry shards are placed now.
-            const now = await readShardMap(lock as pg.Client);
-            return backfillBatch(
-              clients,
-              now.shards,
-              lookup,
-              now.shards[source.shard] as ShardPlacement,
-              lastId,
-              batchSize,
-              config.layout,
-            );
-          });
+          const batch = await againIfAnEntryShardMoved(() =>
+            holding(source.shard, async () => {
+              // Read under the lock: the row shard stays where it is for the batch, entry shards are placed now.
+              const now = await readShardMap(lock as pg.Client);
+              return backfillBatch(
+                clients,
+                now.shards,
+                lookup,
+                now.shards[source.shard] as ShardPlacement,
+                lastId,
+                batchSize,
+                config.layout,
+              );
+            }),
+          );
           written += batch.written;
           if (batch.duplicates.length > 0) {
             found.push(...batch.duplicates);
@@ -208,6 +212,25 @@ function shardHolder(lock: pg.Client, lookup: string) {
       await unlockShard(lock, shard);
     }
   };
+}
+
+/** How a batch meets an entry shard that moved: the old copy's fence, or the old copy gone. */
+const ENTRY_SHARD_MOVED = [FENCED_SQLSTATE, '42P01', '3F000'];
+/** Waits before running such a batch again (≈ 13 s in all: a move's switch follows its fence within its pause). */
+const ENTRY_SHARD_WAITS_MS = [100, 200, 400, 800, 1600, 3200, 6400];
+
+/** Runs a batch, again after a wait when one of its entry shards turned out to have moved (see "Moves" at the top). */
+async function againIfAnEntryShardMoved<T>(batch: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await batch();
+    } catch (error) {
+      const state = sqlStateOf(error);
+      const wait = ENTRY_SHARD_WAITS_MS[attempt];
+      if (wait === undefined || state === undefined || !ENTRY_SHARD_MOVED.includes(state)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
 }
 
 function duplicatesError(duplicates: readonly LookupDuplicate[]): ShardflakeError {
