@@ -245,6 +245,7 @@ export async function createRouter(
   // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
   const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const ctx: RouterContext = {
+    referenceTables: new Set((config.referenceTables ?? []).map((t) => t.name)),
     keptWrite: (table) =>
       lookupTables.has(table)
         ? (operation, shardOf, text, values) => writeKept(ctx, operation, shardOf, text, values)

@@ -11,16 +11,30 @@ import { columnNames } from './tree.js';
  * their user's shard) hold that parent's id. Joins on anything else (no condition, other columns, comma joins,
  * NATURAL) could pair rows of two shards and are refused.
  *
- * Returns the table references, which the planner points at each shard's schema.
+ * Reference tables (`reference`, config `referenceTables`) hold the same rows on every server, so each shard may
+ * join its rows with them on any condition: an inner join, or an outer join that keeps only the sharded side's
+ * unmatched rows (a reference row kept unmatched would come back once per shard). A query of reference tables
+ * alone is refused: every shard would return the same rows.
+ *
+ * Returns the table references, which the planner points at each shard's schema (or the reference schema).
  */
-export function checkFrom(from: Node[]): RangeVar[] {
+export function checkFrom(from: Node[], reference: ReadonlySet<string>): RangeVar[] {
   if (from.length !== 1) unsupported('several FROM items (write the join with JOIN … ON a.id = b.column)');
   const tables: RangeVar[] = [];
-  visit(from[0] as Node, tables);
+  if (!visit(from[0] as Node, tables, reference).sharded)
+    unsupported(
+      'a query of reference tables only (every shard would return their rows; read them in a shard session or withReference)',
+    );
   return tables;
 }
 
-function visit(item: Node, tables: RangeVar[]): Set<string> {
+/** The names a FROM item brings into scope, and whether a sharded table is among them. */
+interface Scope {
+  names: Set<string>;
+  sharded: boolean;
+}
+
+function visit(item: Node, tables: RangeVar[], reference: ReadonlySet<string>): Scope {
   if ('RangeVar' in item) {
     const table = item.RangeVar;
     if (table.schemaname || table.catalogname)
@@ -28,27 +42,43 @@ function visit(item: Node, tables: RangeVar[]): Set<string> {
         `the qualified name ${table.schemaname}.${table.relname} (name sharded tables without a schema)`,
       );
     tables.push(table);
-    return new Set([table.alias?.aliasname ?? (table.relname as string)]);
+    return {
+      names: new Set([table.alias?.aliasname ?? (table.relname as string)]),
+      sharded: !reference.has(table.relname as string),
+    };
   }
-  if ('JoinExpr' in item) return visitJoin(item.JoinExpr, tables);
+  if ('JoinExpr' in item) return visitJoin(item.JoinExpr, tables, reference);
   if ('RangeSubselect' in item) return unsupported('a subquery in FROM');
   if ('RangeFunction' in item) return unsupported('a function in FROM');
   return unsupported(`${Object.keys(item)[0]} in FROM`);
 }
 
-function visitJoin(join: JoinExpr, tables: RangeVar[]): Set<string> {
+function visitJoin(join: JoinExpr, tables: RangeVar[], reference: ReadonlySet<string>): Scope {
   if (join.isNatural) unsupported('NATURAL JOIN (say which columns join: a.id = b.column)');
   if (join.alias) unsupported('an alias on a join');
-  const left = visit(join.larg as Node, tables);
-  const right = visit(join.rarg as Node, tables);
+  const left = visit(join.larg as Node, tables, reference);
+  const right = visit(join.rarg as Node, tables, reference);
+  const scope = { names: new Set([...left.names, ...right.names]), sharded: left.sharded || right.sharded };
+  if (!left.sharded || !right.sharded) {
+    // A reference side: any condition; its unmatched rows must not be kept (they would repeat per shard).
+    const keepsLeft = join.jointype === 'JOIN_LEFT' || join.jointype === 'JOIN_FULL';
+    const keepsRight = join.jointype === 'JOIN_RIGHT' || join.jointype === 'JOIN_FULL';
+    if ((keepsLeft && !left.sharded && right.sharded) || (keepsRight && !right.sharded && left.sharded))
+      unsupported(
+        'an outer join that keeps a reference table’s unmatched rows (they would come back once per shard; put the sharded table on the kept side)',
+      );
+    checkExpression(join.quals, 'a join condition', false);
+    return scope;
+  }
   const using = (join.usingClause ?? []).map((n) => ('String' in n ? n.String.sval : ''));
-  const colocated = using.includes('id') || conjuncts(join.quals).some((c) => joinsOnId(c, left, right));
+  const colocated =
+    using.includes('id') || conjuncts(join.quals).some((c) => joinsOnId(c, left.names, right.names));
   if (!colocated)
     unsupported(
       'a join whose condition does not equate one table’s id with a column of the other (only joins of rows colocated in one shard are exact)',
     );
   checkExpression(join.quals, 'a join condition', false);
-  return new Set([...left, ...right]);
+  return scope;
 }
 
 function conjuncts(node: Node | undefined): Node[] {

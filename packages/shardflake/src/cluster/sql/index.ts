@@ -66,7 +66,7 @@ function planFor(ctx: RouterContext, text: string): Promise<Plan> {
   }
   let plan = cache.get(text);
   if (!plan) {
-    plan = planQuery(text);
+    plan = planQuery(text, ctx.referenceTables ?? new Set());
     plan.catch(() => cache?.delete(text));
     if (cache.size >= PLAN_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
     cache.set(text, plan);

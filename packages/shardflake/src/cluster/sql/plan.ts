@@ -1,4 +1,5 @@
 import type { FuncCall, Node, ResTarget, SelectStmt, SortBy } from '@pgsql/types';
+import { REFERENCE_SCHEMA } from '../reference/sql.js';
 import { checkDistinct, checkExpression, checkStatement, isAggregateCall } from './check.js';
 import { checkFrom } from './from.js';
 import { compileHaving, type HavingExpr } from './having.js';
@@ -91,12 +92,12 @@ const AGGREGATE_KINDS: Record<string, SlotKind> = {
   every: 'bool_and',
 };
 
-export async function planQuery(text: string): Promise<Plan> {
+export async function planQuery(text: string, reference: ReadonlySet<string> = new Set()): Promise<Plan> {
   const select = await parseSelect(text);
   const { print } = await loadSqlTools();
   checkStatement(select);
   const distinct = checkDistinct(select);
-  checkFrom(select.fromClause as Node[]);
+  checkFrom(select.fromClause as Node[], reference);
   checkExpression(select.whereClause, 'WHERE', false);
   const targets = (select.targetList ?? []).map((t) => (t as { ResTarget: ResTarget }).ResTarget);
   const hasAggregate = [
@@ -108,7 +109,7 @@ export async function planQuery(text: string): Promise<Plan> {
   for (const t of targets) checkExpression(t.val, 'SELECT', grouped);
   for (const item of select.groupClause ?? []) checkExpression(item, 'GROUP BY', false);
   const limits = checkLimits(select);
-  const holes = new Holes(text);
+  const holes = new Holes(text, reference);
   return grouped
     ? planGroups(select, targets, distinct, limits, holes, print)
     : planRows(select, targets, distinct, limits, holes, print);
@@ -125,16 +126,23 @@ function checkLimits(select: SelectStmt): Limits {
   return limits;
 }
 
-/** Points every table of a (cloned) statement at the schema hole; returns how many holes it placed. */
-function qualifyTables(select: SelectStmt, marker: string): number {
-  let holes = 0;
+/**
+ * Points every sharded table of a (cloned) statement at the schema hole, and every reference table at the
+ * reference schema (the same on every server); returns how many holes it placed.
+ */
+function qualifyTables(select: SelectStmt, holes: Holes): number {
+  let placed = 0;
   for (const { node } of walk(select.fromClause)) {
     if ('RangeVar' in node) {
-      node.RangeVar.schemaname = marker;
-      holes++;
+      if (holes.reference.has(node.RangeVar.relname as string)) {
+        node.RangeVar.schemaname = REFERENCE_SCHEMA;
+        continue;
+      }
+      node.RangeVar.schemaname = holes.marker;
+      placed++;
     }
   }
-  return holes;
+  return placed;
 }
 
 function sortItems(select: SelectStmt): SortBy[] {
@@ -215,7 +223,7 @@ function planRows(
   print: Print,
 ): RowsPlan {
   const branch = clone(select);
-  const placed = qualifyTables(branch, holes.marker);
+  const placed = qualifyTables(branch, holes);
   const sort: SortKey[] = [];
   const serverOrder: Node[] = [];
   let hidden = 0;
@@ -287,7 +295,7 @@ function planGroups(
   print: Print,
 ): GroupsPlan {
   const branch = clone(select);
-  const placed = qualifyTables(branch, holes.marker);
+  const placed = qualifyTables(branch, holes);
   const branchTargets: Node[] = [];
   const finals: FinalColumn[] = [];
   const slots: Slot[] = [];
