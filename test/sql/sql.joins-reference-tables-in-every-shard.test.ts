@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { testConfig } from '../cluster/cluster-config.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 
@@ -13,21 +13,16 @@ import { useServers } from '../support/postgres.js';
  * here; a query of the reference table alone, or an outer join keeping the reference table's unmatched rows (which
  * every shard would return again), is refused with UNSUPPORTED_QUERY.
  */
-const [a, b] = await useServers(2);
-const config = validateConfig(
-  {
-    servers: { a: defined(a).url, b: defined(b).url },
-    catalog: 'a',
-    logicalShards: 4,
-    epoch: '2024-01-01T00:00:00Z',
-    tables: {
-      orders:
-        'CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT next_id(), country text NOT NULL, amount int NOT NULL)',
-    },
-    referenceTables: { countries: 'CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL)' },
+const servers = await useServers(2);
+const [a, b] = servers;
+const config = testConfig(servers, {
+  logicalShards: 4,
+  tables: {
+    orders:
+      'CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT next_id(), country text NOT NULL, amount int NOT NULL)',
   },
-  'test-config',
-);
+  referenceTables: { countries: 'CREATE TABLE countries (code text PRIMARY KEY, name text NOT NULL)' },
+});
 let router: Router;
 const orders: { id: bigint; country: string; amount: number }[] = [];
 const names: Record<string, string> = { de: 'Germany', fr: 'France', jp: 'Japan' };

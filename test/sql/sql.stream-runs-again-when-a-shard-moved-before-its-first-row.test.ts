@@ -3,9 +3,9 @@ import { after, before, test } from 'node:test';
 import type pg from 'pg';
 import { createRouter, type Router } from 'shardflake';
 import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { testConfig } from '../cluster/cluster-config.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 
@@ -16,17 +16,12 @@ import { useServers } from '../support/postgres.js';
  * stream again on the catalog's new map, as router.sql does, and answers with every row, the moved shard's
  * included, in order.
  */
-const [a, b] = await useServers(2);
-const config = validateConfig(
-  {
-    servers: { a: defined(a).url, b: defined(b).url },
-    catalog: 'a',
-    logicalShards: 4,
-    epoch: '2024-01-01T00:00:00Z',
-    tables: { notes: 'CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT next_id(), body text NOT NULL)' },
-  },
-  'test-config',
-);
+const servers = await useServers(2);
+const [a, b] = servers;
+const config = testConfig(servers, {
+  logicalShards: 4,
+  tables: { notes: 'CREATE TABLE notes (id bigint PRIMARY KEY DEFAULT next_id(), body text NOT NULL)' },
+});
 let router: Router;
 const admin: Record<string, pg.Client> = {};
 
