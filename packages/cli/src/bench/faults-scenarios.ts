@@ -4,7 +4,7 @@ import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
 import { connectServer } from 'shardflake/internal/cluster/connections.js';
 import type { RouterOptions } from 'shardflake/internal/cluster/router/router.js';
 import { isShardflakeError } from 'shardflake/internal/errors.js';
-import { moveShard } from 'shardflake/internal/move/move.js';
+import { moveShard, moveShards } from 'shardflake/internal/move/move.js';
 import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import type { Stage, StageOptions } from './faults-stage.js';
 
@@ -40,16 +40,20 @@ export interface Scenario {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** The first shard the catalog places on `server`. */
-async function shardOn(stage: Stage, server: string): Promise<number> {
+async function placements(stage: Stage) {
   const catalog = await connectServer(stage.config, stage.config.catalog);
   try {
-    const shard = (await readShardMap(catalog)).shards.find((s) => s.server === server)?.shard;
-    if (shard === undefined) throw new Error(`no shard on server ${server}`);
-    return shard;
+    return (await readShardMap(catalog)).shards;
   } finally {
     await catalog.end();
   }
+}
+
+/** The first shard the catalog places on `server`. */
+async function shardOn(stage: Stage, server: string): Promise<number> {
+  const shard = (await placements(stage)).find((s) => s.server === server)?.shard;
+  if (shard === undefined) throw new Error(`no shard on server ${server}`);
+  return shard;
 }
 
 /** A move's outcome in one line (it may fail: a fault is the point). */
@@ -179,18 +183,27 @@ export const SCENARIOS = {
       const shard = await shardOn(stage, 'a');
       await tryMove(context, () => moveShard(stage.config, shard, 'b', { replicaFenceTimeoutMs: 1000 }));
       await stage.killPrimary();
+      const t = performance.now();
       const after = await stage.failOver();
-      context.note('replica promoted');
+      context.note(`replica promoted in ${Math.round(performance.now() - t)} ms`);
       return after;
     },
   },
   'failover-unlisted-replica': {
     title:
-      'failover after a move onto a replica the config does not list (lagging): the application redeploys with the promoted node as server a',
+      "failover after a move, onto a replica the mover's config does not list, cut off (walsender stopped) before the fence: the application redeploys with the promoted node as server a",
     stage: { servers: 2, replica: 'unlisted' },
     async prepare(stage) {
-      await stage.syncReplica();
-      await stage.pauseReplay();
+      // Server a keeps one shard, the one that moves: rows acknowledged on a while its replica is cut off reach b
+      // through the move, so none is lost to asynchronous replication alone.
+      const map = await placements(stage);
+      const others = map.filter((p) => p.server === 'a').slice(1);
+      await moveShards(
+        stage.config,
+        others.map((p) => p.shard),
+        'b',
+      );
+      await stage.cutOffReplica();
     },
     async fault(context) {
       const { stage } = context;
@@ -200,6 +213,7 @@ export const SCENARIOS = {
       const after = await stage.failOver();
       context.note('replica promoted');
       await context.redeploy(after);
+      stage.nodes['a (promoted)'] = (stage.replica as { url: string }).url;
       return after;
     },
   },

@@ -47,9 +47,18 @@ export interface Stage {
   syncReplica(): Promise<void>;
   /** Stops the replica's replay (pg_wal_replay_pause): it keeps receiving WAL and falls behind in applying it. */
   pauseReplay(): Promise<void>;
+  /**
+   * Cuts the replica off (its WAL receiver stopped: primary_conninfo emptied, the walsender gone) and waits until
+   * a has no walsender for it. An asynchronous replica: from here on it misses what a commits.
+   */
+  cutOffReplica(): Promise<void>;
   /** kill -9 of server a's postmaster (a crash, not a shutdown). */
   killPrimary(): Promise<void>;
-  /** Promotes a's replica and makes a config (and the probes) name it as server a's only node. */
+  /**
+   * Promotes a's replica and returns a config naming it as server a's only node. The probes stop checking the
+   * killed primary; they check an unlisted replica only once the scenario adds it (when the application's config
+   * names it).
+   */
   failOver(): Promise<ClusterConfig>;
   /** Rows into a shard's copy, straight on its server. */
   fill(server: string, shard: number, rows: number): Promise<void>;
@@ -110,7 +119,10 @@ export async function startStage(options: StageOptions): Promise<Stage> {
       config,
       initialConfig,
       configFile,
-      nodes: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+      nodes: {
+        ...Object.fromEntries(servers.map((s) => [s.name, s.url])),
+        ...(replica && options.replica === 'listed' ? { 'a (replica)': replica.url } : {}),
+      },
       async syncReplica() {
         await onNode(a.url, async (c) => {
           const { rows } = await c.query(
@@ -125,6 +137,22 @@ export async function startStage(options: StageOptions): Promise<Stage> {
       },
       async pauseReplay() {
         await onNode((replica as EmbeddedReplica).url, (c) => c.query('SELECT pg_wal_replay_pause()'));
+      },
+      async cutOffReplica() {
+        await onNode((replica as EmbeddedReplica).url, async (c) => {
+          await c.query("ALTER SYSTEM SET primary_conninfo = ''");
+          await c.query('SELECT pg_reload_conf()');
+        });
+        await onNode(a.url, async (c) => {
+          for (let i = 0; i < 200; i++) {
+            const { rows } = await c.query(
+              "SELECT count(*)::int AS n FROM pg_stat_replication WHERE application_name LIKE 'replica%'",
+            );
+            if ((rows[0] as { n: number }).n === 0) return;
+            await new Promise((r) => setTimeout(r, 50));
+          }
+          throw new Error('the replica still streams from a');
+        });
       },
       async killPrimary() {
         const postmaster = await readPostmaster(a.dataDir);
@@ -142,11 +170,12 @@ export async function startStage(options: StageOptions): Promise<Stage> {
       },
       async failOver() {
         if (!replica) throw new Error('this stage has no replica');
+        // As an HA tool does: replay resumed (a paused replica is not promoted until it is), then promotion, which
+        // replays everything the replica received.
+        await onNode(replica.url, (c) => c.query('SELECT pg_wal_replay_resume()')).catch(() => {});
         await replica.promote();
-        const after = { ...urls, a: replica.url };
         delete stage.nodes.a;
-        stage.nodes['a (promoted)'] = replica.url;
-        return makeConfig(after, logicalShards, 'bench faults (after the failover)');
+        return makeConfig({ ...urls, a: replica.url }, logicalShards, 'bench faults (after the failover)');
       },
       async fill(server, shard, rows) {
         const client = await connectServer(config, server);

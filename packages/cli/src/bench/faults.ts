@@ -36,7 +36,9 @@ export interface ScenarioResult {
   duplicated: number;
   /** Shards found writable on two nodes at one check, with the nodes. */
   doubleWritable: DoubleWritable[];
+  /** Longest time a shard went without an acknowledged insert while the writers ran (ms), and that shard. */
   longestGapMs: number;
+  longestGapShard: number | null;
   /** Inserts that failed (not acknowledged), by error code. */
   failedInserts: Record<string, number>;
   checks: number;
@@ -73,7 +75,8 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
     const shards = Array.from({ length: stage.config.logicalShards }, (_, i) => i);
     await scenario.prepare?.(stage);
     const probes = startProbes(() => stage.nodes, stage.config.schemaPrefix);
-    const sets: Writers[] = [await startWriters(writerConfig, shards, scenario.routerOptions)];
+    const writersFrom = performance.now();
+    const sets: Writers[] = [await startWriters('0', writerConfig, shards, scenario.routerOptions)];
     const context: ScenarioContext = {
       stage,
       note: (line) => {
@@ -83,7 +86,7 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
       async redeploy(config) {
         // The application restarted with a new config: old writers stop, new ones start at once.
         const old = sets.at(-1) as Writers;
-        sets.push(await startWriters(config, shards, scenario.routerOptions));
+        sets.push(await startWriters(String(sets.length), config, shards, scenario.routerOptions));
         await stopOnce(old);
       },
       writersAcknowledged: () => sets.reduce((n, w) => n + w.count, 0),
@@ -94,6 +97,7 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
     await sleep(scenario.afterMs ?? 1000);
     await probes.check();
     const log = mergeLogs(await Promise.all(sets.map(stopOnce)));
+    const gap = longestGap(log, shards, writersFrom, performance.now());
     const cleanup = await cleanupCluster(endConfig);
     notes.push(
       `cleanup: ${cleanup.settled.length} settled, ${cleanup.droppedCopies.length} old copies dropped, ${cleanup.fencedOnDiscovery.length} fenced on discovery, ${cleanup.conflicts.length} kept as conflicts`,
@@ -109,7 +113,8 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
       lost: tally.lost,
       duplicated: tally.duplicated,
       doubleWritable: probed.doubleWritable,
-      longestGapMs: log.longestGapMs,
+      longestGapMs: gap.ms,
+      longestGapShard: gap.shard,
       failedInserts: log.failed,
       checks: probed.checks,
       notes,
@@ -134,16 +139,30 @@ function stopOnce(w: Writers): Promise<WriterLog> {
 }
 
 function mergeLogs(logs: readonly WriterLog[]): WriterLog {
-  const merged: WriterLog = { acknowledged: [], failed: {}, longestGapMs: 0, longestGapShard: null };
+  const merged: WriterLog = { acknowledged: [], failed: {} };
   for (const log of logs) {
     merged.acknowledged.push(...log.acknowledged);
     for (const [code, n] of Object.entries(log.failed)) merged.failed[code] = (merged.failed[code] ?? 0) + n;
-    if (log.longestGapMs > merged.longestGapMs) {
-      merged.longestGapMs = log.longestGapMs;
-      merged.longestGapShard = log.longestGapShard;
-    }
   }
   return merged;
+}
+
+/**
+ * The longest time any shard went without an acknowledged insert, from the writers' start to their stop, across
+ * every writer set (an application redeployed mid-scenario counts as one application).
+ */
+function longestGap(log: WriterLog, shards: readonly number[], from: number, to: number) {
+  let longest = { ms: 0, shard: null as number | null };
+  for (const shard of shards) {
+    const times = log.acknowledged.filter((a) => a.shard === shard).map((a) => a.at);
+    times.sort((x, y) => x - y);
+    let last = from;
+    for (const t of [...times, to]) {
+      if (t - last > longest.ms) longest = { ms: t - last, shard };
+      last = t;
+    }
+  }
+  return { ms: Math.round(longest.ms), shard: longest.shard };
 }
 
 export async function runFaultsBench(options: FaultsBenchOptions = {}): Promise<FaultsBenchResult> {

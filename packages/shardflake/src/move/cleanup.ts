@@ -3,16 +3,11 @@ import { installMoves, isFinal, listMoves, markOldCopyDropped, streamId } from '
 import { readShardMap } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
-import { isFenced } from '../cluster/fence.js';
+import { fenceSchema, isFenced } from '../cluster/fence.js';
 import { dropFenceGuardIfUnusedSql } from '../cluster/fence-guard.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
-import {
-  differencesFromVerified,
-  fenceOnDiscovery,
-  type LeftoverConflict,
-  rowsMissingAtHome,
-} from './leftovers.js';
+import { differencesFromVerified, type LeftoverConflict, rowsMissingAtHome } from './leftovers.js';
 import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
 import { settleMove } from './settle.js';
 import { dropSchema } from './tables.js';
@@ -114,7 +109,7 @@ export async function cleanupCluster(
         try {
           const fenced = await isFenced(client, schema);
           if (!fenced && !options.dryRun) {
-            await fenceOnDiscovery(
+            await fenceSchema(
               client,
               schema,
               `shard ${shard} lives on server ${at}; this copy on server ${server} is a leftover (fenced on discovery by cluster cleanup)`,

@@ -41,6 +41,7 @@ import {
 } from './scatter.js';
 import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
 import { Statements } from './statements.js';
+import { guardStrays } from './strays.js';
 import { telemetryHook, telemetryInstalled } from './telemetry.js';
 import { emitSafely } from './trace.js';
 
@@ -222,6 +223,19 @@ export async function createRouter(
         : undefined,
   });
   const servers = new Map<string, ServerNodes>();
+  // Fence on discovery (strays.ts): the catalog read now, and a connection of its own for a shard's lock.
+  const strayCatalog = {
+    get reader() {
+      return map.catalog;
+    },
+    get logicalShards() {
+      return loaded().logicalShards;
+    },
+    connect: async () =>
+      connect(await primaryUrl(config, config.catalog, { requireAll: false }), {
+        applicationName: 'shardflake router',
+      }),
+  };
   const commitServers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
     writeRetryMs: opts.writeRetryMs,
@@ -256,14 +270,18 @@ export async function createRouter(
     nodes(server) {
       let nodes = servers.get(server);
       if (!nodes) {
-        nodes = createServerNodes(server, nodeUrlsOf(config, map.state, server), {
-          poolSize: opts.poolSize,
-          maxUses: opts.maxUses,
-          maxLifetimeSeconds: opts.maxLifetimeSeconds,
-          applicationName: 'shardflake router',
-          ...opts.replicas,
-          onEvent: hook,
-        });
+        nodes = guardStrays(
+          createServerNodes(server, nodeUrlsOf(config, map.state, server), {
+            poolSize: opts.poolSize,
+            maxUses: opts.maxUses,
+            maxLifetimeSeconds: opts.maxLifetimeSeconds,
+            applicationName: 'shardflake router',
+            ...opts.replicas,
+            onEvent: hook,
+          }),
+          () => loaded().schemaPrefix,
+          strayCatalog,
+        );
         servers.set(server, nodes);
       }
       return nodes;
@@ -355,8 +373,30 @@ export async function createRouter(
     await router.close();
     throw error;
   }
+  await checkServersAtStart(Object.keys(config.servers), (server) => ctx.nodes(server));
   transactions.start();
   return router;
+}
+
+/** How long a router's start waits for its first look at every server (fence on discovery, strays.ts). */
+const START_CHECK_MS = 1000;
+
+/**
+ * At start, one connection to every server the config names, each checked for stray copies (strays.ts) before
+ * the router serves anything: a node promoted while no router ran is fenced now rather than at its first use.
+ * Bounded: a server that does not answer is checked when it is first used.
+ */
+async function checkServersAtStart(names: readonly string[], nodes: (server: string) => ServerNodes) {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, START_CHECK_MS);
+    timer.unref();
+  });
+  const checks = Promise.allSettled(
+    names.map(async (server) => (await nodes(server).acquire({ intent: 'write' })).release()),
+  );
+  await Promise.race([checks, bound]);
+  clearTimeout(timer);
 }
 
 /**
