@@ -39,7 +39,10 @@ export function startProbes(
     const known = clients.get(name);
     if (known) return known;
     try {
-      const c = await connect(url, { connectTimeoutMs: 1000, applicationName: 'shardflake bench faults probe' });
+      const c = await connect(url, {
+        connectTimeoutMs: 1000,
+        applicationName: 'shardflake bench faults probe',
+      });
       c.on('error', () => clients.delete(name));
       clients.set(name, c);
       return c;

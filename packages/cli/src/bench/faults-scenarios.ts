@@ -102,7 +102,9 @@ async function cliMoveUntilDone(context: ScenarioContext, shard: number, to: str
     if (r.code === 0) {
       const resumed = r.stdout.match(/resumed after (\w+)/)?.[1];
       const paused = r.stdout.match(/writes paused (\S+ ms)/)?.[1];
-      context.note(`rerun of the CLI: ${resumed ? `resumed after ${resumed}` : 'moved'}; writes paused ${paused}`);
+      context.note(
+        `rerun of the CLI: ${resumed ? `resumed after ${resumed}` : 'moved'}; writes paused ${paused}`,
+      );
       return;
     }
     if (!/is being moved by another process|is locked by another process/.test(r.stderr) || i > 50)
@@ -141,7 +143,7 @@ function killed(child: ChildProcess): Promise<void> {
 const failoverStage: StageOptions = { servers: 2, replica: 'listed' };
 
 export const SCENARIOS = {
-  'control': {
+  control: {
     title: 'a move with no fault (the harness itself)',
     stage: { servers: 2 },
     async fault(context) {
@@ -281,7 +283,9 @@ export const SCENARIOS = {
     writerConfig: (stage) => stage.initialConfig,
     async prepare(stage) {
       // The router's environment gives c's password (the catalog keeps addresses, never passwords).
-      process.env.PGPASSWORD = decodeURIComponent(new URL((stage.servers[2] as { url: string }).url).password);
+      process.env.PGPASSWORD = decodeURIComponent(
+        new URL((stage.servers[2] as { url: string }).url).password,
+      );
     },
     async fault(context) {
       const { stage } = context;

@@ -3,9 +3,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type pg from 'pg';
 import { type EmbeddedServer, readPostmaster, startEmbeddedServers } from '@shardflake/embedded';
 import { type EmbeddedReplica, startEmbeddedReplica } from '@shardflake/embedded/replica';
+import type pg from 'pg';
 import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
 import { connectServer } from 'shardflake/internal/cluster/connections.js';
 import { initCluster } from 'shardflake/internal/cluster/init.js';
@@ -107,7 +107,9 @@ export async function startStage(options: StageOptions): Promise<Stage> {
     const urls: Record<string, string | string[]> = Object.fromEntries(servers.map((s) => [s.name, s.url]));
     if (replica && options.replica === 'listed') urls.a = [a.url, replica.url];
     const config = makeConfig(urls, logicalShards, 'bench faults');
-    const initial = Object.fromEntries(Object.entries(urls).slice(0, options.initialServers ?? servers.length));
+    const initial = Object.fromEntries(
+      Object.entries(urls).slice(0, options.initialServers ?? servers.length),
+    );
     const initialConfig = makeConfig(initial, logicalShards, 'bench faults (initial)');
     await initCluster(initialConfig);
     const configFile = join(dir, 'config.json');

@@ -41,7 +41,13 @@ function faultsTable(scenarios: Results, startedAt: string): string {
       `| ${s.name} | ${s.acknowledged.toLocaleString('en-US')} | ${s.lost} | ${s.duplicated} | ${s.doubleWritable.length} | ${s.longestGapMs.toLocaleString('en-US')} ms | ${s.checks} |`,
   );
   const notes = scenarios.flatMap((s) => [
-    `- ${s.name}: ${s.title}. ${s.notes.join('; ')}.${Object.keys(s.failedInserts).length > 0 ? ` Failed (unacknowledged) inserts: ${Object.entries(s.failedInserts).map(([c, n]) => `${c} ${n}`).join(', ')}.` : ''}`,
+    `- ${s.name}: ${s.title}. ${s.notes.join('; ')}.${
+      Object.keys(s.failedInserts).length > 0
+        ? ` Failed (unacknowledged) inserts: ${Object.entries(s.failedInserts)
+            .map(([c, n]) => `${c} ${n}`)
+            .join(', ')}.`
+        : ''
+    }`,
     ...s.doubleWritable.map((d) => `  DOUBLE-WRITABLE shard ${d.shard} on ${d.nodes.join(' and ')}`),
     ...s.lostExamples.map((l) => `  LOST ${l}`),
   ]);
