@@ -279,7 +279,7 @@ export const SCENARIOS = {
   'router-on-an-older-config': {
     title:
       "a rebalance onto a new server c while the writers' router has the old config (a, b); c's password from PGPASSWORD",
-    stage: { servers: 3, initialServers: 2 },
+    stage: { servers: 3, initialServers: 2, logicalShards: 6 },
     writerConfig: (stage) => stage.initialConfig,
     async prepare(stage) {
       // The router's environment gives c's password (the catalog keeps addresses, never passwords).

@@ -7,7 +7,7 @@ import { fenceSchema, isFenced } from '../cluster/fence.js';
 import { dropFenceGuardIfUnusedSql } from '../cluster/fence-guard.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
-import { differencesFromVerified, type LeftoverConflict, rowsMissingAtHome } from './leftovers.js';
+import { conflictOf, type LeftoverConflict } from './leftovers.js';
 import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
 import { settleMove } from './settle.js';
 import { dropSchema } from './tables.js';
@@ -116,20 +116,9 @@ export async function cleanupCluster(
             );
             result.fencedOnDiscovery.push({ shard, server, schema });
           }
-          const move = [...moves]
-            .reverse()
-            .find((m) => m.shard === shard && m.from === server && m.phase === 'done');
-          const differences = await differencesFromVerified(client, schema, move);
-          if (move && differences && differences.length > 0) {
-            const home = clients.get(at);
-            result.conflicts.push({
-              shard,
-              server,
-              schema,
-              moveId: move.id,
-              differences,
-              rowsToReconcile: home ? await rowsMissingAtHome(client, home, schema) : [],
-            });
+          const conflict = await conflictOf(client, clients.get(at), { shard, server, schema }, moves);
+          if (conflict) {
+            result.conflicts.push(conflict);
             continue;
           }
           if (!options.dryRun) {

@@ -31,10 +31,34 @@ export interface LeftoverConflict {
 }
 
 /**
+ * The conflict the leftover copy `schema` of `shard` on `server` is: the last finished move of the shard away from
+ * that server recorded a verified state, and the copy no longer holds it. Null when it matches, or when no move
+ * recorded a state to compare with. `home`: a connection to the shard's home, to name the rows to reconcile.
+ */
+export async function conflictOf(
+  copy: Queryable,
+  home: Queryable | undefined,
+  leftover: { shard: number; server: string; schema: string },
+  moves: readonly MoveRecord[],
+): Promise<LeftoverConflict | null> {
+  const move = [...moves]
+    .reverse()
+    .find((m) => m.shard === leftover.shard && m.from === leftover.server && m.phase === 'done');
+  const differences = await differencesFromVerified(copy, leftover.schema, move);
+  if (!move || !differences || differences.length === 0) return null;
+  return {
+    ...leftover,
+    moveId: move.id,
+    differences,
+    rowsToReconcile: home ? await rowsMissingAtHome(copy, home, leftover.schema) : [],
+  };
+}
+
+/**
  * What differs between a leftover copy and the state its move verified; empty when they match, null when the move
  * recorded nothing to compare with (a move that never switched: its target copy never took a client's write).
  */
-export async function differencesFromVerified(
+async function differencesFromVerified(
   client: Queryable,
   schema: string,
   move: MoveRecord | undefined,
@@ -68,7 +92,7 @@ export async function differencesFromVerified(
  * Rows to reconcile: among the newest `scan` rows of each table with a one-column primary key on the leftover
  * copy, those whose key the shard's home lacks (ids grow, so writes made after the fence are the newest).
  */
-export async function rowsMissingAtHome(
+async function rowsMissingAtHome(
   leftover: Queryable,
   home: Queryable,
   schema: string,
