@@ -166,8 +166,9 @@ export const SCENARIOS = {
           },
         }),
       );
+      const t = performance.now();
       const after = await stage.failOver();
-      context.note('replica promoted');
+      context.note(`replica promoted in ${Math.round(performance.now() - t)} ms`);
       await rerunMove(context, after, shard, 'b');
       return after;
     },

@@ -103,7 +103,15 @@ export async function startStage(options: StageOptions): Promise<Stage> {
   const children = new Set<ChildProcess>();
   try {
     const [a] = servers as [EmbeddedServer];
-    if (options.replica) replica = await startEmbeddedReplica(a);
+    if (options.replica) {
+      replica = await startEmbeddedReplica(a);
+      // A replayed change that conflicts with a query on the replica (the probes' checks) waits up to this long
+      // (default 30 s) before cancelling the query: a promotion with a backlog would wait as long.
+      await onNode(replica.url, async (c) => {
+        await c.query("ALTER SYSTEM SET max_standby_streaming_delay = '200ms'");
+        await c.query('SELECT pg_reload_conf()');
+      });
+    }
     const urls: Record<string, string | string[]> = Object.fromEntries(servers.map((s) => [s.name, s.url]));
     if (replica && options.replica === 'listed') urls.a = [a.url, replica.url];
     const config = makeConfig(urls, logicalShards, 'bench faults');

@@ -408,8 +408,15 @@ function failureMessage(
     parts.push(`shards ${list(o.forward)} had switched and now live on server ${s.to}`);
   if (o.left.length > 0) parts.push(`left behind: ${o.left.join('; ')}`);
   if (o.problems.length > 0) {
+    // Past the fence the source refuses writes: a shard whose undoing failed there is served by no one until a
+    // rerun or cleanup settles it; before the fence the source still serves it.
+    const fenced = s.members.filter((m) => m.record.phase === 'fenced').map((m) => m.record.shard);
+    const state =
+      fenced.length > 0
+        ? `shard ${fenced.join(', ')} refuses writes (fenced on server ${s.from}, not switched to ${s.to}) until then`
+        : `the shard is still served by server ${s.from}`;
     parts.push(
-      `not yet undone: ${o.problems.join('; ')} (the shard is still served by server ${s.from}); run the command again or shardflake cluster cleanup`,
+      `not yet undone: ${o.problems.join('; ')} (${state}); run the command again or shardflake cluster cleanup`,
     );
   }
   return parts.join('; ');
