@@ -27,6 +27,7 @@ import { withShards } from '../transactions/with-shards.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext, WriteRetry } from './context.js';
 import type { RouterEventHook } from './events.js';
+import { learnedServerNodes } from './learned-server.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
 import { ReadPositions } from './positions.js';
 import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
@@ -271,14 +272,16 @@ export async function createRouter(
       let nodes = servers.get(server);
       if (!nodes) {
         nodes = guardStrays(
-          createServerNodes(server, nodeUrlsOf(config, map.state, server), {
-            poolSize: opts.poolSize,
-            maxUses: opts.maxUses,
-            maxLifetimeSeconds: opts.maxLifetimeSeconds,
-            applicationName: 'shardflake router',
-            ...opts.replicas,
-            onEvent: hook,
-          }),
+          learnedServerNodes(config, map.state, server, (urls) =>
+            createServerNodes(server, urls, {
+              poolSize: opts.poolSize,
+              maxUses: opts.maxUses,
+              maxLifetimeSeconds: opts.maxLifetimeSeconds,
+              applicationName: 'shardflake router',
+              ...opts.replicas,
+              onEvent: hook,
+            }),
+          ),
           () => loaded().schemaPrefix,
           strayCatalog,
         );
@@ -397,25 +400,4 @@ async function checkServersAtStart(names: readonly string[], nodes: (server: str
   );
   await Promise.race([checks, bound]);
   clearTimeout(timer);
-}
-
-/**
- * A server's node URLs: from the config, or, for a server the config lacks (added for a rebalance after this
- * router started), from the catalog's server list. Those addresses carry no password: node-postgres takes it from
- * PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows is one line naming it and what to add.
- */
-function nodeUrlsOf(
-  config: Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>,
-  state: MapState | undefined,
-  server: string,
-): string[] {
-  if (server in config.servers) return serverNodeUrls(config, server);
-  const known = state?.servers.get(server);
-  if (!known || known.length === 0) {
-    throw new ShardflakeError(
-      'UNKNOWN_SERVER',
-      `the shard map places a shard on server ${server}, which neither this router's config nor the catalog's server list knows; add server ${server} to the config`,
-    );
-  }
-  return known;
 }
