@@ -416,7 +416,7 @@ function failureMessage(
         ? `shard ${fenced.join(', ')} refuses writes (fenced on server ${s.from}, not switched to ${s.to}) until then`
         : `the shard is still served by server ${s.from}`;
     parts.push(
-      `not yet undone: ${o.problems.join('; ')} (${state}); run the command again or shardflake cluster cleanup`,
+      `not yet undone: ${o.problems.join('; ')} (${state}; the copies made on server ${s.to} stay there until then); run the command again or shardflake cluster cleanup`,
     );
   }
   return parts.join('; ');
