@@ -1,11 +1,13 @@
 import type { ChildProcess } from 'node:child_process';
 import { readShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
-import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
+import { type ClusterConfig, shardSchema } from 'shardflake/internal/cluster/config.js';
 import { connectServer } from 'shardflake/internal/cluster/connections.js';
+import { isFenced } from 'shardflake/internal/cluster/fence.js';
 import type { RouterOptions } from 'shardflake/internal/cluster/router/router.js';
 import { isShardflakeError } from 'shardflake/internal/errors.js';
 import { moveShard, moveShards } from 'shardflake/internal/move/move.js';
 import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
+import { connect } from 'shardflake/internal/postgres/connect.js';
 import type { Stage, StageOptions } from './faults-stage.js';
 
 /**
@@ -213,10 +215,21 @@ export const SCENARIOS = {
       const shard = await shardOn(stage, 'a');
       await tryMove(context, () => moveShard(stage.config, shard, 'b'));
       await stage.killPrimary();
+      const t = performance.now();
       const after = await stage.failOver();
-      context.note('replica promoted');
+      context.note(`replica promoted in ${Math.round(performance.now() - t)} ms`);
       await context.redeploy(after);
-      stage.nodes['a (promoted)'] = (stage.replica as { url: string }).url;
+      const promoted = (stage.replica as { url: string }).url;
+      stage.nodes['a (promoted)'] = promoted;
+      const client = await connect(promoted);
+      try {
+        const fenced = await isFenced(client, shardSchema(stage.config, shard));
+        context.note(
+          `the old copy of shard ${shard} on the promoted node is ${fenced ? 'fenced (by the redeployed router, before it served anything)' : 'NOT fenced'}`,
+        );
+      } finally {
+        await client.end();
+      }
       return after;
     },
   },
