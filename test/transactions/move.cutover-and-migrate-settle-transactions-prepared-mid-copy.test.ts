@@ -1,56 +1,13 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import { createRouter, type Router } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { describe, it } from 'node:test';
 import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
-import { useServers } from '../support/postgres.js';
-import { crashRouterAt, preparedGids } from './support.js';
+import { crashRouterAt, useMoveCluster } from './support.js';
 
 // Shards 0–2 on a (the catalog), shards 3–5 on b; c is where shards move. A router killed -9 mid-commit leaves a
 // prepared transaction on b holding locks in a shard's tables: the move's cutover must settle it by its decision
 // (never wait for it forever, never lose it), and so must a migration.
-const servers = await useServers(3);
-const urls = Object.fromEntries(servers.map((s) => [s.name, s.url])) as Record<'a' | 'b' | 'c', string>;
-const raw = {
-  servers: { a: urls.a, b: urls.b },
-  catalog: 'a',
-  logicalShards: 6,
-  epoch: '2024-01-01T00:00:00Z',
-  tables: { marks: 'CREATE TABLE marks (id bigint PRIMARY KEY DEFAULT next_id(), tag text NOT NULL)' },
-};
-const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));
-const configFile = join(dir, 'cluster.json');
-let router: Router;
-const withC = (extra: Record<string, unknown> = {}) =>
-  validateConfig({ ...raw, servers: urls, ...extra }, 'test-config');
-
-async function tagsOn(shard: number): Promise<string[]> {
-  return router.withShard({ shard }, async (s) => {
-    const { rows } = await s.query<{ tag: string }>('SELECT tag FROM marks ORDER BY tag');
-    return rows.map((r) => r.tag);
-  });
-}
-const ours = async (name: 'a' | 'b' | 'c') =>
-  (await preparedGids(urls[name])).filter((g) => g.startsWith('sf:'));
-
-before(async () => {
-  await initCluster(validateConfig(raw, 'test-config'));
-  await writeFile(configFile, JSON.stringify({ ...raw, servers: urls }));
-  router = await createRouter(withC(), { transactions: { recovery: false } });
-  assert.deepEqual(
-    [0, 1, 2, 3, 4, 5].map((s) => router.placement(s).server),
-    ['a', 'a', 'a', 'b', 'b', 'b'],
-  );
-});
-after(async () => {
-  await router?.close();
-  await rm(dir, { recursive: true, force: true });
-});
+const { configFile, router, withC, tagsOn, ours } = await useMoveCluster();
 
 describe('moves and migrations with in-doubt transactions on their shards', () => {
   it('one prepared while the shard is copying is settled at the cutover, and its row reaches the new home', async () => {

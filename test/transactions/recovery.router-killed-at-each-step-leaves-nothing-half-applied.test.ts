@@ -1,75 +1,12 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import { createRouter, type Router } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { describe, it } from 'node:test';
+import { createRouter } from 'shardflake';
 import { startCli } from '../support/cli.js';
-import { useServers } from '../support/postgres.js';
-import { crashRouterAt, preparedGids, until } from './support.js';
+import { crashRouterAt, txidOf, until, useCrashCluster } from './support.js';
 
-// Three servers, one shard each: a transaction over shards 0, 1, 2 has a (the first server by name) as its last
-// agent and prepares b and c. A router child is killed -9 at each step of the commit; recovery must then leave
-// every transaction on all three shards or on none.
-const servers = await useServers(3);
-const urls = Object.fromEntries(servers.map((s) => [s.name, s.url])) as Record<'a' | 'b' | 'c', string>;
-const raw = {
-  servers: urls,
-  catalog: 'a',
-  logicalShards: 3,
-  epoch: '2024-01-01T00:00:00Z',
-  tables: { marks: 'CREATE TABLE marks (id bigint PRIMARY KEY DEFAULT next_id(), tag text NOT NULL)' },
-};
-const config = validateConfig(raw, 'test-config');
-const dir = await mkdtemp(join(tmpdir(), 'shardflake-tx-'));
-const configFile = join(dir, 'cluster.json');
-let router: Router;
-
-/** On which shards the tag's row is visible. */
-async function shardsWith(tag: string): Promise<number[]> {
-  const found: number[] = [];
-  for (let shard = 0; shard < 3; shard++) {
-    const n = await router.withShard({ shard }, async (s) => {
-      const { rows } = await s.query<{ n: bigint }>('SELECT count(*) AS n FROM marks WHERE tag = $1', [tag]);
-      return Number(rows[0]?.n);
-    });
-    if (n > 0) found.push(shard);
-  }
-  return found;
-}
-
-async function decisionOf(txid: string): Promise<string | undefined> {
-  const client = await connect(urls.a);
-  try {
-    const { rows } = await client.query('SELECT outcome FROM shardflake.transactions WHERE txid = $1', [
-      txid,
-    ]);
-    return rows[0]?.outcome;
-  } finally {
-    await client.end();
-  }
-}
-
-const txidOf = (gid: string) => gid.split(':')[2] as string;
-const ours = async (server: 'a' | 'b' | 'c') =>
-  (await preparedGids(urls[server])).filter((g) => g.startsWith('sf:'));
-
-before(async () => {
-  await writeFile(configFile, JSON.stringify(raw));
-  await initCluster(config);
-  router = await createRouter(config, { transactions: { recovery: false } });
-  assert.deepEqual(
-    [0, 1, 2].map((s) => router.placement(s).server),
-    ['a', 'b', 'c'],
-  );
-});
-after(async () => {
-  await router?.close();
-  await rm(dir, { recursive: true, force: true });
-});
+// a holds the catalog and shard 0, b shard 1, c shard 2 (support.ts, useCrashCluster).
+const cluster = await useCrashCluster();
+const { config, configFile, shardsWith, ours, decisionOf } = cluster;
 
 describe('a router killed -9 during a commit across three servers', () => {
   it('after the first PREPARE: nothing is visible, and `cluster recover` rolls back what was prepared', async () => {

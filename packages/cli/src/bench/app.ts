@@ -1,16 +1,13 @@
 import { cpus } from 'node:os';
 import { pipeline } from 'node:stream/promises';
-import { startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { readShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { shardForKey } from 'shardflake/internal/cluster/shard-key.js';
-import { connect, createPool } from 'shardflake/internal/postgres/connect.js';
+import { connect } from 'shardflake/internal/postgres/connect.js';
 import { copyFrom } from 'shardflake/internal/postgres/copy-streams.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
-import { tasksPerSecond } from './stats.js';
+import { startPhotosCluster } from './photos-cluster.js';
+import { median, tasksPerSecond } from './stats.js';
 
 /**
  * `bench app`: what the application layer costs, side by side in one run on two embedded servers, in alternating
@@ -71,11 +68,6 @@ export interface AppBenchResult {
 
 const DEFAULTS = { shards: 64, rounds: 5, transactions: 2000, rows: 20_000, concurrency: 16 };
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] as number;
-};
-
 function sides(measured: number[], baseline: number[]): Sides {
   const ratios = measured.map((m, i) => m / (baseline[i] as number));
   const m = median(measured);
@@ -126,32 +118,13 @@ async function alternate(round: number, measured: () => Promise<number>, baselin
 export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBenchResult> {
   const opts = { ...DEFAULTS, ...options };
   const progress = opts.onProgress ?? (() => {});
-  const servers = await startEmbeddedServers(2);
+  const cluster = await startPhotosCluster({
+    shards: opts.shards,
+    concurrency: opts.concurrency,
+    onProgress: progress,
+  });
   try {
-    const config = validateConfig(
-      {
-        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
-        catalog: 'a',
-        logicalShards: opts.shards,
-        tables: {
-          photos: [
-            'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text)',
-            'CREATE INDEX photos_user ON photos (user_id, id)',
-          ],
-        },
-      },
-      'bench config',
-    );
-    await initCluster(config, { onProgress: (d, n) => progress('init', d, n) });
-    const catalog = await connect(servers[0]?.url as string);
-    const map = await readShardMap(catalog);
-    await catalog.end();
-    const pools = new Map<string, pg.Pool>(
-      servers.map((s) => [
-        s.name,
-        createPool(s.url, { max: opts.concurrency, applicationName: 'bench direct' }),
-      ]),
-    );
+    const { servers, config, map, pools } = cluster;
     const router = await createRouter(config, { poolSize: opts.concurrency });
     const placementOf = (user: bigint) =>
       map.shards[shardForKey(user, opts.shards)] as { server: string; schema: string };
@@ -299,9 +272,8 @@ export async function runAppBench(options: AppBenchOptions = {}): Promise<AppBen
       };
     } finally {
       await router.close();
-      await Promise.all([...pools.values()].map((p) => p.end()));
     }
   } finally {
-    await Promise.all(servers.map((s) => s.stop()));
+    await cluster.stop();
   }
 }

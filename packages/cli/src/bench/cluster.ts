@@ -1,13 +1,9 @@
-import { startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { readShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
 import { createRouter } from 'shardflake/internal/cluster/router/router.js';
 import { shardForKey } from 'shardflake/internal/cluster/shard-key.js';
-import { connect, createPool } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
-import { tasksPerSecond } from './stats.js';
+import { startPhotosCluster } from './photos-cluster.js';
+import { median, percentile, tasksPerSecond } from './stats.js';
 
 /**
  * `bench cluster`: what the cluster costs, measured side by side in one run on two embedded servers.
@@ -52,49 +48,22 @@ export interface ClusterBenchResult {
   feed: { users: number; shardsTouched: number; limit: number; runs: number; p50Ms: number; p99Ms: number };
 }
 
-const DEFAULTS = { initShards: 8192, rows: 3000, rounds: 6, concurrency: 16, feedUsers: 500, feedRuns: 50 };
+/** Shards created per statement batch by init (what `init.batchSize` reports). */
+const INIT_BATCH = 64;
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] as number;
-};
-const percentile = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
-};
+const DEFAULTS = { initShards: 8192, rows: 3000, rounds: 6, concurrency: 16, feedUsers: 500, feedRuns: 50 };
 
 export async function runClusterBench(options: ClusterBenchOptions = {}): Promise<ClusterBenchResult> {
   const opts = { ...DEFAULTS, ...options };
   const progress = opts.onProgress ?? (() => {});
-  const servers = await startEmbeddedServers(2);
+  const cluster = await startPhotosCluster({
+    shards: opts.initShards,
+    concurrency: opts.concurrency,
+    batchSize: INIT_BATCH,
+    onProgress: progress,
+  });
   try {
-    const config = validateConfig(
-      {
-        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
-        catalog: 'a',
-        logicalShards: opts.initShards,
-        tables: {
-          photos: [
-            'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text)',
-            'CREATE INDEX photos_user ON photos (user_id, id)',
-          ],
-        },
-      },
-      'bench config',
-    );
-    const batchSize = 64;
-    const init = await initCluster(config, { batchSize, onProgress: (d, n) => progress('init', d, n) });
-
-    // The direct side knows the map too (it is "the right server"), and uses the router's statement text.
-    const catalog = await connect(servers[0]?.url as string);
-    const map = await readShardMap(catalog);
-    await catalog.end();
-    const pools = new Map<string, pg.Pool>(
-      servers.map((s) => [
-        s.name,
-        createPool(s.url, { max: opts.concurrency, applicationName: 'bench direct' }),
-      ]),
-    );
+    const { servers, config, map, pools, init } = cluster;
     const texts = map.shards.map(
       (s) =>
         `INSERT INTO ${quoteIdent(s.schema)}.${quoteIdent('photos')} (${quoteIdent('user_id')}, ${quoteIdent('caption')}) VALUES ($1, $2) RETURNING id`,
@@ -149,7 +118,7 @@ export async function runClusterBench(options: ClusterBenchOptions = {}): Promis
           servers: servers.length,
           seconds: init.durationMs / 1000,
           shardsPerSecond: init.logicalShards / (init.durationMs / 1000),
-          batchSize,
+          batchSize: INIT_BATCH,
         },
         inserts: {
           rows: opts.rows,
@@ -172,9 +141,8 @@ export async function runClusterBench(options: ClusterBenchOptions = {}): Promis
       };
     } finally {
       await router.close();
-      await Promise.all([...pools.values()].map((p) => p.end()));
     }
   } finally {
-    await Promise.all(servers.map((s) => s.stop()));
+    await cluster.stop();
   }
 }

@@ -1,0 +1,41 @@
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { it } from 'node:test';
+import { startEmbeddedServers } from '../packages/embedded/src/embedded.js';
+import { connect } from '../packages/shardflake/src/postgres/connect.js';
+
+// SHARDFLAKE_POSTGRES_BIN points embedded servers at another PostgreSQL's binaries (compatibility runs:
+// `npm run test:pg15`). Proven on the first Debian install found; a machine with none skips.
+const DEBIAN = '/usr/lib/postgresql';
+const installed = existsSync(DEBIAN)
+  ? readdirSync(DEBIAN).filter((v) => existsSync(join(DEBIAN, v, 'bin', 'postgres')))
+  : [];
+
+it('an embedded server runs the major version SHARDFLAKE_POSTGRES_BIN names, and the packaged one without it', {
+  skip: installed.length === 0 && `no PostgreSQL under ${DEBIAN}`,
+}, async () => {
+  const version = installed[0] as string;
+  const major = async () => {
+    const [server] = await startEmbeddedServers(1);
+    try {
+      const client = await connect(server?.url as string);
+      const { rows } = await client.query<{ v: string }>("SELECT current_setting('server_version_num') AS v");
+      await client.end();
+      return Math.floor(Number(rows[0]?.v) / 10000);
+    } finally {
+      await server?.stop();
+    }
+  };
+  const before = process.env.SHARDFLAKE_POSTGRES_BIN;
+  process.env.SHARDFLAKE_POSTGRES_BIN = join(DEBIAN, version, 'bin');
+  let named: number;
+  try {
+    named = await major();
+  } finally {
+    if (before === undefined) delete process.env.SHARDFLAKE_POSTGRES_BIN;
+    else process.env.SHARDFLAKE_POSTGRES_BIN = before;
+  }
+  assert.equal(named, Number(version));
+  assert.notEqual(await major(), Number(version), 'without the variable, the packaged build runs');
+});
