@@ -24,7 +24,9 @@ const files = findTests('dist/test')
   .sort();
 // With no file, `node --test` would look for tests itself, everywhere below the current folder.
 if (files.length === 0) {
-  console.error(`run-tests: no compiled test matches ${filters.join(', ') || 'dist/test'} (did the build run?)`);
+  console.error(
+    `run-tests: no compiled test matches ${filters.join(', ') || 'dist/test'} (did the build run?)`,
+  );
   process.exit(1);
 }
 // A test that hangs (a lock never released, a server that never answers) fails after 4 minutes instead of
