@@ -22,7 +22,6 @@ export interface ScenarioContext {
   note(line: string): void;
   /** The application restarts with `config` (new writers start, the old ones stop). */
   redeploy(config: ClusterConfig): Promise<void>;
-  writersAcknowledged(): number;
 }
 
 export interface Scenario {

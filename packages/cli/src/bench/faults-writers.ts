@@ -24,8 +24,6 @@ export interface WriterLog {
 export interface Writers {
   /** Stops the writers (each finishes its insert in flight) and returns the log. */
   stop(): Promise<WriterLog>;
-  /** Acknowledged inserts so far. */
-  readonly count: number;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -57,9 +55,6 @@ export async function startWriters(
     }
   });
   return {
-    get count() {
-      return log.acknowledged.length;
-    },
     async stop() {
       stopping = true;
       await Promise.all(loops);

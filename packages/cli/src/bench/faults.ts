@@ -1,7 +1,7 @@
 import { cpus } from 'node:os';
 import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
-import { type DoubleWritable, startProbes } from './faults-probe.js';
+import { type DoubleWritable, type Probes, startProbes } from './faults-probe.js';
 import { SCENARIOS, type Scenario, type ScenarioContext, type ScenarioName } from './faults-scenarios.js';
 import { type Stage, startStage } from './faults-stage.js';
 import { tallyAcknowledged } from './faults-tally.js';
@@ -69,14 +69,17 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
   const scenario: Scenario = SCENARIOS[name];
   const started = performance.now();
   const stage = await startStage(scenario.stage);
+  const sets: Writers[] = [];
+  let probes: Probes | undefined;
   try {
     const notes: string[] = [];
     const writerConfig = scenario.writerConfig?.(stage) ?? stage.config;
     const shards = Array.from({ length: stage.config.logicalShards }, (_, i) => i);
     await scenario.prepare?.(stage);
-    const probes = startProbes(() => stage.nodes, stage.config.schemaPrefix);
+    probes = startProbes(() => stage.nodes, stage.config.schemaPrefix);
+    sets.push(await startWriters('0', writerConfig, shards, scenario.routerOptions));
+    // Gaps count from the moment the writers run (their router has started), not from its start.
     const writersFrom = performance.now();
-    const sets: Writers[] = [await startWriters('0', writerConfig, shards, scenario.routerOptions)];
     const context: ScenarioContext = {
       stage,
       note: (line) => {
@@ -89,7 +92,6 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
         sets.push(await startWriters(String(sets.length), config, shards, scenario.routerOptions));
         await stopOnce(old);
       },
-      writersAcknowledged: () => sets.reduce((n, w) => n + w.count, 0),
     };
     await sleep(300);
     const endConfig = await scenario.fault(context);
@@ -122,6 +124,9 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
       seconds: Math.round((performance.now() - started) / 100) / 10,
     };
   } finally {
+    // After a failure too: writers and probes must not outlive their servers.
+    await Promise.all(sets.map((w) => stopOnce(w).catch(() => {})));
+    await probes?.stop().catch(() => {});
     scenario.done?.();
     await stage.close();
   }
