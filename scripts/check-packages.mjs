@@ -3,8 +3,10 @@
 // publish it) and checked by publint (package.json fields, exports, files that resolve) and by
 // @arethetypeswrong/cli (its types resolve as its JavaScript does, under node16 ESM and bundlers; the packages are
 // ESM only, so CommonJS `require` is out of scope: --profile esm-only); then knip checks the whole repository for
-// an unused dependency, file or export (knip.jsonc says what the entries are). All three come from the lockfile
-// (devDependencies) and run offline. One line per check; exit 1 when any fails, with that tool's output.
+// an unused dependency, file or export (knip.jsonc says what the entries are); last TypeDoc builds the API
+// reference (`npm run docs:api`, into the gitignored docs/api/) and fails on any warning, an exported declaration
+// without a doc comment included. All four come from the lockfile (devDependencies; TypeDoc with its own
+// TypeScript in the private workspace tools/api-docs) and run offline. One line per check; exit 1 when any fails, with that tool's output.
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 
@@ -35,4 +37,11 @@ for (const dir of PACKAGES) {
 }
 ok =
   check('knip (no unused dependency, file or export)', bin('knip'), ['--no-progress'], process.cwd()) && ok;
+ok =
+  check(
+    'typedoc (API reference in docs/api, no warnings)',
+    'npm',
+    ['run', 'docs:api', '--silent'],
+    process.cwd(),
+  ) && ok;
 process.exit(ok ? 0 : 1);

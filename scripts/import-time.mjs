@@ -1,8 +1,9 @@
-// How long `import('shardflake')` and `import('shardflake/ids')` take in a fresh Node process, measured as the
-// README says (performance.now() around a dynamic import in `node -e`), next to an empty module as the baseline
-// (what any first dynamic import costs: Node's ES module loader starting up). Each run is a new process, so
-// every import is cold; the entries are interleaved so that other work on the machine hits each alike. CPU time
-// (process.cpuUsage) is printed too: on a busy machine the wall time mostly measures waiting for a core.
+// How long `import('shardflake')` and `import('shardflake/ids')` take in a fresh Node process, measured as
+// docs/benchmarks.md describes (performance.now() around a dynamic import in `node -e`), next to an empty module as
+// the baseline (what any first dynamic import costs: Node's ES module loader starting up). Each run is a new
+// process, so every import is cold; the entries are interleaved so that other work on the machine hits each
+// alike. CPU time (process.cpuUsage) is printed too: on a busy machine the wall time mostly measures waiting for
+// a core.
 // Usage: node scripts/import-time.mjs [runs]   (run it after `npm run build`)
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,17 +1,19 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
+import { outputAfter, pageBlocks } from '../docs/blocks.js';
 
 // Every code block of docs/lookups.md runs as written and prints the output block that follows it.
-const page = readFileSync('docs/lookups.md', 'utf8');
-const examples = [...page.matchAll(/```js\n([\s\S]*?)```\n\n```\n([\s\S]*?)```/g)].map((m) => ({
-  code: m[1] as string,
-  shown: m[2] as string,
-}));
+// (Its config fragment is validated in test/docs/configs.validate.test.ts.)
+const blocks = pageBlocks('docs/lookups.md', ['js', '']);
+const examples = blocks
+  .filter((b) => b.kind === 'js')
+  .map((b) => ({ code: b.code, shown: outputAfter(b)?.code as string }));
 
 test('docs/lookups.md: every js block has its output block', () => {
-  assert.equal(examples.length, (page.match(/```js\n/g) ?? []).length);
+  assert.ok(examples.every((e) => e.shown !== undefined));
+  assert.equal(blocks.length, 2 * examples.length, 'every plain block is the output of a js block');
   assert.ok(examples.length >= 2);
 });
 

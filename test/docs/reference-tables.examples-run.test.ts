@@ -1,16 +1,16 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { pageBlocks } from './blocks.js';
 
 // Every code block of docs/reference-tables.md is executed: each js block runs as written (inside the package
 // directory, so `import … from 'shardflake'` resolves) and prints the plain block that follows it; each json block
 // is a config the validator accepts.
-const doc = readFileSync('docs/reference-tables.md', 'utf8');
-const blocks = [...doc.matchAll(/```(\w*)\n([\s\S]*?)```/g)].map((m) => ({
-  lang: m[1] as string,
-  text: m[2] as string,
+const blocks = pageBlocks('docs/reference-tables.md', ['js', 'json', '']).map((b) => ({
+  lang: b.kind,
+  text: b.code,
 }));
 
 test('docs/reference-tables.md has only blocks this test can execute', () => {

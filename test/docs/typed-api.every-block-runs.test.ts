@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { pageBlocks } from './blocks.js';
 
 /**
  * docs/typed-api.md's example, run as written: its one TypeScript block is compiled with strict settings (so each
@@ -11,11 +12,7 @@ import { test } from 'node:test';
  * do for an application.
  */
 test("docs/typed-api.md's example compiles strictly, runs, and prints what the page shows", () => {
-  const page = readFileSync('docs/typed-api.md', 'utf8');
-  const blocks = [...page.matchAll(/```(\w*)\n([\s\S]*?)```/g)].map((m) => ({
-    lang: m[1],
-    code: m[2] as string,
-  }));
+  const blocks = pageBlocks('docs/typed-api.md', ['ts', '']).map((b) => ({ lang: b.kind, code: b.code }));
   const ts = blocks.filter((b) => b.lang === 'ts');
   assert.equal(ts.length, 1, 'one ts block');
   assert.deepEqual(

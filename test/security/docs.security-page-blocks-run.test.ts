@@ -1,17 +1,13 @@
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { pageBlocks } from '../docs/blocks.js';
 import { makeCluster, withClient } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';
 
-const PAGE = fileURLToPath(new URL('../../../docs/security.md', import.meta.url));
-
 /** Every code block of docs/security.md runs, in order, on a real server with a cluster on it. */
 test('every SQL block of docs/security.md runs on a real cluster, and the router role it creates can write a shard', async () => {
-  const page = await readFile(PAGE, 'utf8');
-  const blocks = [...page.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)];
+  const blocks = pageBlocks('docs/security.md', ['sql']).map((b) => [b.code, b.kind, b.code] as const);
   assert.ok(blocks.length >= 3);
   const [server] = await useServers(1);
   const url = (server as { url: string }).url;

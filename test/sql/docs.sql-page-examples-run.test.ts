@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
+import { pageBlocks } from '../docs/blocks.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { sameAsOneTable, sqlFixture } from './fixture.js';
 
@@ -13,10 +14,9 @@ import { sameAsOneTable, sqlFixture } from './fixture.js';
  * the table shown (on the test's cluster); each `sql` block is answered as one table would answer it; each
  * `sql refused` block is refused with UNSUPPORTED_QUERY.
  */
-const page = await readFile('docs/sql.md', 'utf8');
-const blocks = [...page.matchAll(/```([a-z ]*)\n([\s\S]*?)```/g)].map((m) => ({
-  lang: m[1] as string,
-  code: m[2] as string,
+const blocks = pageBlocks('docs/sql.md', ['js', '', 'sh', 'sql', 'sql refused']).map((b) => ({
+  lang: b.kind,
+  code: b.code,
 }));
 const f = await sqlFixture();
 after(async () => {

@@ -1,20 +1,20 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { pageBlocks } from '../docs/blocks.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 
 // The sh blocks of docs/transactions.md run against a real cluster and print the lines the page shows after them
 // (timings normalised; cluster verify also prints the checks of other features).
-const page = readFileSync('docs/transactions.md', 'utf8');
-const blocks = [...page.matchAll(/```(\w*)\n([\s\S]*?)```/g)].map((m) => ({
-  lang: m[1] ?? '',
-  code: m[2] ?? '',
+const blocks = pageBlocks('docs/transactions.md', ['sh', 'text']).map((b) => ({
+  lang: b.kind,
+  code: b.code,
 }));
 const dir = mkdtempSync(join(tmpdir(), 'shardflake-docs-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

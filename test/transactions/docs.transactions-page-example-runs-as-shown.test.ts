@@ -1,16 +1,16 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { pageBlocks } from '../docs/blocks.js';
 
 // Every code block of docs/transactions.md runs: the js example as written (printing what the page shows after
 // it), the sh commands against a real cluster (their output, with timings normalised, is the page's).
-const page = readFileSync('docs/transactions.md', 'utf8');
-const blocks = [...page.matchAll(/```(\w*)\n([\s\S]*?)```/g)].map((m) => ({
-  lang: m[1] ?? '',
-  code: m[2] ?? '',
+const blocks = pageBlocks('docs/transactions.md', ['js', 'sh', 'text']).map((b) => ({
+  lang: b.kind,
+  code: b.code,
 }));
 const dir = mkdtempSync(join(tmpdir(), 'shardflake-docs-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,3 +1,8 @@
+/**
+ * `@shardflake/embedded/replica`: streaming replicas of embedded servers, for tests of replicas and failover.
+ *
+ * @module @shardflake/embedded/replica
+ */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { chmod, chown, cp, mkdir, mkdtemp, readdir, realpath, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -24,6 +29,7 @@ export interface EmbeddedReplica {
   readonly binary: string;
   /** `pg_promote()` on the replica, waiting until it accepts writes. */
   promote(): Promise<void>;
+  /** Stops the replica and removes its folder. */
   stop(): Promise<void>;
 }
 

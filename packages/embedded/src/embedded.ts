@@ -30,9 +30,14 @@ export interface EmbeddedServer {
   /** `postgres://postgres:…@127.0.0.1:PORT/postgres` */
   readonly url: string;
   readonly dataDir: string;
+  /**
+   * Stops the server (fast shutdown) and, when its folder was a fresh temp folder, removes it; every caller waits
+   * for the same stop.
+   */
   stop(): Promise<void>;
 }
 
+/** Options of `startEmbeddedServer(s)`: where the data lives, the port, server settings, and a hook for the log. */
 export interface EmbeddedOptions {
   /** Folder that holds the data directories; a fresh temp folder when omitted (and then removed on stop). */
   dir?: string;
@@ -44,6 +49,7 @@ export interface EmbeddedOptions {
   database?: string;
   /** Fixed port (default: a free one). */
   port?: number;
+  /** Receives the server's log output, as it comes. */
   onLog?: (line: string) => void;
 }
 

@@ -2,7 +2,7 @@ import { redactText } from './redact.js';
 
 /**
  * The one error type shardflake throws at its public boundary. Every error carries a stable string `code`
- * (listed in ERROR_CODES and in the README's error table) and one clear sentence as its message. The CLI prints
+ * (listed in ERROR_CODES and in the error table of docs/errors.md) and one clear sentence as its message. The CLI prints
  * `error [CODE]: message` on one line and exits non-zero; stacks appear only with `--debug`.
  */
 export const ERROR_CODES = [
@@ -45,8 +45,13 @@ export const ERROR_CODES = [
   'MISSING_PACKAGE', // an optional package a feature needs is not installed (the message says what to install)
 ] as const;
 
+/** The stable code of a `ShardflakeError`, one of `ERROR_CODES`; docs/errors.md says what each means. */
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+/**
+ * What a `ShardflakeError` keeps besides its code and message: the server's SQLSTATE and DETAIL, and the error it
+ * wraps.
+ */
 export interface ErrorDetails {
   /** PostgreSQL's SQLSTATE when the error came from the server. */
   sqlState?: string;
@@ -56,6 +61,11 @@ export interface ErrorDetails {
   cause?: unknown;
 }
 
+/**
+ * The one error class of shardflake: a stable `code`, one sentence as the message (never a password or an SQL
+ * parameter), and PostgreSQL's `sqlState` and `detail` when the server raised it. Test the code with
+ * `isShardflakeError(error, code)`.
+ */
 export class ShardflakeError extends Error {
   override readonly name = 'ShardflakeError';
   readonly code: ErrorCode;
@@ -70,6 +80,7 @@ export class ShardflakeError extends Error {
   }
 }
 
+/** True when `error` is a `ShardflakeError`, and, when a code is given, one with that code; narrows the type. */
 export function isShardflakeError(error: unknown, code?: ErrorCode): error is ShardflakeError {
   return error instanceof ShardflakeError && (code === undefined || error.code === code);
 }

@@ -1,5 +1,7 @@
 /**
  * shardflake's public API. Everything a user imports comes from here, with types.
+ *
+ * @module shardflake
  */
 
 // cluster

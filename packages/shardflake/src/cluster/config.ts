@@ -39,6 +39,11 @@ export const RESERVED_TABLE_PREFIX = '_shardflake';
 
 export type { Migration, TableTemplate };
 
+/**
+ * A validated cluster config, as `loadConfig`, `parseConfig` and `validateConfig` return it: servers and their
+ * nodes, the catalog server, the logical shards, the id layout and epoch, the table templates and migrations,
+ * reference tables and lookups.
+ */
 export interface ClusterConfig extends ReferenceConfig {
   /** Each server's first node URL (its primary when the config lists several): for display and one-node code. */
   servers: Record<string, string>;

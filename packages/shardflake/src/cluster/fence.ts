@@ -35,6 +35,10 @@ import { FENCE_FUNCTION, FENCED_ROLE } from './fence-names.js';
  * The copy in the making on the target keeps an ordinary trigger: the subscription fills it in replica mode.
  */
 export { FENCE_FUNCTION, FENCED_ROLE } from './fence-names.js';
+/**
+ * The SQLSTATE a fenced copy of a shard raises on every write: the shard has moved, so the writer should refresh
+ * its map and write to the new home.
+ */
 export const FENCED_SQLSTATE = 'SF001';
 
 /** Statements (for one transaction) that fence `tables` of `schema`; idempotent. */

@@ -43,6 +43,7 @@ export interface InitOptions {
   signal?: AbortSignal;
 }
 
+/** What `initCluster` did: the shards it created, found or recovered, per server, and how long it took. */
 export interface InitResult {
   logicalShards: number;
   /** Shards created by this run. */
@@ -103,6 +104,11 @@ async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Prom
   }
 }
 
+/**
+ * Creates the catalog and every logical shard (schema, generator, tables and migrations) on the config's servers,
+ * after checking that every server answers. Idempotent: a rerun finishes a killed run and changes nothing on a
+ * finished cluster.
+ */
 export async function initCluster(config: ClusterConfig, options: InitOptions = {}): Promise<InitResult> {
   // Options left undefined (e.g. CLI flags not given) keep their defaults.
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as InitOptions;

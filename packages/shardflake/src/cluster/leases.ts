@@ -45,6 +45,10 @@ export interface LeaseOptions {
   clock?: () => number;
 }
 
+/**
+ * A worker id leased from the catalog for an app-side generator, with its fencing token; renewed in the background
+ * until released or lost.
+ */
 export interface Lease {
   readonly namespace: string;
   readonly layout: Layout;
@@ -74,6 +78,10 @@ function leaseField(layout: Layout, field?: string) {
   return f;
 }
 
+/**
+ * Leases the lowest free or expired worker id of a layout's worker field from the catalog, and renews it every
+ * ttl/3; `NO_FREE_WORKER` when every id is leased.
+ */
 export async function acquireLease(catalog: Queryable, options: LeaseOptions = {}): Promise<Lease> {
   const layout = resolveLayout(options.layout ?? 'snowflake');
   const field = leaseField(layout, options.field);
@@ -172,7 +180,11 @@ export async function acquireLease(catalog: Queryable, options: LeaseOptions = {
 export function leasedGenerator(
   lease: Lease,
   options: Omit<Parameters<typeof createGenerator>[0], 'worker'> & { layout?: string | Layout } = {},
-): { next(): bigint; layout: Layout } {
+): {
+  /** The next id, after checking that the lease is still valid (`LEASE_LOST` once it is not). */
+  next(): bigint;
+  layout: Layout;
+} {
   const generator = createGenerator({ layout: lease.layout, ...options, [lease.field]: lease.workerId });
   return {
     layout: generator.layout,

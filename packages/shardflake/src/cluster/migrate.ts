@@ -45,6 +45,7 @@ import { settlePreparedOnShards } from './transactions/settle.js';
 export interface MigrateOptions {
   /** Parallel connections per server (default 2). */
   connectionsPerServer?: number;
+  /** Called with the shards done so far and the total, at the start and after each shard. */
   onProgress?: (done: number, total: number) => void;
   signal?: AbortSignal;
   /** How long a shard's step waits for its lock held by another migrate (default 10 000 ms). */
@@ -59,6 +60,7 @@ export interface MigrateOptions {
   lookupBatchSize?: number;
 }
 
+/** A shard whose migration failed: it stays at its previous version, with the error kept for `cluster status`. */
 export interface ShardFailure {
   shard: number;
   server: string;
@@ -69,6 +71,10 @@ export interface ShardFailure {
   sqlState?: string;
 }
 
+/**
+ * What `migrateCluster` did: the target version, the shards migrated, already current or failed, and the indexes it
+ * rebuilt.
+ */
 export interface MigrateResult {
   /** The cluster's schema version after this run: its recorded history plus the config's new migrations. */
   target: number;
@@ -135,6 +141,10 @@ async function lockForMigration(lock: pg.Client, shard: number): Promise<string 
   }
 }
 
+/**
+ * Brings every shard to the config's last migration, each shard in its own transaction (index builds CONCURRENTLY
+ * outside one), in parallel per server; a failed shard rolls back whole and the others go on.
+ */
 export async function migrateCluster(
   config: ClusterConfig,
   options: MigrateOptions = {},

@@ -10,6 +10,7 @@ export interface TableTemplate {
   statements: string[];
 }
 
+/** One numbered migration of the sharded tables (or of the reference tables), as the config lists it. */
 export interface Migration {
   /** 1, 2, 3, … in order; a shard's schema version is the highest version applied to it (0 = just the tables). */
   version: number;

@@ -20,6 +20,7 @@ import type { NotAnId } from '../ids/id.js';
  */
 export type ShardKey = number | (bigint & NotAnId) | string | Uint8Array;
 
+/** The 64-bit hash that places a string or byte key: the first 8 bytes of its BLAKE2s-256 digest, big-endian. */
 export function hashKey(key: string | Uint8Array): bigint {
   if (typeof key !== 'string' && !(key instanceof Uint8Array)) {
     throw new ShardflakeError(
@@ -34,6 +35,10 @@ export function hashKey(key: string | Uint8Array): bigint {
   return value;
 }
 
+/**
+ * The logical shard of a shard key: an integer key modulo the shard count, any other key by its hash (see
+ * `ShardKey`).
+ */
 export function shardForKey(key: ShardKey, logicalShards: number): number {
   if (!Number.isSafeInteger(logicalShards) || logicalShards < 1) {
     throw new ShardflakeError(

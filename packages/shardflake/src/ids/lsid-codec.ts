@@ -31,8 +31,10 @@ export interface DecodedLsid extends LsidParts {
   time: string;
 }
 
+/** An LSID as the `lsid` functions take it: its text, its 95-bit value, or its fields. */
 export type LsidInput = string | bigint | LsidParts;
 
+/** How `lsid.format` writes an LSID: the letters' case and whether the groups are separated by hyphens. */
 export interface FormatOptions {
   /** Upper-case letters (the paper's second example). Default false: lower case, like its first. */
   upper?: boolean;

@@ -19,6 +19,10 @@ import { defaultWorkerId } from './worker-id.js';
 export const SEQUENCE_MODES = ['random', 'monotonic'] as const;
 export type SequenceMode = (typeof SEQUENCE_MODES)[number];
 
+/**
+ * Options of `lsid.createGenerator` and `lsid.generate`: the worker, how the sequence starts in a new tick, the
+ * clock and how the text is written.
+ */
 export interface LsidGeneratorOptions {
   /** 0..1,048,575. Default: BLAKE2s of this machine's MAC (see worker-id.ts), or a random one without a MAC. */
   worker?: number;
@@ -34,6 +38,7 @@ export interface LsidGeneratorOptions {
   hyphens?: boolean;
 }
 
+/** A generator of LSIDs for one worker: each LSID greater than the one before, never waiting for the clock. */
 export interface LsidGenerator {
   readonly worker: number;
   /** The next LSID as text. */

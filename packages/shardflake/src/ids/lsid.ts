@@ -16,10 +16,8 @@ import {
 } from './lsid-codec.js';
 import { createLsidGenerator, type LsidGenerator, type LsidGeneratorOptions } from './lsid-generator.js';
 
-/**
- * LSID (seed 002) in one object: `lsid.generate()`, `lsid.parse(text)`, `lsid.format(value)`, … The pieces
- * live in lsid-layout.ts (the bits), lsid-codec.ts (text, bytes, uuid) and lsid-generator.ts (generation).
- */
+// The pieces of `lsid` live in lsid-layout.ts (the bits), lsid-codec.ts (text, bytes, uuid) and lsid-generator.ts
+// (generation); this module puts them in one object.
 let defaultGenerator: LsidGenerator | undefined;
 const cachedGenerators = new Map<string, LsidGenerator>();
 
@@ -47,17 +45,32 @@ function generate(options?: LsidGeneratorOptions): string {
   return generator.next();
 }
 
+/**
+ * LSID (seed 002) in one object: generate, parse and format LSIDs, and convert them to and from their 95-bit
+ * value, 12 bytes and a version-8 UUID. docs/ids.md explains the choices the paper leaves open.
+ */
 export const lsid = Object.freeze({
+  /** One LSID as text, from the process's default generator (or one kept per option set). */
   generate,
+  /** A generator of your own, for hot loops: `lsid.createGenerator(options).next()`. */
   createGenerator: createLsidGenerator,
+  /** Text → value and fields: case-insensitive, Crockford's aliases, hyphens only between the groups. */
   parse: parseLsid,
+  /** Value or fields → text, `00jtx-04fecrkm-0cgm-3n` by default. */
   format: formatLsid,
+  /** −1, 0 or 1: the order of two LSIDs, which is also the order of their text and of their UUID form. */
   compare: compareLsid,
+  /** Fields → the 95-bit value. */
   encode: encodeLsid,
+  /** The 95-bit value → fields and time. */
   decode: decodeLsid,
+  /** The 12-byte big-endian form, which sorts byte-wise like the LSID. */
   toBytes: lsidToBytes,
+  /** The 12-byte form → value and fields. */
   fromBytes: lsidFromBytes,
+  /** The version-8 UUID that holds the LSID's bits in order, for a PostgreSQL `uuid` column. */
   toUuid: lsidToUuid,
+  /** That UUID → value and fields. */
   fromUuid: lsidFromUuid,
 });
 

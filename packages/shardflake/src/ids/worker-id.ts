@@ -5,7 +5,7 @@ import { ShardflakeError } from '../errors.js';
 
 /**
  * LSID's default worker id: a 20-bit hash of the machine's MAC address (seed 002 says "BLAKE2s of the MAC
- * address" and leaves the rest open; these are our choices, documented in the README):
+ * address" and leaves the rest open; these are our choices, documented in docs/ids.md):
  * - The MAC: from os.networkInterfaces(), skipping internal interfaces (loopback) and the all-zero MAC that
  *   virtual interfaces report; of those left, the interface whose name sorts first (then the smallest MAC), so
  *   the choice does not depend on the order the kernel lists interfaces in.
@@ -20,6 +20,7 @@ export const WORKER_MAX = 2 ** WORKER_BITS - 1;
 
 const MAC_TEXT = /^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$/i;
 
+/** The network interface `findMac` chose, and its MAC address as text. */
 export interface MacChoice {
   interface: string;
   mac: string;

@@ -35,11 +35,17 @@ export interface CleanupResult {
   skipped: string[];
 }
 
+/** Options of `cleanupCluster`. */
 export interface CleanupOptions {
   /** Report what would be dropped without dropping it. */
   dryRun?: boolean;
 }
 
+/**
+ * Settles what moves left behind (`shardflake cluster cleanup`): finishes or rolls back each unfinished move no
+ * live process holds, drops fenced old copies whose rows match what their move recorded, and drops replication
+ * objects no move owns. A copy that no longer matches is kept and reported as a conflict.
+ */
 export async function cleanupCluster(
   config: ClusterConfig,
   options: CleanupOptions = {},

@@ -18,6 +18,10 @@ export class MoveInterrupted extends ShardflakeError {
   }
 }
 
+/**
+ * True when a move stopped because it was interrupted (its signal aborted, or a test's `stopAfter`), not because it
+ * failed: nothing was rolled back, and a rerun resumes it.
+ */
 export function isInterrupted(error: unknown): boolean {
   return error instanceof MoveInterrupted;
 }

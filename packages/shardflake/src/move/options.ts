@@ -48,12 +48,18 @@ export interface MoveOptions {
   replication?: ReplicationLogin;
 }
 
+/**
+ * How a move compares the two copies of a shard: `in-pause` counts and checksums every table inside the write
+ * pause; `snapshots` compares checksums on pinned snapshots before it and only counts rows in it.
+ */
 export const VERIFY_MODES = ['in-pause', 'snapshots'] as const;
+/** One of `VERIFY_MODES`. */
 export type VerifyMode = (typeof VERIFY_MODES)[number];
 
 /** Points where a move can be stopped: after each recorded phase, and inside the cutover with the source locked. */
 export type MoveStep = MovePhase | 'cutover-locked';
 
+/** A move's progress, reported to `onProgress`: its phase and, while copying, the rows copied of the total. */
 export interface MoveProgress {
   shard: number;
   moveId: bigint;
@@ -62,6 +68,10 @@ export interface MoveProgress {
   totalRows: bigint;
 }
 
+/**
+ * What a finished move did: where the shard went, the rows it verified, the copy rate, the write pause and the new
+ * map version.
+ */
 export interface MoveResult {
   moveId: bigint;
   shard: number;
@@ -122,6 +132,7 @@ export interface SetMoveOptions extends MoveOptions {
   onSetProgress?: (progress: SetProgress) => void;
 }
 
+/** A set's progress, reported to `onSetProgress`: copying or switching, and how many shards are done. */
 export interface SetProgress {
   from: string;
   to: string;

@@ -23,12 +23,14 @@ export interface PlannedMove {
   to: string;
 }
 
+/** A rebalance plan: shards per server before and after, and the moves that get there. */
 export interface RebalancePlan {
   before: Record<string, number>;
   after: Record<string, number>;
   moves: PlannedMove[];
 }
 
+/** Options of `planRebalance`. */
 export interface PlanOptions {
   /** Servers to empty: every shard they hold moves to the others, and they receive none. */
   decommission?: readonly string[];
@@ -63,6 +65,10 @@ function unknownHome(shard: number, server: string): ShardflakeError {
   );
 }
 
+/**
+ * The fewest moves that leave every server within one shard of the others (decommissioned servers emptied), taking
+ * the highest-numbered shards of crowded servers, so an interrupted rebalance replans the same remaining moves.
+ */
 export function planRebalance(
   shards: readonly Pick<ShardPlacement, 'shard' | 'server'>[],
   servers: readonly string[],
@@ -311,9 +317,11 @@ async function perServer(
   return values;
 }
 
+/** What a rebalance evens out: shard counts, live rows, bytes on disk, or a weight of your own (`weightSql`). */
 export const BALANCE_BY = ['shards', 'rows', 'bytes', 'weight'] as const;
 export type BalanceBy = (typeof BALANCE_BY)[number];
 
+/** Options of `rebalanceCluster`: what to balance, servers to empty, whether to only plan, and how the moves run. */
 export interface RebalanceOptions {
   /** Even out shard counts (default), live rows, bytes on disk, or `weightSql`'s value per shard. */
   by?: BalanceBy;
@@ -328,6 +336,10 @@ export interface RebalanceOptions {
   move?: SetMoveOptions;
 }
 
+/**
+ * What `rebalanceCluster` planned and, unless it was a dry run, did: the plan, the balanced quantity per server
+ * before and after, the estimate and the moves' results.
+ */
 export interface RebalanceResult extends RebalancePlan {
   by: BalanceBy;
   /** With `by: 'rows'`: estimated rows per server before and after. */
@@ -345,6 +357,7 @@ export interface RebalanceResult extends RebalancePlan {
   results: MoveResult[];
 }
 
+/** How long a plan should take, fitted (least squares) on the moves this cluster recorded earlier. */
 export interface MoveEstimate {
   seconds: number;
   /** The measured rates it came from: seconds per shard and rows per second, fitted over earlier sets. */
@@ -410,6 +423,10 @@ export async function estimateFromHistory(
   };
 }
 
+/**
+ * Plans a rebalance over the config's servers and runs it as sets of shards, one set per server pair, sets of
+ * distinct pairs side by side (`shardflake cluster rebalance`); with `dryRun` it only plans.
+ */
 export async function rebalanceCluster(
   config: ClusterConfig,
   options: RebalanceOptions = {},

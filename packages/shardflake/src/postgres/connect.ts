@@ -37,6 +37,7 @@ const bigintTypes = {
   },
 };
 
+/** Anything with pg's `query`: a client, a pool, or a pool client. */
 export type Queryable = Pick<pg.ClientBase, 'query'>;
 
 /** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
@@ -65,6 +66,9 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
   });
 }
 
+/**
+ * Options of `connect` and `createPool`: how long to wait for the server, the pool size and the application name.
+ */
 export interface ConnectOptions {
   /** Milliseconds to wait for the server before SERVER_UNREACHABLE (default 5000). */
   connectTimeoutMs?: number;

@@ -26,7 +26,7 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * Version 4 writes the same steps in 4 PL/pgSQL expressions (about 20 functions and operators) instead of 9 (about
  * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression
  * and its functions up again in every transaction, and nearly every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
- * README "Cost"): one call ≈ 57,400 instructions, against ≈ 68,600 in version 3.
+ * docs/next-id.md, "Cost"): one call ≈ 57,400 instructions, against ≈ 68,600 in version 3.
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
  * next store's value, so that every value the counter ever hands out is greater than every earlier one. The
@@ -55,7 +55,7 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * era < now) — 13 functions and operators, against 20 in version 2. PostgreSQL sets every function and operator
  * of an expression up again for each execution (a lookup and a privilege check each), so the count is the cost.
  * Where the expression lives decides who pays what (instructions per insert counted with callgrind on a
- * single-user PostgreSQL 18.4; README "Cost"):
+ * single-user PostgreSQL 18.4; docs/next-id.md, "Cost"):
  * - `plpgsql` (the default): `next_id()` is one call node to the planner, nothing to plan per statement; the
  *   call costs about 3,000 instructions (SPI connect, the function's state, a snapshot pushed for its volatile
  *   expression), and PL/pgSQL sets the expression up once per transaction. Simple protocol 1.18× bigserial's
@@ -100,6 +100,10 @@ export const GENERATOR_OBJECTS = {
 /** Objects of version 1 (a seqlock guard in a second sequence) that an upgrade removes. */
 const V1_OBJECTS = { guard: 'next_id_guard', targetOf: 'next_id_target_of' } as const;
 
+/**
+ * What `generatorSql` and `installGenerator` install: the schema, the shard, the layout and epoch, and the language
+ * of `next_id()`.
+ */
 export interface GeneratorSqlOptions {
   /** The shard's schema (a plain identifier). */
   schema: string;
@@ -131,6 +135,10 @@ export interface GeneratorSqlOptions {
 
 /** The ways of writing `next_id()`, the default first. */
 export const GENERATOR_LANGUAGES = ['plpgsql', 'sql'] as const;
+/**
+ * How `next_id()` is written: `plpgsql` (the default, cheapest for unprepared inserts) or `sql` (inlined by the
+ * planner: cheapest for bulk loads and prepared statements). docs/next-id.md measures both.
+ */
 export type GeneratorLanguage = (typeof GENERATOR_LANGUAGES)[number];
 /** The default: the cost of an unprepared single-row insert decides it (see COST at the top of this file). */
 export const DEFAULT_GENERATOR_LANGUAGE: GeneratorLanguage = 'plpgsql';
@@ -309,7 +317,7 @@ function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
   const key = lockKey(counter);
   // Few functions on purpose: PL/pgSQL sets up every function and operator of its expressions again in each
   // transaction (a catalog lookup and a privilege check each), and this runs in the first insert of every tick, so
-  // their count is its cost (README "Cost"). Hence: the clock read once; the keep check and the store in one
+  // their count is its cost (docs/next-id.md, "Cost"). Hence: the clock read once; the keep check and the store in one
   // expression; the era multiplied into place rather than shifted, so that a tick the layout cannot hold overflows
   // (SQLSTATE 22003) inside the store instead of needing a statement of its own to check it; the lock key a
   // constant the planner folds; results assigned, not PERFORMed (PERFORM runs a full query).

@@ -8,6 +8,10 @@ import { ShardflakeError } from '../errors.js';
  */
 const PLAIN_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
+/**
+ * Returns `name` when it is a plain SQL identifier (letters, digits and _, not starting with a digit, at most 63
+ * characters), else throws INVALID_IDENTIFIER naming `what`.
+ */
 export function validateIdentifier(name: string, what = 'identifier'): string {
   if (typeof name !== 'string' || !PLAIN_IDENTIFIER.test(name)) {
     throw new ShardflakeError(

@@ -57,6 +57,10 @@ export interface InstalledGenerator {
   fields: string;
 }
 
+/**
+ * The generator installed in a schema, read from the comment on its `next_id()` (version, shard, layout, epoch), or
+ * null when the schema has none.
+ */
 export async function readInstalledGenerator(
   client: Queryable,
   schema: string,

@@ -12,6 +12,7 @@ import type { Queryable } from '../../postgres/connect.js';
  * router, the dashboard and the move engine call them and write no catalog SQL of their own.
  */
 export const CATALOG_SCHEMA = 'shardflake';
+/** The channel the catalog NOTIFYs on every change of the shard map; routers LISTEN on it. */
 export const MAP_CHANNEL = 'shardflake_map';
 
 /**
@@ -22,8 +23,10 @@ export const SHARD_LOCK_CLASS = 0x5f4d4f56;
 
 /** Lifecycle of a logical shard in the map. `moving` shards still serve from `server` until cutover. */
 export const SHARD_STATES = ['active', 'moving'] as const;
+/** One of `SHARD_STATES`. */
 export type ShardState = (typeof SHARD_STATES)[number];
 
+/** Where one logical shard lives: its server, its schema there, and its state. */
 export interface ShardPlacement {
   shard: number;
   server: string;
@@ -31,6 +34,7 @@ export interface ShardPlacement {
   state: ShardState;
 }
 
+/** The catalog's shard map: its version (raised on every change) and every shard's placement. */
 export interface ShardMap {
   version: bigint;
   logicalShards: number;
@@ -70,6 +74,7 @@ export async function installCatalog(client: Queryable): Promise<void> {
   await client.query(catalogSql());
 }
 
+/** Reads the shard map from the catalog: its version and every shard's server, schema and state. */
 export async function readShardMap(client: Queryable): Promise<ShardMap> {
   const cluster = await client.query(
     'SELECT map_version, logical_shards FROM shardflake.cluster WHERE singleton',

@@ -24,6 +24,7 @@ export interface LookupHit {
   shard: number;
 }
 
+/** Options of `router.lookup`. */
 export interface LookupOptions {
   /** Also return the owner row (read by the owner check itself: no third round trip). */
   fetch?: boolean;
@@ -34,6 +35,7 @@ export interface LookupHitWithRow extends LookupHit {
   row: Record<string, unknown>;
 }
 
+/** A value to look up: it is compared as the text PostgreSQL gives the column's value (`column::text`). */
 export type LookupValue = string | number | bigint;
 
 /** The value's text form, the one entries hold (`column::text`). */

@@ -22,6 +22,7 @@ export const REFERENCE_FIELDS = ['referenceTables', 'referenceMigrations'] as co
 /** Table names starting with this are shardflake's own bookkeeping inside the reference schema. */
 const RESERVED_PREFIX = '_shardflake';
 
+/** The reference tables of a config (one copy on every server) and their migrations. */
 export interface ReferenceConfig {
   /** The reference tables, created on every server by `cluster init` (and by `cluster migrate` where missing). */
   referenceTables: TableTemplate[];

@@ -24,10 +24,14 @@ import { type OperationTrace, traced } from './trace.js';
  *
  * Why INSERT … RETURNING and not COPY: COPY cannot return the ids the database generates, so it would need the ids
  * drawn first (one `SELECT next_id() FROM generate_series(…)` per shard, an extra round trip, and an id column
- * written explicitly), and see the README for the measurement that decided it.
+ * written explicitly), and see docs/applications.md ("Bulk writes") for the measurement that decided it.
  */
 export type InsertManyOptions<R extends Row = Row> =
-  | { key: (row: R, index: number) => ShardKey; shard?: undefined }
+  | {
+      /** Routes each row by the shard key this function returns for it. */
+      key: (row: R, index: number) => ShardKey;
+      shard?: undefined;
+    }
   | { shard: number; key?: undefined };
 
 /** Rows per INSERT statement at most (also bounded by 65,535 bind parameters). */

@@ -22,11 +22,21 @@ export const OPERATIONS = [
   'withShards', // an atomic write across shards (transactions/)
   'withReference', // a write of the reference tables on every server (reference/)
 ] as const;
+/** A routed call the router reports when it ends, one of `OPERATIONS`. */
 export type Operation = (typeof OPERATIONS)[number];
 
+/**
+ * Why the router ran an operation again: the shard was fenced, moving, on a primary that failed over, or its schema
+ * was not where the map said.
+ */
 export const RETRY_REASONS = ['fenced', 'moving', 'failover', 'unknown-table'] as const;
+/** One of `RETRY_REASONS`. */
 export type RetryReason = (typeof RETRY_REASONS)[number];
 
+/**
+ * Reported at the end of every routed call: where it ran (shards, servers, nodes and their roles), how long it
+ * waited for a connection and took in all, its retries, and its error if it failed.
+ */
 export interface OperationEvent {
   type: 'operation';
   operation: Operation;
@@ -47,6 +57,7 @@ export interface OperationEvent {
   error?: ShardflakeError;
 }
 
+/** Reported before the router runs an operation again on a shard, with the reason and the attempt number. */
 export interface RetryEvent {
   type: 'retry';
   operation: Operation;
@@ -58,6 +69,7 @@ export interface RetryEvent {
   woke: 'map' | 'timeout';
 }
 
+/** Reported when the router takes a newer shard map from the catalog. */
 export interface MapEvent {
   type: 'map';
   version: bigint;
@@ -65,6 +77,7 @@ export interface MapEvent {
   previous: bigint;
 }
 
+/** Reported when the catalog stops answering the router (it serves from its last map) and when it answers again. */
 export interface CatalogEvent {
   /** `catalog-down`: the router keeps serving from its last map; `catalog-up`: it listens and refreshes again. */
   type: 'catalog-down' | 'catalog-up';
@@ -85,8 +98,10 @@ export const TRANSACTION_PHASES = [
   'recover-commit', // recovery committed a prepared transaction that has a commit decision
   'recover-rollback', // recovery rolled back one without (its coordinator gone, or an abort decision)
 ] as const;
+/** A step of a transaction across shards, one of `TRANSACTION_PHASES`. */
 export type TransactionPhase = (typeof TRANSACTION_PHASES)[number];
 
+/** Reported as each step of a transaction across servers starts, finishes or fails (prepare, commit, recovery). */
 export interface TransactionEvent {
   type: 'transaction';
   phase: TransactionPhase;
@@ -100,6 +115,7 @@ export interface TransactionEvent {
   error?: ShardflakeError;
 }
 
+/** Every event a router reports to `onEvent`; `type` tells them apart. */
 export type RouterEvent =
   | OperationEvent
   | RetryEvent
@@ -107,4 +123,5 @@ export type RouterEvent =
   | CatalogEvent
   | FailoverEvent
   | TransactionEvent;
+/** The `onEvent` hook of `createRouter`: called for every event; an error it throws is ignored. */
 export type RouterEventHook = (event: RouterEvent) => void;

@@ -98,20 +98,32 @@ export interface RouterOptions {
   >;
 }
 
+/**
+ * Routes an application's reads and writes to the logical shard and server they belong to, following the catalog's
+ * shard map as it changes (`createRouter` makes one). docs/cluster.md and docs/applications.md are the guides.
+ */
 export interface Router {
   readonly mapVersion: bigint;
   readonly logicalShards: number;
   readonly layout: Layout;
   /** True while the catalog does not answer and the router serves from its last map. */
   readonly catalogDown: boolean;
+  /** The logical shard of a shard key (see `ShardKey` for the rule). */
   shardFor(key: ShardKey): number;
   /** The shard named in an id's shard bits; INVALID_ID when they name a shard outside the cluster. */
   shardOfId(id: ShardflakeId): number;
+  /** Where a logical shard lives now, by the router's map: its server, schema and state. */
   placement(shard: number): ShardPlacement;
+  /**
+   * Inserts one row into the shard of `options.key` (or `options.shard`) and returns its id, made by that shard's
+   * `next_id()`.
+   */
   insert(table: string, row: Row, options: InsertOptions): Promise<ShardflakeId>;
   /** The row of this id, typed as `R` (like pg's `query<R>`: the type is the caller's word, not checked). */
   get<R extends object = Row>(table: string, id: ShardflakeId): Promise<R | null>;
+  /** Updates the columns of `changes` in the row of this id; true when the row was there. */
   update(table: string, id: ShardflakeId, changes: Row): Promise<boolean>;
+  /** Deletes the row of this id; true when the row was there. */
   delete(table: string, id: ShardflakeId): Promise<boolean>;
   /**
    * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
@@ -122,8 +134,12 @@ export interface Router {
     rows: readonly R[],
     options: InsertManyOptions<R>,
   ): Promise<ShardflakeId[]>;
+  /**
+   * The newest rows of many keys across their shards, by a column (`user_id = ANY(keys)`), merged in id order; pass
+   * the page's `next` as `before` for the next page.
+   */
   feed<R extends object = Row>(table: string, options: FeedOptions): Promise<FeedPage<R>>;
-  /** Runs fn in one transaction in the target's shard (see session.ts and the README's "Shard sessions"). */
+  /** Runs fn in one transaction in the target's shard (see session.ts and docs/applications.md, "Shard sessions"). */
   withShard<T>(
     target: ShardTarget,
     fn: (session: ShardSession) => Promise<T> | T,
@@ -158,7 +174,9 @@ export interface Router {
    * owner row (`row`), read by that check.
    */
   lookup(name: string, value: LookupValue): Promise<LookupHit | null>;
+  /** The owner of a value, with its row read by the same check. */
   lookup(name: string, value: LookupValue, options: { fetch: true }): Promise<LookupHitWithRow | null>;
+  /** The owner of a value, with its row when `options.fetch` is true. */
   lookup(
     name: string,
     value: LookupValue,
@@ -172,6 +190,7 @@ export interface Router {
   observe(token: string): void;
   /** Re-reads the map from the catalog (throws when the catalog does not answer). */
   refresh(): Promise<void>;
+  /** Stops listening for map changes and closes the router's connections. */
   close(): Promise<void>;
 }
 

@@ -17,6 +17,7 @@ import { type OperationTrace, traced } from './trace.js';
  */
 export type Row = Record<string, unknown>;
 
+/** Where `router.insert` puts a row: the shard of a shard key, or a shard by number. */
 export interface InsertOptions {
   /** Shard key (a user id, a string…); or give `shard` directly. */
   key?: ShardKey;

@@ -39,6 +39,9 @@ export type FeedKeys =
       keysAreIds?: false;
     };
 
+/**
+ * The options every form of `router.feed` shares: the column, the shards, the page size and where the page starts.
+ */
 export interface FeedCommon {
   /** Column the keys are matched against (e.g. `user_id`); leave out to read whole shards. */
   column?: string;
@@ -50,6 +53,7 @@ export interface FeedCommon {
   before?: ShardflakeId;
 }
 
+/** A page of rows read across shards, newest first, and where the next page starts. */
 export interface FeedPage<R extends object = Row> {
   rows: R[];
   /** The `before` of the next page, or null when this page was the last. */
@@ -62,12 +66,14 @@ export interface FeedPage<R extends object = Row> {
  * for every shard. Never build the text from user input: put input in `values`.
  */
 export interface ShardQuery {
+  /** Builds one shard's statement; `table(name)` is that shard's table as a quoted, schema-qualified name. */
   sql: (table: (name: string) => string) => string;
   values?: readonly unknown[];
   /** Shards to read (default: all). */
   shards?: readonly number[];
 }
 
+/** A read across shards whose rows are merged newest first by `id` and cut into pages (`router.query`). */
 export interface MergedQuery extends ShardQuery {
   /** Rows per page (default 20); the statement's rows need an `id` column, merged newest first. */
   limit?: number;

@@ -25,6 +25,7 @@ import { traced } from './trace.js';
  */
 export type ShardTarget = { key: ShardKey } | { id: ShardflakeId } | { shard: number };
 
+/** Options of `router.withShard`: a read-only session on a replica that has seen the writes it must see. */
 export interface SessionOptions {
   /**
    * Run as `BEGIN READ ONLY` on a reader: a replica that has replayed this router's writes to the server (and the
@@ -35,6 +36,10 @@ export interface SessionOptions {
   after?: string;
 }
 
+/**
+ * One transaction in one logical shard, as `router.withShard` hands it to its callback: your own SQL with the
+ * shard's schema as search_path, and the connection for pg-based libraries.
+ */
 export interface ShardSession {
   /** The logical shard. */
   readonly shard: number;

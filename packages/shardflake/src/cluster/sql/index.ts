@@ -35,11 +35,13 @@ export interface SqlColumn {
   type: number;
 }
 
+/** The answer of `router.sql`: the rows and the columns' names and types, as one table would give them. */
 export interface SqlResult {
   rows: Row[];
   columns: SqlColumn[];
 }
 
+/** Options of `router.sqlStream`. */
 export interface SqlStreamOptions {
   /** Rows fetched per server per round trip (default 1000). */
   batchSize?: number;

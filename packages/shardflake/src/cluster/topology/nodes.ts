@@ -15,6 +15,7 @@ export type NodeRole = 'primary' | 'replica';
 /** A position in a server's WAL as PostgreSQL prints it (`16/B374D848`); used for read-your-writes. */
 export type Lsn = string;
 
+/** What a connection is wanted for: a write (the primary) or a read that must see a write position. */
 export interface AcquireOptions {
   /** 'write' → the primary. 'read' → a replica that has replayed `after` (and is not lagging), else the primary. */
   intent: 'write' | 'read';
@@ -22,6 +23,7 @@ export interface AcquireOptions {
   after?: Lsn;
 }
 
+/** A connection to one node of a server, borrowed from its pool, with the role the node had when it was found. */
 export interface NodeLease {
   readonly client: pg.PoolClient;
   /** The node's URL, password redacted. */
@@ -33,6 +35,7 @@ export interface NodeLease {
   release(error?: unknown): void;
 }
 
+/** Options of `createServerNodes`: the pools of a server's nodes, and how replicas and failover are handled. */
 export interface ServerNodesOptions {
   /** Connections per node pool (default 10). */
   poolSize?: number;
@@ -57,10 +60,18 @@ export interface ServerNodesOptions {
   onEvent?: (event: FailoverEvent) => void;
 }
 
+/**
+ * The nodes of one configured server (a primary and its streaming replicas) behind one object: it finds their roles
+ * at run time, lends connections for writes and reads, and follows a promotion. The router uses one per server.
+ */
 export interface ServerNodes {
   readonly name: string;
   /** True when the server has replicas: only then does the router record write positions. */
   readonly hasReplicas: boolean;
+  /**
+   * Lends a connection: the primary for a write, a replica that has replayed `after` for a read (else the primary);
+   * waits for a primary during a failover, up to the configured time, then NO_PRIMARY.
+   */
   acquire(options: AcquireOptions): Promise<NodeLease>;
   /**
    * Called after a write transaction committed, with its lease still held: the position a later read must see.
@@ -73,9 +84,11 @@ export interface ServerNodes {
    * suspect and the next acquire finds the roles again. The caller decides whether a retry is safe.
    */
   noteError(node: string, error: unknown): boolean;
+  /** Closes every node's pool. */
   end(): Promise<void>;
 }
 
+/** Reported when a node is marked suspect after an error and when the roles of a server's nodes are found again. */
 export interface FailoverEvent {
   /** A node was marked suspect (`node-suspect`) and the roles found again (`roles-found`). */
   type: 'node-suspect' | 'roles-found';

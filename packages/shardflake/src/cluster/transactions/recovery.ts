@@ -59,17 +59,26 @@ export interface PreparedGid extends Gid {
   ageMs: number;
 }
 
+/**
+ * A prepared transaction that recovery committed or rolled back: its gid, server and the cross-shard transaction it
+ * belonged to.
+ */
 export interface SettledGid {
   gid: string;
   server: string;
   txid: string;
 }
 
+/** A prepared transaction left in doubt, with what its decision server says about it. */
 export interface InDoubtGid extends PreparedGid {
   /** What its decision server says, or why it could not say. */
   decision: 'commit' | 'abort' | 'none' | 'unreachable' | 'unknown-server';
 }
 
+/**
+ * What one pass of recovery did (`shardflake cluster recover`): the prepared transactions it committed, rolled back
+ * or left waiting, and the servers that did not answer.
+ */
 export interface RecoveryReport {
   committed: SettledGid[];
   rolledBack: SettledGid[];
