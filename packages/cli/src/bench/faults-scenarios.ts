@@ -5,7 +5,7 @@ import { connectServer } from 'shardflake/internal/cluster/connections.js';
 import { isFenced } from 'shardflake/internal/cluster/fence.js';
 import type { RouterOptions } from 'shardflake/internal/cluster/router/router.js';
 import { isShardflakeError } from 'shardflake/internal/errors.js';
-import { moveShard, moveShards } from 'shardflake/internal/move/move.js';
+import { isInterrupted, moveShard, moveShards } from 'shardflake/internal/move/move.js';
 import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import type { Stage, StageOptions } from './faults-stage.js';
@@ -286,6 +286,26 @@ export const SCENARIOS = {
       await killed(child);
       context.note('mover frozen 3 s holding the cutover lock, then killed');
       await cliMoveUntilDone(context, shard, 'b');
+      return stage.config;
+    },
+  },
+  'source-restarted-before-the-cutover': {
+    title:
+      'the source server restarted between the catch-up and the cutover (the move stopped there), then the move rerun: the resumed cutover waits for streaming before it pauses writes',
+    stage: { servers: 2 },
+    async fault(context) {
+      const { stage } = context;
+      const shard = await shardOn(stage, 'a');
+      await moveShard(stage.config, shard, 'b', { stopAfter: 'synced' }).catch((error: unknown) => {
+        if (!isInterrupted(error)) throw error;
+      });
+      const t = performance.now();
+      await stage.restartA();
+      context.note(`source stopped and started again in ${Math.round(performance.now() - t)} ms`);
+      const r = await moveShard(stage.config, shard, 'b');
+      context.note(
+        `rerun resumed after ${r.resumedFrom}; writes paused ${Math.round(r.pauseMs ?? 0)} ms ${JSON.stringify(r.pauseSteps)}`,
+      );
       return stage.config;
     },
   },

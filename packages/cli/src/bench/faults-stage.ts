@@ -3,7 +3,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type EmbeddedServer, readPostmaster, startEmbeddedServers } from '@shardflake/embedded';
+import {
+  type EmbeddedServer,
+  readPostmaster,
+  startEmbeddedServer,
+  startEmbeddedServers,
+} from '@shardflake/embedded';
 import { type EmbeddedReplica, startEmbeddedReplica } from '@shardflake/embedded/replica';
 import type pg from 'pg';
 import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
@@ -54,6 +59,8 @@ export interface Stage {
   cutOffReplica(): Promise<void>;
   /** kill -9 of server a's postmaster (a crash, not a shutdown). */
   killPrimary(): Promise<void>;
+  /** Stops server a (a fast shutdown) and starts it again on its data and port. */
+  restartA(): Promise<void>;
   /**
    * Promotes a's replica and returns a config naming it as server a's only node. The probes stop checking the
    * killed primary; they check an unlisted replica only once the scenario adds it (when the application's config
@@ -97,12 +104,17 @@ async function onNode<T>(url: string, work: (c: pg.Client) => Promise<T>): Promi
 
 export async function startStage(options: StageOptions): Promise<Stage> {
   const logicalShards = options.logicalShards ?? 4;
-  const servers = await startEmbeddedServers(options.servers);
-  let replica: EmbeddedReplica | undefined;
   const dir = await mkdtemp(join(tmpdir(), 'shardflake-faults-'));
+  // Data kept across a stop (a folder of the stage's own, removed with it), so a server can be restarted.
+  const dataDir = join(dir, 'data');
+  const servers = await startEmbeddedServers(options.servers, { dir: dataDir }).catch(async (error) => {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  });
+  let replica: EmbeddedReplica | undefined;
   const children = new Set<ChildProcess>();
   try {
-    const [a] = servers as [EmbeddedServer];
+    let a = servers[0] as EmbeddedServer;
     if (options.replica) {
       replica = await startEmbeddedReplica(a);
       // A replayed change that conflicts with a query on the replica (the probes' checks) waits up to this long
@@ -163,6 +175,12 @@ export async function startStage(options: StageOptions): Promise<Stage> {
           }
           throw new Error('the replica still streams from a');
         });
+      },
+      async restartA() {
+        const port = a.port;
+        await a.stop();
+        a = await startEmbeddedServer('a', { dir: dataDir, port });
+        servers[0] = a;
       },
       async killPrimary() {
         const postmaster = await readPostmaster(a.dataDir);
