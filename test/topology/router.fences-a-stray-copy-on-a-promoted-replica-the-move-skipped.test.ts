@@ -8,6 +8,7 @@ import { shardSchema, validateConfig } from '../../packages/shardflake/src/clust
 import { isFenced, unfenceSql } from '../../packages/shardflake/src/cluster/fence.js';
 import { checkNode } from '../../packages/shardflake/src/cluster/fence-strays.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import type { RouterEvent } from '../../packages/shardflake/src/cluster/router/events.js';
 import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import { lockShard, unlockShard } from '../../packages/shardflake/src/cluster/shard-lock.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
@@ -91,9 +92,15 @@ test('a router fences the unfenced old copy of a moved shard on a promoted repli
       { catalog: 'b', logicalShards: 4, servers: { a: replica.url, b: b.url }, tables: TABLES },
       'config after the failover',
     );
-    const router = await createRouter(after);
+    const events: RouterEvent[] = [];
+    const router = await createRouter(after, { onEvent: (e) => events.push(e) });
     try {
       assert.equal(await writable(replica.url, schema), false, 'fenced once the router started');
+      assert.deepEqual(
+        events.filter((e) => e.type === 'stray-fenced').map((e) => [e.type, e.server, e.shards]),
+        [['stray-fenced', 'a', [moved]]],
+        'and it said so',
+      );
       assert.equal(await writable(replica.url, shardSchema(config, stays)), true, 'its home shard is not');
       const id = await router.insert('items', { note: 'after' }, { shard: moved });
       assert.equal((await router.get('items', id))?.note, 'after');

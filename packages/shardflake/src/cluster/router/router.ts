@@ -303,6 +303,7 @@ export async function createRouter(
           ),
           () => loaded().schemaPrefix,
           strayCatalog,
+          hook,
         );
         servers.set(server, nodes);
       }

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { wrapPgError } from '../../postgres/connect.js';
 import { checkNode, type StrayCatalog } from '../fence-strays.js';
 import type { NodeLease, ServerNodes } from '../topology/nodes.js';
+import type { StrayEvent } from './events.js';
 
 /**
  * The router's side of fence on discovery (cluster/fence-strays.ts has the argument): before a connection to a
@@ -19,6 +20,7 @@ export function guardStrays(
   nodes: ServerNodes,
   schemaPrefix: () => string,
   catalog: StrayCatalog,
+  emit: ((event: StrayEvent) => void) | undefined,
 ): ServerNodes {
   const checkedClients = new WeakSet<pg.PoolClient>();
   const checkedNodes = new Map<string, Promise<void>>();
@@ -29,7 +31,15 @@ export function guardStrays(
     let checking = checkedNodes.get(id);
     if (!checking) {
       checking = checkNode(lease.client, nodes.name, schemaPrefix(), catalog).then(
-        () => {},
+        ({ fenced }) => {
+          if (fenced.length > 0)
+            emit?.({
+              type: 'stray-fenced',
+              server: nodes.name,
+              node: lease.node,
+              shards: fenced.map((c) => c.shard),
+            });
+        },
         () => {
           checkedNodes.delete(id);
         },
