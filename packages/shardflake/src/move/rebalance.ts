@@ -371,7 +371,7 @@ export interface MoveEstimate {
  * killed CLI, a fault drill) counts the hours in between. Sets taking more than ten times the median time per
  * shard are left out of the fit when there are at least three to take the median of.
  */
-function withoutInterruptions<T extends { shards: number; seconds: number }>(sets: readonly T[]): T[] {
+export function withoutInterruptions<T extends { shards: number; seconds: number }>(sets: readonly T[]): T[] {
   if (sets.length < 3) return [...sets];
   const perShard = sets.map((h) => h.seconds / Math.max(1, h.shards)).sort((x, y) => x - y);
   const median = perShard[Math.floor(perShard.length / 2)] as number;
