@@ -53,17 +53,32 @@ describe('shardflake cluster CLI, bad input', () => {
     ['not JSON', '{ servers: a }', /INVALID_CONFIG.*not valid JSON/],
     [
       'an unknown server',
-      { servers: { a: 'postgres://x@h/db' }, catalog: 'z', logicalShards: 4, tables: {} },
+      {
+        servers: { a: 'postgres://x@h/db' },
+        catalog: 'z',
+        logicalShards: 4,
+        tables: { t: 'CREATE TABLE t (id bigint PRIMARY KEY)' },
+      },
       /UNKNOWN_SERVER/,
     ],
     [
       'logicalShards 0',
-      { servers: { a: 'postgres://x@h/db' }, catalog: 'a', logicalShards: 0, tables: {} },
+      {
+        servers: { a: 'postgres://x@h/db' },
+        catalog: 'a',
+        logicalShards: 0,
+        tables: { t: 'CREATE TABLE t (id bigint PRIMARY KEY)' },
+      },
       /logicalShards/,
     ],
     [
       'logicalShards 8193',
-      { servers: { a: 'postgres://x@h/db' }, catalog: 'a', logicalShards: 8193, tables: {} },
+      {
+        servers: { a: 'postgres://x@h/db' },
+        catalog: 'a',
+        logicalShards: 8193,
+        tables: { t: 'CREATE TABLE t (id bigint PRIMARY KEY)' },
+      },
       /logicalShards/,
     ],
     [

@@ -83,7 +83,7 @@ describe('secrets outside the config file', () => {
           assert.ok(isShardflakeError(e, 'INVALID_CONFIG'), String(e));
           assert.equal(
             e.message,
-            "cluster.json: server a's URL names the environment variable SF_MISSING (${SF_MISSING}), which is not set",
+            'cluster.json: servers.a names the environment variable SF_MISSING (${SF_MISSING}), which is not set',
           );
           assert.doesNotMatch(e.message, /hunter2|secret@/);
           return true;

@@ -3,20 +3,7 @@ import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
 import { parseConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { shardCreationSql } from '../../packages/shardflake/src/cluster/shard-ddl.js';
-
-const base = {
-  servers: {
-    a: 'postgres://postgres:secret@127.0.0.1:54001/app',
-    b: 'postgres://postgres@127.0.0.1:54002/app',
-  },
-  catalog: 'a',
-  logicalShards: 64,
-  epoch: '2024-01-01T00:00:00Z',
-  tables: {
-    photos:
-      'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL, caption text)',
-  },
-};
+import { badMeanings, badShapes, base } from './config-cases.js';
 
 function rejects(raw: unknown, code: string, pattern: RegExp): void {
   assert.throws(
@@ -33,6 +20,41 @@ function rejects(raw: unknown, code: string, pattern: RegExp): void {
 }
 
 describe('cluster config', () => {
+  it('names the path and what is wrong, in one line without the password, for every bad shape and meaning', () => {
+    for (const [what, config, message] of badShapes) {
+      assert.throws(
+        () => validateConfig(config, 'cluster.json'),
+        (e: unknown) => {
+          assert.ok(isShardflakeError(e, 'INVALID_CONFIG'), `${what}: ${String(e)}`);
+          assert.equal(e.message, message, what);
+          return true;
+        },
+      );
+    }
+    for (const [what, config, code, message] of badMeanings) {
+      assert.throws(
+        () => validateConfig(config, 'cluster.json'),
+        (e: unknown) => {
+          assert.ok(isShardflakeError(e), `${what}: ${String(e)}`);
+          assert.equal(e.code, code, what);
+          assert.equal(e.message, message, what);
+          return true;
+        },
+      );
+    }
+    for (const [, , message] of [...badShapes, ...badMeanings.map(([w, c, , m]) => [w, c, m] as const)]) {
+      assert.doesNotMatch(message, /secret|\n/);
+    }
+  });
+
+  it('accepts "$schema" and "comment", which editors and people use', () => {
+    const config = validateConfig(
+      { $schema: './node_modules/shardflake/config.schema.json', comment: 'two servers', ...base },
+      'cluster.json',
+    );
+    assert.equal(config.logicalShards, 64);
+  });
+
   it('accepts the SPEC example and applies the epoch to the layout', () => {
     const config = validateConfig(base, 'cluster.json');
     assert.equal(config.logicalShards, 64);
@@ -55,7 +77,7 @@ describe('cluster config', () => {
     rejects(
       { ...base, nextIdLanguage: 'c' },
       'INVALID_CONFIG',
-      /"nextIdLanguage" must be one of plpgsql, sql/,
+      /^cluster\.json: nextIdLanguage must be one of plpgsql, sql$/,
     );
   });
 
@@ -71,7 +93,11 @@ describe('cluster config', () => {
   });
 
   it('refuses a catalog that names an unknown server', () => {
-    rejects({ ...base, catalog: 'c' }, 'UNKNOWN_SERVER', /"catalog" names server "c"/);
+    rejects(
+      { ...base, catalog: 'c' },
+      'UNKNOWN_SERVER',
+      /catalog names server "c", which servers does not define \(servers: a, b\)/,
+    );
   });
 
   it('refuses logicalShards outside 1..8192', () => {
@@ -90,7 +116,7 @@ describe('cluster config', () => {
     rejects(
       { ...base, servers: { ...base.servers, b: 'mysql://x' } },
       'INVALID_CONFIG',
-      /server b needs a postgres:\/\/ URL/,
+      /^cluster\.json: servers\.b needs a postgres:\/\/ URL$/,
     );
   });
 
@@ -152,7 +178,7 @@ describe('cluster config', () => {
     rejects(
       { ...base, migrations: [{ version: 2, sql: 'ALTER TABLE photos ADD c int' }] },
       'INVALID_CONFIG',
-      /"version": 1/,
+      /migrations\[0\]\.version must be 1, not 2/,
     );
     rejects(
       { ...base, migrations: [{ version: 1, sql: 'ALTER TABLE public.photos ADD c int' }] },
@@ -201,7 +227,7 @@ describe('cluster config', () => {
     rejects(
       { ...base, referenceTables: { 'pl"ans': plans } },
       'INVALID_CONFIG',
-      /not a plain SQL identifier/,
+      /referenceTables\["pl\\"ans"\] is not a good reference table name: it must be a plain SQL identifier/,
     );
     rejects({ ...base, referenceTables: { Plans: plans } }, 'INVALID_CONFIG', /lower case/);
     rejects(
@@ -224,7 +250,11 @@ describe('cluster config', () => {
       'INVALID_CONFIG',
       /schema-qualified/,
     );
-    rejects({ ...base, referenceTables: ['plans'] }, 'INVALID_CONFIG', /"referenceTables" must map/);
+    rejects(
+      { ...base, referenceTables: ['plans'] },
+      'INVALID_CONFIG',
+      /^cluster\.json: referenceTables must map each reference table name to its CREATE TABLE statement$/,
+    );
     rejects(
       {
         ...base,
@@ -232,7 +262,7 @@ describe('cluster config', () => {
         referenceMigrations: [{ version: 2, sql: 'ALTER TABLE plans ADD c int' }],
       },
       'INVALID_CONFIG',
-      /referenceMigrations\[0\] must have "version": 1/,
+      /referenceMigrations\[0\]\.version must be 1, not 2/,
     );
     rejects(
       {

@@ -101,12 +101,12 @@ describe('cluster init refuses bad node lists and changes nothing', () => {
         logicalShards: 4,
         tables: { t: 'CREATE TABLE t (id bigint PRIMARY KEY)' },
       });
-    assert.throws(parse({ a: [] }), /server a needs a postgres:\/\/ URL or a non-empty list/);
+    assert.throws(parse({ a: [] }), /servers\.a needs a postgres:\/\/ URL or a non-empty list/);
     assert.throws(
       parse({ a: [a.url, a.url] }),
-      /server a lists node postgres:\/\/postgres:\*\*\*\*@\S+ twice/,
+      /servers\.a lists node postgres:\/\/postgres:\*\*\*\*@\S+ twice/,
     );
-    assert.throws(parse({ a: a.url, b: [b.url, a.url] }), /listed under both server a and server b/);
+    assert.throws(parse({ a: a.url, b: [b.url, a.url] }), /listed under both servers\.a and servers\.b/);
     assert.deepEqual(parse({ a: [a.url, replicaOfA.url] })().nodes, { a: [a.url, replicaOfA.url] });
   });
 });

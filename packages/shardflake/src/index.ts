@@ -62,7 +62,7 @@ export type { TelemetryOptions } from './cluster/router/telemetry.js';
 export { telemetryHook } from './cluster/router/telemetry.js';
 export type { ShardKey } from './cluster/shard-key.js';
 export { hashKey, shardForKey } from './cluster/shard-key.js';
-export type { SqlColumn, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
+export type { SqlColumn, SqlOptions, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
 export { clusterStatus } from './cluster/status.js';
 export type {

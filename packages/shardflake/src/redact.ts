@@ -66,10 +66,18 @@ function safeDecode(text: string): string {
 
 /** `text` with every password it holds (in URLs, query parameters and key=value strings) replaced by `****`. */
 export function redactText(text: string): string {
+  // A key=value secret may itself look like a URL (`password=ab://cd`): a URL token that starts inside such a value
+  // is part of the value, left to the key=value pass (read as a URL it has no userinfo, and would be kept whole).
+  const values = [...text.matchAll(CONNINFO_SECRET)].map((m) => {
+    const start = m.index + (m[1]?.length ?? 0) + (m[2]?.length ?? 0);
+    return [start, m.index + m[0].length] as const;
+  });
+  const inValue = (at: number) => values.some(([start, end]) => at >= start && at < end);
   // URLs first (their query may hold `password=`); then key=value pairs in what lies between them.
   let out = '';
   let last = 0;
   for (const match of text.matchAll(URL_TOKEN)) {
+    if (inValue(match.index)) continue;
     out += redactConninfo(text.slice(last, match.index)) + redactUrlToken(match[0]);
     last = match.index + match[0].length;
   }

@@ -26,7 +26,7 @@ export function loadPg(): typeof pg {
 const defaultParser = (oid: number, format: string) =>
   (loadPg().types.getTypeParser as (oid: number, format: string) => (value: string) => unknown)(oid, format);
 
-const bigintTypes = {
+export const bigintTypes = {
   getTypeParser(oid: number, format?: 'text' | 'binary') {
     if (oid === INT8_OID) return (value: string) => BigInt(value);
     if (oid === INT8_ARRAY_OID) {

@@ -6,7 +6,10 @@ import { ShardflakeError } from '../errors.js';
  * digits or underscores, at most 63 bytes — Postgres's NAMEDATALEN limit) and is always double-quoted, so a
  * hostile name can neither escape its quotes nor be silently truncated into another object's name.
  */
-const PLAIN_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+export const PLAIN_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+/** What PLAIN_IDENTIFIER allows, in words for messages. */
+export const PLAIN_IDENTIFIER_RULE =
+  'letters, digits and _, starting with a letter or _, at most 63 characters';
 
 /**
  * Returns `name` when it is a plain SQL identifier (letters, digits and _, not starting with a digit, at most 63
@@ -16,7 +19,7 @@ export function validateIdentifier(name: string, what = 'identifier'): string {
   if (typeof name !== 'string' || !PLAIN_IDENTIFIER.test(name)) {
     throw new ShardflakeError(
       'INVALID_IDENTIFIER',
-      `${what} ${shown(name, 80)} is not a plain SQL identifier (letters, digits and _, starting with a letter or _, at most 63 characters)`,
+      `${what} ${shown(name, 80)} is not a plain SQL identifier (${PLAIN_IDENTIFIER_RULE})`,
     );
   }
   return name;

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ShardflakeError } from '../../errors.js';
+import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import type { Layout } from '../../ids/layout.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { qualified, quoteIdent } from '../../postgres/identifier.js';
@@ -12,10 +12,11 @@ import {
   recordLookup,
   setLookupPhase,
 } from '../catalog/lookups.js';
-import { readShardMap, type ShardPlacement } from '../catalog/shards.js';
+import { readShardMap, type ShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config.js';
 import { closeAll, connectAll } from '../connections.js';
 import { shardForKey } from '../shard-key.js';
+import { lockShard, unlockShard } from '../shard-lock.js';
 import type { LookupDefinition } from './config.js';
 import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
 
@@ -38,6 +39,11 @@ import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
  *     two rows with one value: the shard's progress stops there (a rerun starts again from that batch), the scan
  *     goes on to find every pair, and the build fails listing them (ids and shards, never the value).
  *  4. `ready`: routers may read the lookup ("readable once built").
+ *
+ * A shard's step (its tables, its triggers, the scan of its rows) runs under the shard's move lock (shard-lock.ts),
+ * with the shard's placement read again under it: a build and a move of the same shard exclude each other, so a
+ * move never copies a schema whose lookup tables or triggers are half made, and a build never works on a copy a
+ * finished move left behind. A shard being moved stops the build with SHARD_BUSY; a rerun resumes it.
  */
 export interface LookupBuildOptions {
   /** Rows per batch (default 1000). */
@@ -92,7 +98,13 @@ export async function buildLookups(
       const eachShard = async (sql: (schema: string) => string[]) => {
         for (const s of map.shards) {
           options.signal?.throwIfAborted();
-          await inTransaction(clients.get(s.server) as pg.Client, sql(s.schema).join(';\n'));
+          await withShardLocked(catalog, lookup, s.shard, async (current) => {
+            const placement = current.shards[s.shard] as ShardPlacement;
+            await inTransaction(
+              clients.get(placement.server) as pg.Client,
+              sql(placement.schema).join(';\n'),
+            );
+          });
         }
       };
       if (at('tables')) {
@@ -108,34 +120,37 @@ export async function buildLookups(
       let written = 0;
       const found: LookupDuplicate[] = [];
       options.onProgress?.(lookup.name, done, map.shards.length);
-      for (const source of map.shards) {
-        const state = progress.get(source.shard);
+      for (const { shard } of map.shards) {
+        const state = progress.get(shard);
         if (state?.done) continue;
         let lastId = state?.lastId ?? null;
         // After a duplicate the shard's scan goes on (to list every pair) but its progress stays before it.
         let frozen = false;
-        for (;;) {
-          options.signal?.throwIfAborted();
-          const batch = await backfillBatch(
-            clients,
-            map.shards,
-            lookup,
-            source,
-            lastId,
-            batchSize,
-            config.layout,
-          );
-          written += batch.written;
-          if (batch.duplicates.length > 0) {
-            found.push(...batch.duplicates);
-            frozen = true;
+        await withShardLocked(catalog, lookup, shard, async (current) => {
+          const source = current.shards[shard] as ShardPlacement;
+          for (;;) {
+            options.signal?.throwIfAborted();
+            const batch = await backfillBatch(
+              clients,
+              current.shards,
+              lookup,
+              source,
+              lastId,
+              batchSize,
+              config.layout,
+            );
+            written += batch.written;
+            if (batch.duplicates.length > 0) {
+              found.push(...batch.duplicates);
+              frozen = true;
+            }
+            lastId = batch.lastId ?? lastId;
+            if (!frozen) await recordBuildProgress(catalog, lookup.name, source.shard, lastId, batch.last);
+            if (batch.last && !frozen) done++;
+            options.onProgress?.(lookup.name, done, map.shards.length);
+            if (batch.last) break;
           }
-          lastId = batch.lastId ?? lastId;
-          if (!frozen) await recordBuildProgress(catalog, lookup.name, source.shard, lastId, batch.last);
-          if (batch.last && !frozen) done++;
-          options.onProgress?.(lookup.name, done, map.shards.length);
-          if (batch.last) break;
-        }
+        });
       }
       if (found.length > 0) {
         duplicates.push(...found);
@@ -153,6 +168,33 @@ export async function buildLookups(
     return reports;
   } finally {
     await closeAll(clients);
+  }
+}
+
+/**
+ * Runs `fn` holding the shard's move lock, with the cluster's map read under it (so the shard's placement is
+ * current: no move of it runs while the lock is held). A shard locked by a move stops the build with SHARD_BUSY.
+ */
+async function withShardLocked(
+  catalog: pg.Client,
+  lookup: LookupDefinition,
+  shard: number,
+  fn: (map: ShardMap) => Promise<void>,
+): Promise<void> {
+  try {
+    await lockShard(catalog, shard);
+  } catch (error) {
+    if (!isShardflakeError(error, 'SHARD_BUSY')) throw error;
+    throw new ShardflakeError(
+      'SHARD_BUSY',
+      `building lookup ${lookup.name} stopped at shard ${shard}: ${error.message}; run cluster migrate again afterwards (the build resumes where it stopped)`,
+      { cause: error },
+    );
+  }
+  try {
+    await fn(await readShardMap(catalog));
+  } finally {
+    await unlockShard(catalog, shard);
   }
 }
 

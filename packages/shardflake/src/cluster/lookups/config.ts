@@ -1,5 +1,7 @@
+import * as v from 'valibot';
 import { ShardflakeError } from '../../errors.js';
-import { validateIdentifier } from '../../postgres/identifier.js';
+import { PLAIN_IDENTIFIER, PLAIN_IDENTIFIER_RULE } from '../../postgres/identifier.js';
+import { mapOf, section } from '../config-fields.js';
 
 /**
  * The config's `lookups` field (SPEC §2):
@@ -22,51 +24,67 @@ export interface LookupDefinition {
 
 export const MAX_LOOKUP_NAME = 40;
 
+export const lookupsFields = {
+  lookups: v.optional(
+    v.pipe(
+      mapOf(
+        v.pipe(
+          v.string(),
+          v.regex(
+            new RegExp(`^[a-z_][a-z0-9_]{0,${MAX_LOOKUP_NAME - 1}}$`),
+            `is not a good lookup name: use lower-case letters, digits or _ (at most ${MAX_LOOKUP_NAME}), starting with a letter or _`,
+          ),
+        ),
+        section(
+          {
+            table: v.pipe(
+              v.string("must name one of the config's tables"),
+              v.description('The sharded table whose rows the lookup finds'),
+            ),
+            column: v.pipe(
+              v.string('must be a column name'),
+              v.regex(PLAIN_IDENTIFIER, `is not a plain SQL identifier (${PLAIN_IDENTIFIER_RULE})`),
+              v.description('The column the lookup finds rows by (not id: rows are found by id already)'),
+            ),
+            unique: v.optional(
+              v.pipe(
+                v.boolean('must be true or false'),
+                v.description("true: the column's values are unique across the whole cluster"),
+              ),
+              false,
+            ),
+          },
+          'must be an object { "table": …, "column": …, "unique": true|false }',
+        ),
+        'must map lookup names to { "table": …, "column": …, "unique": true|false }',
+      ),
+      v.description('Columns found without their shard key: each lookup name → { table, column, unique }'),
+    ),
+  ),
+};
+
+type LookupsFields = v.InferOutput<v.ObjectSchema<typeof lookupsFields, undefined>>;
+
 function bad(source: string, message: string): ShardflakeError {
   return new ShardflakeError('INVALID_CONFIG', `${source}: ${message}`);
 }
 
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/** Validates `raw.lookups` against the config's table names; absent means no lookups. */
-export function parseLookups(raw: unknown, tables: readonly string[], source: string): LookupDefinition[] {
-  if (raw === undefined) return [];
-  if (!isObject(raw))
-    throw bad(source, '"lookups" must map lookup names to { "table": …, "column": …, "unique": true|false }');
-  const lookups: LookupDefinition[] = [];
-  const seen = new Set<string>();
-  for (const [name, value] of Object.entries(raw)) {
+/** The second pass over `lookups`: each names one of the config's tables, not its id, and no column has two. */
+export function resolveLookups(
+  fields: LookupsFields,
+  tables: readonly string[],
+  source: string,
+): LookupDefinition[] {
+  const seen = new Map<string, string>();
+  return Object.entries(fields.lookups ?? {}).map(([name, { table, column, unique }]) => {
     const where = `lookups.${name}`;
-    if (!/^[a-z_][a-z0-9_]*$/.test(name) || name.length > MAX_LOOKUP_NAME)
-      throw bad(
-        source,
-        `lookup name ${JSON.stringify(name).slice(0, 60)} must be lower-case letters, digits or _ (at most ${MAX_LOOKUP_NAME})`,
-      );
-    if (!isObject(value)) throw bad(source, `${where} must be an object { "table": …, "column": … }`);
-    const unknown = Object.keys(value).filter((k) => !['table', 'column', 'unique'].includes(k));
-    if (unknown.length > 0)
-      throw bad(
-        source,
-        `${where} has unknown field ${JSON.stringify(unknown[0])} (known: table, column, unique)`,
-      );
-    const { table, column } = value;
-    if (typeof table !== 'string' || !tables.includes(table))
+    if (!tables.includes(table))
       throw bad(source, `${where}.table must name one of the config's tables (${tables.join(', ')})`);
-    if (typeof column !== 'string') throw bad(source, `${where}.column must be a column name`);
-    try {
-      validateIdentifier(column, `${where}.column`);
-    } catch (error) {
-      throw bad(source, (error as Error).message);
-    }
     if (column === 'id') throw bad(source, `${where}.column cannot be id (rows are found by id already)`);
-    const unique = value.unique ?? false;
-    if (typeof unique !== 'boolean') throw bad(source, `${where}.unique must be true or false`);
     const key = `${table}.${column}`;
-    if (seen.has(key)) throw bad(source, `${where}: ${key} already has a lookup`);
-    seen.add(key);
-    lookups.push({ name, table, column, unique });
-  }
-  return lookups;
+    const other = seen.get(key);
+    if (other !== undefined) throw bad(source, `${where}: ${key} already has a lookup (lookups.${other})`);
+    seen.set(key, name);
+    return { name, table, column, unique };
+  });
 }

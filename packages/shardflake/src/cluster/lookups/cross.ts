@@ -1,13 +1,17 @@
+import type pg from 'pg';
+import type { ShardPlacement } from '../catalog/shards.js';
 import type { RouterContext } from '../router/context.js';
 import { placementIn } from '../router/map.js';
 import type { CrossInternals, CrossTransaction } from '../transactions/cross.js';
 import {
   type Change,
+  changesOf,
+  entryStatements,
   type NoticeWatch,
   netChanges,
   takeChanges,
+  takeChangesSql,
   watchNotices,
-  writeEntries,
 } from './maintain.js';
 
 /**
@@ -25,9 +29,21 @@ import {
  * a transaction waits for a commit-pool connection only while holding ordinary ones and commit-pool ones of
  * servers earlier in the order, never the reverse, so no cycle of waits can form.
  */
-export function keepLookups(ctx: RouterContext, tx: CrossInternals): CrossInternals {
+export interface KeptTransaction extends CrossInternals {
+  /**
+   * One statement in the placement's shard, in one round trip with the read of the change table its capture
+   * triggers wrote (and the transaction's BEGIN): the commit then needs no read of that shard's changes. For the
+   * router's single-row calls on a table with a lookup (router/rows.ts).
+   */
+  writeKept(placement: ShardPlacement, text: string, values: unknown[]): Promise<pg.QueryResult>;
+}
+
+export function keepLookups(ctx: RouterContext, tx: CrossInternals): KeptTransaction {
   const watches = new Map<string, NoticeWatch>();
   const joined = new Map<number, { server: string; schema: string }>();
+  // Shards a session may have written since their changes were last taken.
+  const dirty = new Set<number>();
+  const taken: Change[] = [];
   let hooked = false;
   const stop = () => {
     for (const watch of watches.values()) watch.stop();
@@ -36,8 +52,8 @@ export function keepLookups(ctx: RouterContext, tx: CrossInternals): CrossIntern
   const apply = async (cross: CrossTransaction) => {
     const map = await ctx.map.fresh();
     // Shards joined by the hook itself (entry shards) are not writers: only the ones joined before it are read.
-    const writers = [...joined].filter(([, p]) => watches.get(p.server)?.pending);
-    const changes: Change[] = [];
+    const writers = [...joined].filter(([shard, p]) => dirty.has(shard) && watches.get(p.server)?.pending);
+    const changes: Change[] = [...taken];
     for (const [shard] of writers) {
       const session = await cross.join(placementIn(map, shard));
       changes.push(...(await takeChanges({ schema: session.schema, query: (t, v) => session.query(t, v) })));
@@ -53,25 +69,39 @@ export function keepLookups(ctx: RouterContext, tx: CrossInternals): CrossIntern
     }
     for (const server of [...firstOnServer.keys()].sort())
       await cross.join(placementIn(map, firstOnServer.get(server) as number));
-    await writeEntries(net, async (entryShard) => {
-      const entry = await cross.join(placementIn(map, entryShard));
-      return { schema: entry.schema, query: (text, values) => entry.query(text, values) };
-    });
+    // The entry writes go out with each server's commit step, in the same round trip (cross.ts, `defer`).
+    for (const statement of entryStatements(net, (shard) => placementIn(map, shard).schema))
+      await cross.defer(placementIn(map, statement.shard), statement);
+  };
+  const hook = (placement: ShardPlacement, client: pg.PoolClient | undefined) => {
+    if (!joined.has(placement.shard)) joined.set(placement.shard, placement);
+    if (client && !watches.has(placement.server)) watches.set(placement.server, watchNotices(client));
+    if (!hooked) {
+      hooked = true;
+      tx.beforeCommit(apply);
+    }
   };
   return Object.create(tx, {
     join: {
-      value: async (placement: Parameters<CrossTransaction['join']>[0]) => {
+      value: async (placement: ShardPlacement) => {
         const session = await tx.join(placement);
-        if (!joined.has(placement.shard)) joined.set(placement.shard, placement);
-        if (!watches.has(placement.server)) watches.set(placement.server, watchNotices(session.client));
-        if (!hooked) {
-          hooked = true;
-          tx.beforeCommit(apply);
-        }
+        hook(placement, session.client);
+        dirty.add(placement.shard);
         return session;
+      },
+    },
+    writeKept: {
+      value: async (placement: ShardPlacement, text: string, values: unknown[]) => {
+        const [result, changes] = await tx.batch(placement, [
+          { text, values },
+          { text: takeChangesSql(placement.schema) },
+        ]);
+        hook(placement, undefined);
+        taken.push(...changesOf((changes as pg.QueryResult).rows));
+        return result as pg.QueryResult;
       },
     },
     commit: { value: () => tx.commit().finally(stop) },
     rollback: { value: () => tx.rollback().finally(stop) },
-  }) as CrossInternals;
+  }) as KeptTransaction;
 }

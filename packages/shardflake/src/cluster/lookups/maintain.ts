@@ -1,4 +1,5 @@
 import { ShardflakeError } from '../../errors.js';
+import type { BatchStatement } from '../../postgres/batch.js';
 import { qualified } from '../../postgres/identifier.js';
 import { shardForKey } from '../shard-key.js';
 import { CHANGES_TABLE, entryTable, PENDING_NOTICE } from './ddl.js';
@@ -154,15 +155,15 @@ export function uniqueViolation(lookup: string): ShardflakeError {
   );
 }
 
-/** Step 2's first half for one writer shard: reads and empties its change table. */
-export async function takeChanges(writer: {
-  schema: string;
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
-}): Promise<Change[]> {
-  const { rows } = await writer.query(
-    `DELETE FROM ${qualified(writer.schema, CHANGES_TABLE)} RETURNING seq, lookup, value, id, delta, is_unique`,
-  );
+/** Step 2's first half for one writer shard: the statement that reads and empties its change table. */
+export function takeChangesSql(schema: string): string {
+  return `DELETE FROM ${qualified(schema, CHANGES_TABLE)} RETURNING seq, lookup, value, id, delta, is_unique`;
+}
+
+/** The rows takeChangesSql returned, in capture order. */
+export function changesOf(rows: readonly unknown[]): Change[] {
   return (rows as (Omit<Change, 'unique'> & { seq: bigint; is_unique: boolean })[])
+    .slice()
     .sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1))
     .map((r) => ({
       lookup: r.lookup,
@@ -171,6 +172,14 @@ export async function takeChanges(writer: {
       delta: Number(r.delta),
       unique: r.is_unique,
     }));
+}
+
+/** Step 2's first half for one writer shard: reads and empties its change table. */
+export async function takeChanges(writer: {
+  schema: string;
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}): Promise<Change[]> {
+  return changesOf((await writer.query(takeChangesSql(writer.schema))).rows);
 }
 
 /** Step 2 for one writer shard whose entries may go anywhere `join` reaches. */
@@ -184,8 +193,30 @@ export async function applyPendingChanges(
   return net;
 }
 
-/** Writes net entry changes, grouped by (entry shard, lookup, op), in netChanges' order. */
-export async function writeEntries(net: readonly EntryChange[], join: JoinShard): Promise<void> {
+/** A write of entries into one entry shard (schema-qualified); its failure is what `onError` makes of it. */
+export interface EntryStatement extends BatchStatement {
+  shard: number;
+}
+
+/** SQLSTATE of the uniqueness check below (a division by zero: an error with no detail that could hold a value). */
+const TAKEN_SQLSTATE = '22012';
+
+/**
+ * The statements that write net entry changes, grouped by (entry shard, lookup, op), in netChanges' order: a
+ * DELETE per group of removes; per group of adds an INSERT … ON CONFLICT DO NOTHING and, for a unique lookup, a
+ * check that fails when another id holds one of the values. No statement's result is needed, so they can be sent
+ * together with the commit (lookups/cross.ts).
+ *
+ * The insert waits, like a plain insert, for an uncommitted conflicting entry's transaction to end; the check is
+ * a statement of its own, so under READ COMMITTED it takes a new snapshot after that wait and sees the entry if
+ * its transaction committed: a second owner. It divides by zero then: the error aborts the transaction (and the
+ * COMMIT sent after it does not run) and maps to UNIQUE_VIOLATION naming the lookup, never the value.
+ */
+export function entryStatements(
+  net: readonly EntryChange[],
+  schemaOf: (shard: number) => string,
+): EntryStatement[] {
+  const statements: EntryStatement[] = [];
   for (let i = 0; i < net.length; ) {
     const first = net[i] as EntryChange;
     let j = i;
@@ -198,27 +229,59 @@ export async function writeEntries(net: readonly EntryChange[], join: JoinShard)
       j++;
     const group = net.slice(i, j);
     i = j;
-    const target = await join(first.shard);
-    const table = qualified(target.schema, entryTable(first.lookup));
-    const values = [group.map((c) => c.value), group.map((c) => c.id)];
+    const table = qualified(schemaOf(first.shard), entryTable(first.lookup));
+    const shard = first.shard;
+    // One entry (a sign-up, an update of one row) binds plain values: PostgreSQL runs that form faster than the
+    // unnest of arrays that a group of several needs.
+    const one = group.length === 1;
+    const values = one ? [first.value, first.id] : [group.map((c) => c.value), group.map((c) => c.id)];
+    const pairs = one ? '(SELECT $1::text AS value, $2::bigint AS id)' : 'unnest($1::text[], $2::bigint[])';
     if (first.op === 'remove') {
-      await target.query(
-        `DELETE FROM ${table} e USING unnest($1::text[], $2::bigint[]) AS g(value, id) WHERE e.value = g.value AND e.id = g.id`,
+      statements.push({
+        shard,
+        text: one
+          ? `DELETE FROM ${table} WHERE value = $1 AND id = $2`
+          : `DELETE FROM ${table} e USING ${pairs} AS g(value, id) WHERE e.value = g.value AND e.id = g.id`,
         values,
-      );
+      });
       continue;
     }
-    // ON CONFLICT DO NOTHING waits, like a plain insert, for an uncommitted conflicting entry's transaction to end;
-    // afterwards an entry of another id that is now committed is a second owner.
-    const { rows } = await target.query(
-      `INSERT INTO ${table} (value, id) SELECT * FROM unnest($1::text[], $2::bigint[]) ON CONFLICT DO NOTHING RETURNING value`,
+    statements.push({
+      shard,
+      text: one
+        ? `INSERT INTO ${table} (value, id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
+        : `INSERT INTO ${table} (value, id) SELECT * FROM ${pairs} ON CONFLICT DO NOTHING`,
       values,
-    );
-    if (rows.length === group.length || !first.unique) continue;
-    const taken = await target.query(
-      `SELECT 1 FROM ${table} e JOIN unnest($1::text[], $2::bigint[]) AS g(value, id) ON e.value = g.value AND e.id <> g.id LIMIT 1`,
+    });
+    if (!first.unique) continue;
+    const lookup = first.lookup;
+    statements.push({
+      shard,
+      text: one
+        ? `SELECT 1 / (count(*) = 0)::int FROM ${table} WHERE value = $1 AND id <> $2`
+        : `SELECT 1 / (count(*) = 0)::int FROM ${table} e JOIN ${pairs} AS g(value, id) ON e.value = g.value AND e.id <> g.id`,
       values,
-    );
-    if (taken.rows.length > 0) throw uniqueViolation(first.lookup);
+      onError: (error) =>
+        (error as { code?: string }).code === TAKEN_SQLSTATE ? uniqueViolation(lookup) : error,
+    });
+  }
+  return statements;
+}
+
+/** Writes net entry changes one statement at a time, each where `join` says its entry shard is. */
+export async function writeEntries(net: readonly EntryChange[], join: JoinShard): Promise<void> {
+  const targets = new Map<number, Awaited<ReturnType<JoinShard>>>();
+  for (const change of net)
+    if (!targets.has(change.shard)) targets.set(change.shard, await join(change.shard));
+  for (const statement of entryStatements(
+    net,
+    (shard) => (targets.get(shard) as { schema: string }).schema,
+  )) {
+    const target = targets.get(statement.shard) as Awaited<ReturnType<JoinShard>>;
+    try {
+      await target.query(statement.text, statement.values as unknown[]);
+    } catch (error) {
+      throw statement.onError?.(error) ?? error;
+    }
   }
 }

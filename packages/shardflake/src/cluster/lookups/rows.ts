@@ -1,12 +1,16 @@
+import type pg from 'pg';
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
+import type { ShardPlacement } from '../catalog/shards.js';
 import type { InsertManyOptions } from '../router/bulk.js';
 import type { RouterContext } from '../router/context.js';
-import type { InsertOptions, Row } from '../router/rows.js';
+import type { Operation } from '../router/events.js';
+import { type MapState, placementIn } from '../router/map.js';
+import type { Row } from '../router/rows.js';
 import type { ShardSession, ShardTarget } from '../router/session.js';
 import { insertRowsSql } from '../router/statements.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
-import { withShards } from '../transactions/with-shards.js';
+import { inCrossTransaction, withShards } from '../transactions/with-shards.js';
 
 /**
  * A write session of a router that has lookups: a cross transaction of one shard to start with, so the commit can
@@ -21,55 +25,29 @@ export function withShardKept<T>(
 }
 
 /**
- * The router's single-row calls on a table with a lookup. A plain call is one statement in autocommit, which
- * would commit the row without its entry (and so fails with SF010, ddl.ts): on such a table each call runs as a
- * shard session instead, which applies the captured changes before it commits (maintain.ts).
+ * The router's single-row calls on a table with a lookup (router/rows.ts asks for this through
+ * `ctx.keptWrite`). A plain call is one statement in autocommit, which would commit the row without its entry
+ * (and so fails with SF010, ddl.ts): here the statement runs in a transaction that keeps the lookup. Round trips
+ * on the common path: the statement goes out with the transaction's BEGIN and the read of the change table (one),
+ * and the entry writes with the commit (one more; on another server: its PREPARE, then the decision's COMMIT and
+ * COMMIT PREPARED, cross.ts).
  */
-export async function insertKept(
+export function writeKept(
   ctx: RouterContext,
-  table: string,
-  row: Row,
-  options: InsertOptions,
-): Promise<ShardflakeId> {
-  if (options?.shard === undefined && options?.key === undefined)
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      'insert needs a shard key ({ key }) or a shard ({ shard })',
-    );
-  const columns = Object.keys(row);
-  const target = options.shard !== undefined ? { shard: options.shard } : { key: options.key as ShardKey };
-  return withShardKept(ctx, target, async (session) => {
-    const { rows } = await session.query(
-      ctx.statements.insert(session.schema, table, columns),
-      columns.map((c) => row[c]),
-    );
-    return BigInt((rows[0] as { id: bigint }).id) as ShardflakeId;
-  });
-}
-
-export async function updateKept(
-  ctx: RouterContext,
-  table: string,
-  id: ShardflakeId,
-  changes: Row,
-): Promise<boolean> {
-  const columns = Object.keys(changes);
-  if (columns.length === 0)
-    throw new ShardflakeError('INVALID_ARGUMENT', 'update needs at least one column to change');
-  return withShardKept(ctx, { id }, async (session) => {
-    const result = await session.query(ctx.statements.update(session.schema, table, columns), [
-      id,
-      ...columns.map((c) => changes[c]),
-    ]);
-    return (result.rowCount ?? 0) > 0;
-  });
-}
-
-export async function deleteKept(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
-  return withShardKept(ctx, { id }, async (session) => {
-    const result = await session.query(ctx.statements.delete(session.schema, table), [id]);
-    return (result.rowCount ?? 0) > 0;
-  });
+  operation: Operation,
+  shardOf: (map: MapState) => number,
+  text: (schema: string) => string,
+  values: unknown[],
+): Promise<pg.QueryResult> {
+  return inCrossTransaction(
+    ctx,
+    operation,
+    (map) => [placementIn(map, shardOf(map))],
+    (tx, [placement]) => {
+      const p = placement as ShardPlacement;
+      return tx.writeKept(p, text(p.schema), values);
+    },
+  );
 }
 
 /** Rows per INSERT statement at most (and within PostgreSQL's 65,535 bind parameters). */

@@ -1,7 +1,8 @@
+import type pg from 'pg';
 import type { ServerNodes } from '../topology/nodes.js';
 import type { TransactionState } from '../transactions/state.js';
-import type { RouterEventHook } from './events.js';
-import type { ShardMapCache } from './map.js';
+import type { Operation, RouterEventHook } from './events.js';
+import type { MapState, ShardMapCache } from './map.js';
 import type { ReadPositions } from './positions.js';
 import type { Statements } from './statements.js';
 
@@ -22,7 +23,20 @@ export interface RouterContext {
    * lookups/cross.ts for why one pool set for both could deadlock.
    */
   commitNodes?(server: string): ServerNodes;
+  /**
+   * How a single-row write (router/rows.ts) reaches a table that has a lookup: in a transaction that keeps the
+   * lookup (lookups/rows.ts); undefined for a table without one (one statement in autocommit).
+   */
+  keptWrite?(table: string): KeptWrite | undefined;
 }
+
+/** A single-row write: the statement for the shard `shardOf` picks, with its values. */
+export type KeptWrite = (
+  operation: Operation,
+  shardOf: (map: MapState) => number,
+  text: (schema: string) => string,
+  values: unknown[],
+) => Promise<pg.QueryResult>;
 
 export interface RetryPolicy {
   /** How long an operation keeps retrying on a fenced, moving or failed-over shard (ms). */

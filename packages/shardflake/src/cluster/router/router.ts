@@ -14,11 +14,11 @@ import {
   type LookupValue,
 } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
-import { deleteKept, insertKept, insertManyKept, updateKept, withShardKept } from '../lookups/rows.js';
+import { insertManyKept, withShardKept, writeKept } from '../lookups/rows.js';
 import { serverOrder } from '../reference/order.js';
 import { type ReferenceSession, withReference } from '../reference/write.js';
 import { type ShardKey, shardForKey } from '../shard-key.js';
-import type { SqlResult, SqlStreamOptions } from '../sql/index.js';
+import type { SqlOptions, SqlResult, SqlStreamOptions } from '../sql/index.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
 import { createServerNodes } from '../topology/server-nodes.js';
 import type { RecoveryReport } from '../transactions/recovery.js';
@@ -165,7 +165,7 @@ export interface Router {
    * One SELECT across every shard (sharded tables by their unqualified names), answered as one database holding
    * every shard's rows would answer it, or refused with UNSUPPORTED_QUERY. See docs/sql.md.
    */
-  sql(text: string, values?: readonly unknown[]): Promise<SqlResult>;
+  sql(text: string, values?: readonly unknown[], options?: SqlOptions): Promise<SqlResult>;
   /** router.sql as an async iterator of rows: an answer without aggregates streams a batch per server at a time. */
   sqlStream(text: string, values?: readonly unknown[], options?: SqlStreamOptions): AsyncIterable<Row>;
   /**
@@ -276,7 +276,13 @@ export async function createRouter(
     },
     opts.transactions,
   );
+  // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
+  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const ctx: RouterContext = {
+    keptWrite: (table) =>
+      lookupTables.has(table)
+        ? (operation, shardOf, text, values) => writeKept(ctx, operation, shardOf, text, values)
+        : undefined,
     map,
     transactions,
     statements: new Statements(),
@@ -326,8 +332,6 @@ export async function createRouter(
     },
   };
   const loaded = () => map.state as MapState;
-  // Tables with a lookup: their single-row writes run as sessions, which keep the lookup (lookups/rows.ts).
-  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
 
   const router: Router = {
@@ -346,14 +350,10 @@ export async function createRouter(
     shardFor: (key) => shardForKey(key, loaded().logicalShards),
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
-    insert: (table, row, insertOptions) =>
-      lookupTables.has(table)
-        ? insertKept(ctx, table, row, insertOptions)
-        : insertRow(ctx, table, row, insertOptions),
+    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
     get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
-    update: (table, id, changes) =>
-      lookupTables.has(table) ? updateKept(ctx, table, id, changes) : updateRow(ctx, table, id, changes),
-    delete: (table, id) => (lookupTables.has(table) ? deleteKept(ctx, table, id) : deleteRow(ctx, table, id)),
+    update: (table, id, changes) => updateRow(ctx, table, id, changes),
+    delete: (table, id) => deleteRow(ctx, table, id),
     lookup: ((name: string, value: LookupValue, lookupOptions?: LookupOptions) =>
       lookups.lookup(name, value, lookupOptions)) as Router['lookup'],
     lookupMany: (name, values) => lookups.lookupMany(name, values),
@@ -370,7 +370,8 @@ export async function createRouter(
     query: <R extends object>(query: MergedQuery) => queryMerged<R>(ctx, query),
     queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
-    sql: async (text, values) => (await import('../sql/index.js')).runSql(ctx, text, values),
+    sql: async (text, values, sqlOptions) =>
+      (await import('../sql/index.js')).runSql(ctx, text, values, sqlOptions),
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },

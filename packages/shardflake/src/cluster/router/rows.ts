@@ -85,6 +85,24 @@ export function routedStatement(
   );
 }
 
+/**
+ * A single-row write: one statement in autocommit, or, on a table with a lookup, the same statement in a
+ * transaction that keeps the lookup (`ctx.keptWrite`, lookups/rows.ts).
+ */
+function writeRow(
+  ctx: RouterContext,
+  operation: 'insert' | 'update' | 'delete',
+  table: string,
+  shardOf: (map: MapState) => number,
+  text: (schema: string) => string,
+  values: unknown[],
+): Promise<pg.QueryResult> {
+  const kept = ctx.keptWrite?.(table);
+  return kept
+    ? kept(operation, shardOf, text, values)
+    : routedStatement(ctx, operation, shardOf, true, text, values);
+}
+
 export async function insertRow(
   ctx: RouterContext,
   table: string,
@@ -99,15 +117,15 @@ export async function insertRow(
   const columns = Object.keys(row);
   const values = columns.map((c) => row[c]);
   const shardOf = (map: MapState) => options.shard ?? shardForKey(options.key as ShardKey, map.logicalShards);
-  const result = await routedStatement(
+  const result = await writeRow(
     ctx,
     'insert',
+    table,
     shardOf,
-    true,
     (schema) => ctx.statements.insert(schema, table, columns),
     values,
   );
-  return (result.rows[0] as { id: ShardflakeId }).id;
+  return BigInt((result.rows[0] as { id: bigint }).id) as ShardflakeId;
 }
 
 export async function getRow<R extends object = Row>(
@@ -135,11 +153,11 @@ export async function updateRow(
   const columns = Object.keys(changes);
   if (columns.length === 0)
     throw new ShardflakeError('INVALID_ARGUMENT', 'update needs at least one column to change');
-  const result = await routedStatement(
+  const result = await writeRow(
     ctx,
     'update',
+    table,
     (map) => shardOfIdIn(map, id),
-    true,
     (schema) => ctx.statements.update(schema, table, columns),
     [id, ...columns.map((c) => changes[c])],
   );
@@ -147,11 +165,11 @@ export async function updateRow(
 }
 
 export async function deleteRow(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
-  const result = await routedStatement(
+  const result = await writeRow(
     ctx,
     'delete',
+    table,
     (map) => shardOfIdIn(map, id),
-    true,
     (schema) => ctx.statements.delete(schema, table),
     [id],
   );

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
+import { BatchFailure, type BatchStatement, queryBatch } from '../../postgres/batch.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog/shards.js';
 import { applyBeforeLocalCommit } from '../lookups/commit.js';
@@ -97,6 +98,16 @@ function sessionClosed(): ShardflakeError {
   );
 }
 
+/** One round trip of `statements`; a failure throws the failed statement's (mapped) error, as a query would. */
+async function sendAll(client: pg.ClientBase, statements: BatchStatement[]): Promise<pg.QueryResult[]> {
+  try {
+    return await queryBatch(client, statements);
+  } catch (failure) {
+    if (!(failure instanceof BatchFailure)) throw failure;
+    throw statements[failure.index]?.onError?.(failure.cause) ?? failure.cause;
+  }
+}
+
 let savepointNumber = 0;
 const TRANSACTION_CONTROL = /^\s*(begin|start\s+transaction|commit|end|rollback|abort)\b/i;
 
@@ -108,6 +119,45 @@ const TRANSACTION_CONTROL = /^\s*(begin|start\s+transaction|commit|end|rollback|
 export interface SharedConnection {
   tail: Promise<unknown>;
   path: string;
+  /**
+   * Statements not sent yet (the transaction's BEGIN, writes deferred to the commit): they go out in the same
+   * round trip as the next statement (postgres/batch.ts), before it.
+   */
+  pending: BatchStatement[];
+}
+
+/**
+ * Sends the connection's pending statements, then `statements`, in one round trip, and empties the pending list.
+ * A failure throws what the failed statement's `onError` makes of it (or the driver's error), with `pending: true`
+ * when a pending statement failed (`statements` did not run; an open transaction is left aborted).
+ */
+export async function sendWithPending(
+  client: pg.ClientBase,
+  shared: SharedConnection,
+  statements: readonly BatchStatement[],
+): Promise<pg.QueryResult[]> {
+  const all = [...shared.pending.splice(0), ...statements];
+  try {
+    return (await queryBatch(client, all)).slice(all.length - statements.length);
+  } catch (failure) {
+    if (!(failure instanceof BatchFailure)) throw failure;
+    const failed = all[failure.index];
+    throw new PendingFailure(
+      failure.index < all.length - statements.length,
+      failed?.onError?.(failure.cause) ?? failure.cause,
+    );
+  }
+}
+
+/** A failed sendWithPending: `error` is the (mapped) error; `pending` whether a pending statement failed. */
+export class PendingFailure extends Error {
+  constructor(
+    readonly pending: boolean,
+    readonly error: unknown,
+  ) {
+    super((error as { message?: string } | undefined)?.message ?? String(error));
+    this.name = 'PendingFailure';
+  }
 }
 
 /**
@@ -145,9 +195,15 @@ export function sessionClient(
   const query = (...args: unknown[]) => {
     if (!isOpen()) throw sessionClosed();
     if (!shared || ownPath === undefined) return send(args);
+    // What must go out before the statement: the connection's pending statements and a switch of the path.
+    const before = (): BatchStatement[] => [
+      ...shared.pending.splice(0),
+      ...(shared.path === ownPath ? [] : [{ text: `SET LOCAL search_path TO ${ownPath}` }]),
+    ];
     const switchPath = async () => {
-      if (shared.path === ownPath) return;
-      await client.query(`SET LOCAL search_path TO ${ownPath}`);
+      const statements = before();
+      if (statements.length === 0) return;
+      await sendAll(client, statements);
       shared.path = ownPath;
     };
     const first = args[0] as { submit?: unknown } | undefined;
@@ -159,7 +215,22 @@ export function sessionClient(
       return first;
     }
     const plain = args.filter((a) => typeof a !== 'function');
-    const result = shared.tail.then(switchPath).then(() => send(plain) as Promise<unknown>);
+    const [text, values] = plain as [unknown, unknown];
+    // A statement with parameters (never transaction control, never several statements) goes out in the same
+    // round trip as what must precede it.
+    const batched =
+      typeof text === 'string' && Array.isArray(values) && values.length > 0 && plain.length === 2;
+    const result = shared.tail.then(async () => {
+      if (!batched) {
+        await switchPath();
+        return send(plain) as Promise<unknown>;
+      }
+      const statements = before();
+      if (statements.length === 0) return send(plain) as Promise<unknown>;
+      const results = await sendAll(client, [...statements, { text, values }]);
+      shared.path = ownPath;
+      return results[results.length - 1];
+    });
     shared.tail = result.catch(() => {});
     if (!callback) return result;
     result.then(

@@ -41,6 +41,16 @@ export interface SqlResult {
   columns: SqlColumn[];
 }
 
+/** Options of `router.sql`. */
+export interface SqlOptions {
+  /**
+   * Send each server's statement as a named prepared statement (once per pooled connection and statement text):
+   * repeated calls skip the parse and, after PostgreSQL's first five runs, the planning of every shard's branch.
+   * Each connection keeps the statements until it closes; not for a pooler in transaction mode. Default false.
+   */
+  prepare?: boolean;
+}
+
 /** Options of `router.sqlStream`. */
 export interface SqlStreamOptions {
   /** Rows fetched per server per round trip (default 1000). */
@@ -75,11 +85,12 @@ async function runBuffered(
   plan: Plan,
   values: readonly unknown[],
   trace: OperationTrace | undefined,
+  prepare: boolean,
 ): Promise<ServerRows[]> {
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
     try {
-      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace);
+      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace, prepare);
     } catch (error) {
       const state = sqlStateOf(error);
       if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) throw error;
@@ -246,11 +257,12 @@ export async function runSql(
   ctx: RouterContext,
   text: string,
   values: readonly unknown[] = [],
+  options: SqlOptions = {},
 ): Promise<SqlResult> {
   const plan = await planFor(ctx, text);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
   return traced(ctx.onEvent, 'sql', async (trace) => {
-    const answers = await runBuffered(ctx, plan, values, trace);
+    const answers = await runBuffered(ctx, plan, values, trace, options?.prepare === true);
     if (plan.kind === 'groups') {
       const { rows, columns } = await groupsAnswer(ctx, plan, answers, values);
       const project = projector(columns);
@@ -276,6 +288,36 @@ export async function runSql(
  * read `batchSize` at a time through a cursor and merged in order (or passed on unordered), so memory stays at a
  * batch per server; leaving the loop early closes the cursors. Aggregate plans are computed whole, then iterated.
  */
+/**
+ * Every server's stream, opened and its first batch read before any row is passed on: a query that finds a schema
+ * gone (a shard moved since the map was read) closes them and opens them again on the new map, up to 3 times, as
+ * router.sql does. Once rows have been passed on, a failure ends the stream instead (it cannot be taken back).
+ */
+async function openStreams(
+  ctx: RouterContext,
+  plan: RowsPlan,
+  values: readonly unknown[],
+  batch: number,
+): Promise<{ texts: Map<string, string>; streams: ServerStream[] }> {
+  for (let attempt = 1; ; attempt++) {
+    const map = await ctx.map.fresh();
+    const texts = serverStatements(plan, map);
+    const streams: ServerStream[] = [];
+    try {
+      for (const [server, statement] of texts)
+        streams.push(await openServerStream(ctx, server, statement, values, batch));
+      await Promise.all(streams.map((s) => s.columns()));
+      return { texts, streams };
+    } catch (error) {
+      await Promise.all(streams.map((s) => s.close()));
+      const state = sqlStateOf(error);
+      if (attempt >= ATTEMPTS || state === undefined || !MISSING_RELATION.includes(state)) throw error;
+      ctx.map.markStale();
+      if ((await ctx.map.fresh()).version === map.version) throw error;
+    }
+  }
+}
+
 export async function* streamSql(
   ctx: RouterContext,
   text: string,
@@ -289,12 +331,8 @@ export async function* streamSql(
     return;
   }
   const batch = options.batchSize ?? 1000;
-  const map = await ctx.map.fresh();
-  const texts = serverStatements(plan, map);
-  const streams: ServerStream[] = [];
+  const { texts, streams } = await openStreams(ctx, plan, values, batch);
   try {
-    for (const [server, statement] of texts)
-      streams.push(await openServerStream(ctx, server, statement, values, batch));
     const columns = await (streams[0] as ServerStream).columns();
     const { rows, columns: visible } = await rowsPipeline(
       ctx,

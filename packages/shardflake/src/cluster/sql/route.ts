@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type pg from 'pg';
 import { wrapPgError } from '../../postgres/connect.js';
@@ -57,6 +58,7 @@ export async function runOnServers(
   texts: Map<string, string>,
   values: readonly unknown[],
   trace?: OperationTrace,
+  prepare = false,
 ): Promise<ServerRows[]> {
   return Promise.all(
     [...texts].map(async ([server, text]) => {
@@ -64,6 +66,10 @@ export async function runOnServers(
       trace?.lease(server, lease);
       try {
         const result = await lease.client.query({
+          // pg parses a named statement once per connection; the name is the text's hash, so a text is one name.
+          ...(prepare
+            ? { name: `shardflake_sql_${createHash('sha256').update(text).digest('hex').slice(0, 32)}` }
+            : {}),
           text,
           values: [...values],
           rowMode: 'array',

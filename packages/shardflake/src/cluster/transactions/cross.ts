@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
+import type { BatchStatement } from '../../postgres/batch.js';
 import { wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent, quoteLiteral } from '../../postgres/identifier.js';
 import type { ShardPlacement } from '../catalog/shards.js';
@@ -7,7 +8,13 @@ import { INSERT_DECISION_SQL } from '../catalog/transactions.js';
 import type { RouterContext } from '../router/context.js';
 import type { TransactionPhase } from '../router/events.js';
 import { acquireOn, isConnectionLost } from '../router/lease.js';
-import { type ShardSession, type SharedConnection, sessionClient } from '../router/session.js';
+import {
+  PendingFailure,
+  type ShardSession,
+  type SharedConnection,
+  sendWithPending,
+  sessionClient,
+} from '../router/session.js';
 import { shardSearchPath } from '../router/statements.js';
 import type { OperationTrace } from '../router/trace.js';
 import type { NodeLease } from '../topology/nodes.js';
@@ -83,6 +90,17 @@ export interface CrossTransaction {
   join(placement: ShardPlacement): Promise<ShardSession>;
   /** A session on `server` with `searchPath` (schemas, validated and quoted), in that server's transaction. */
   joinServer(server: string, searchPath: readonly string[]): Promise<ServerSession>;
+  /**
+   * Statements in the placement's shard (schema-qualified), in one round trip with whatever the server's
+   * connection has not sent yet (its BEGIN); each result in order.
+   */
+  batch(placement: ShardPlacement, statements: readonly BatchStatement[]): Promise<pg.QueryResult[]>;
+  /**
+   * A schema-qualified statement whose result nobody reads, sent with the placement's server's next statement —
+   * at the latest its commit step (COMMIT, PREPARE or the decision), in the same round trip. If it fails, nothing
+   * commits and the commit throws `onError(error)`.
+   */
+  defer(placement: ShardPlacement, statement: BatchStatement): Promise<void>;
   /** Runs at commit, in order, before anything is prepared; a hook may join more participants. */
   beforeCommit(hook: (tx: CrossTransaction) => Promise<void>): void;
   /** Commits every participant or none (see the protocol above). */
@@ -165,6 +183,16 @@ export function openCrossTransaction(
     return result;
   };
 
+  /** Whether the participant's BEGIN went out (it waits in `pending` for the first statement). */
+  const begun = (p: Participant) => !p.shared.pending.includes(BEGIN);
+
+  /**
+   * The commit step's statement with everything still pending on the participant, in one round trip. `pending`
+   * in the failure: a deferred statement failed, so the step did not run and the transaction is open and aborted.
+   */
+  const step = async (p: Participant, statement: BatchStatement): Promise<pg.QueryResult> =>
+    (await sendWithPending(p.lease.client, p.shared, [statement]))[0] as pg.QueryResult;
+
   const readyForTwoPhase = (p: Participant) =>
     inTurn(p, () => ctx.transactions.ensureReady(p.server, p.lease.client));
 
@@ -179,7 +207,12 @@ export function openCrossTransaction(
       const p: Participant = {
         server,
         lease,
-        shared: { tail: Promise.resolve(), path: firstPath },
+        // BEGIN goes out with the participant's first statement (session.ts, SharedConnection).
+        shared: {
+          tail: Promise.resolve(),
+          path: firstPath,
+          pending: [BEGIN, { text: `SET LOCAL search_path TO ${firstPath}` }],
+        },
         broken: undefined,
         onError: (error) => {
           p.broken ??= error;
@@ -189,7 +222,6 @@ export function openCrossTransaction(
       lease.client.on('error', p.onError);
       joined.push(p);
       try {
-        await inTurn(p, () => lease.client.query(`BEGIN; SET LOCAL search_path TO ${firstPath}`));
         if (participants.size > 1) {
           // The transaction now spans servers: every participant must be able to prepare, checked before the
           // caller writes anything on the new one (and the first participants, when this is the second server).
@@ -254,6 +286,7 @@ export function openCrossTransaction(
   /** ROLLBACK of a participant still in its local transaction. */
   const rollbackLocal = async (p: Participant) => {
     if (p.ended) return;
+    if (!begun(p)) return release(p);
     const error = await p.lease.client.query('ROLLBACK').then(
       () => undefined,
       (e: unknown) => e ?? new Error('rollback failed'),
@@ -279,8 +312,15 @@ export function openCrossTransaction(
   const onePhase = async (p: Participant) => {
     let done: pg.QueryResult;
     try {
-      done = await p.lease.client.query('COMMIT');
-    } catch (error) {
+      done = await step(p, { text: 'COMMIT' });
+    } catch (failure) {
+      const { error, pending } = unwrap(failure);
+      if (pending && !isConnectionLost(error, p.lease.client) && p.broken === undefined) {
+        // A deferred statement failed: COMMIT did not run, the transaction is open and aborted.
+        outcome = 'rolled-back';
+        await rollbackLocal(p);
+        throw wrapPgError(error, p.lease.node);
+      }
       const lost = p.broken !== undefined || isConnectionLost(error, p.lease.client);
       release(p, error);
       if (lost) {
@@ -336,7 +376,7 @@ export function openCrossTransaction(
         const started = performance.now();
         phaseEvent(ctx, txid, 'prepare', 'start', p.server, { gid });
         try {
-          const done = await p.lease.client.query(`PREPARE TRANSACTION ${quoteLiteral(gid)}`);
+          const done = await step(p, { text: `PREPARE TRANSACTION ${quoteLiteral(gid)}` });
           // PREPARE of a transaction in which a statement failed rolls it back and says so.
           if (done.command === 'ROLLBACK') {
             phaseEvent(ctx, txid, 'prepare', 'failed', p.server, { gid, started });
@@ -352,8 +392,15 @@ export function openCrossTransaction(
           }
           prepared.push(p);
           phaseEvent(ctx, txid, 'prepare', 'done', p.server, { gid, started });
-        } catch (error) {
+        } catch (failure) {
+          const { error, pending } = unwrap(failure);
           phaseEvent(ctx, txid, 'prepare', 'failed', p.server, { gid, started, error });
+          if (pending && !isConnectionLost(error, p.lease.client) && p.broken === undefined) {
+            // A deferred statement failed: PREPARE did not run, the transaction is open and aborted.
+            await rollbackLocal(p);
+            fail(wrapPgError(error, p.lease.node));
+            return;
+          }
           // Not prepared: its transaction is gone (or its connection, which takes the transaction with it).
           release(p, error);
           fail(prepareError(p.server, error));
@@ -361,11 +408,10 @@ export function openCrossTransaction(
       }),
       (async () => {
         try {
-          const { rowCount } = await agent.lease.client.query(INSERT_DECISION_SQL, [
-            txid,
-            [...gids.values()],
-            MAX_DECISION_AGE_MS,
-          ]);
+          const { rowCount } = await step(agent, {
+            text: INSERT_DECISION_SQL,
+            values: [txid, [...gids.values()], MAX_DECISION_AGE_MS],
+          });
           if (rowCount !== 1)
             fail(
               new ShardflakeError(
@@ -373,7 +419,9 @@ export function openCrossTransaction(
                 `the transaction ran for more than ${MAX_DECISION_AGE_MS / 60_000} minutes before its commit and was rolled back on every server`,
               ),
             );
-        } catch (error) {
+        } catch (failure) {
+          const { error, pending } = unwrap(failure);
+          if (pending) return fail(wrapPgError(error, agent.lease.node));
           fail(
             (error as { code?: string }).code === '23505'
               ? new ShardflakeError(
@@ -519,6 +567,29 @@ export function openCrossTransaction(
         query: session.query,
       };
     },
+    async batch(placement, statements) {
+      canJoin();
+      const path = shardSearchPath(placement.schema);
+      const p = await participant(placement.server, path, placement);
+      canJoin();
+      try {
+        return await inTurn(p, async () => {
+          const switchPath = p.shared.path === path ? [] : [{ text: `SET LOCAL search_path TO ${path}` }];
+          const results = await sendWithPending(p.lease.client, p.shared, [...switchPath, ...statements]);
+          p.shared.path = path;
+          return results.slice(switchPath.length);
+        });
+      } catch (failure) {
+        failedAt = placement;
+        throw wrapPgError(unwrap(failure).error, p.lease.node);
+      }
+    },
+    async defer(placement, statement) {
+      canJoin();
+      const p = await participant(placement.server, shardSearchPath(placement.schema), placement);
+      canJoin();
+      p.shared.pending.push(statement);
+    },
     beforeCommit(hook) {
       canJoin();
       hooks.push(hook);
@@ -557,6 +628,16 @@ export function openCrossTransaction(
     },
   };
   return tx;
+}
+
+/** The statement every participant's transaction starts with, sent with its first statement. */
+const BEGIN: BatchStatement = { text: 'BEGIN' };
+
+/** A failure of sendWithPending, or of a plain query. */
+function unwrap(failure: unknown): { error: unknown; pending: boolean } {
+  return failure instanceof PendingFailure
+    ? { error: failure.error, pending: failure.pending }
+    : { error: failure, pending: false };
 }
 
 /** A PREPARE that failed: LISTEN/NOTIFY and temporary tables cannot be prepared (0A000), said plainly. */

@@ -1,7 +1,9 @@
 import { ShardflakeError } from '../../errors.js';
-import { keepLookups } from '../lookups/cross.js';
+import type { ShardPlacement } from '../catalog/shards.js';
+import { type KeptTransaction, keepLookups } from '../lookups/cross.js';
 import type { RouterContext } from '../router/context.js';
-import { placementIn } from '../router/map.js';
+import type { Operation } from '../router/events.js';
+import { type MapState, placementIn } from '../router/map.js';
 import { type AttemptInfo, pause, retryReason, sqlStateOf } from '../router/retry.js';
 import { type ShardSession, type ShardTarget, shardOfTarget } from '../router/session.js';
 import { traced } from '../router/trace.js';
@@ -28,23 +30,42 @@ export async function withShards<T>(
     throw new ShardflakeError('INVALID_ARGUMENT', 'withShards needs a non-empty array of shard targets');
   if (typeof fn !== 'function')
     throw new ShardflakeError('INVALID_ARGUMENT', 'withShards needs a callback that receives the sessions');
+  return inCrossTransaction(
+    ctx,
+    'withShards',
+    (map) => targets.map((target) => placementIn(map, shardOfTarget(map, target))),
+    async (tx, placements) => {
+      const servers = [...new Set(placements.map((p) => p.server))].sort();
+      for (const server of servers) {
+        const first = placements.find((p) => p.server === server);
+        if (first) await tx.join(first);
+      }
+      return fn(await Promise.all(placements.map((p) => tx.join(p))));
+    },
+  );
+}
+
+/**
+ * One attempt of `attempt` in a cross transaction over `placementsOf(map)` (which keeps lookups, lookups/cross.ts),
+ * committed when it returns, and run again from the start on the current map as withShards' rules allow.
+ */
+export function inCrossTransaction<T>(
+  ctx: RouterContext,
+  operation: Operation,
+  placementsOf: (map: MapState) => ShardPlacement[],
+  attempt: (tx: KeptTransaction, placements: ShardPlacement[]) => Promise<T> | T,
+): Promise<T> {
   const { policy } = ctx;
-  return traced(ctx.onEvent, 'withShards', async (trace) => {
+  return traced(ctx.onEvent, operation, async (trace) => {
     const deadline = performance.now() + policy.writeRetryMs;
     let backoff = policy.retryBackoffMs;
     for (let n = 1; ; n++) {
       const map = await ctx.map.fresh();
-      const placements = targets.map((target) => placementIn(map, shardOfTarget(map, target)));
+      const placements = placementsOf(map);
       for (const p of placements) trace?.shard(p.shard);
       const tx = keepLookups(ctx, openCrossTransaction(ctx, { trace }));
       try {
-        const servers = [...new Set(placements.map((p) => p.server))].sort();
-        for (const server of servers) {
-          const first = placements.find((p) => p.server === server);
-          if (first) await tx.join(first);
-        }
-        const sessions = await Promise.all(placements.map((p) => tx.join(p)));
-        const result = await fn(sessions);
+        const result = await attempt(tx, placements);
         await tx.commit();
         return result;
       } catch (error) {
@@ -68,7 +89,7 @@ export async function withShards<T>(
         if (reason === 'fenced' || reason === 'moving')
           policy.onRetry?.({ shard: at.shard, attempt: n, reason, woke });
         trace?.retryReasons.push(reason);
-        ctx.onEvent?.({ type: 'retry', operation: 'withShards', shard: at.shard, attempt: n, reason, woke });
+        ctx.onEvent?.({ type: 'retry', operation, shard: at.shard, attempt: n, reason, woke });
       }
     }
   });

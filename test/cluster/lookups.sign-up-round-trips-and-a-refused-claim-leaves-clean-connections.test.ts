@@ -1,0 +1,134 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { createRouter, isShardflakeError, type Router } from 'shardflake';
+import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { defined } from '../support/defined.js';
+import { useServers } from '../support/postgres.js';
+
+/**
+ * The sign-up path of a table with a unique lookup (router.insert), on two servers with 4 shards (0–1 on a, 2–3 on
+ * b), through a router whose pools hold one connection each:
+ * - its round trips, counted as the queries the router's connections are given: the row's insert goes out with
+ *   the transaction's BEGIN and the read of the change table, and the entry's writes with the commit step — two
+ *   when the entry's shard is on the row's server; with the entry on the other server, that server's batch ends
+ *   in PREPARE, then the decision (beside it), COMMIT and COMMIT PREPARED: five;
+ * - a claim refused because the value is taken fails inside a batch, where the COMMIT or PREPARE after the check
+ *   does not run: the transaction must still be rolled back, so the one pooled connection serves the next call and
+ *   nothing of the refused row is left, whichever server the entry is on.
+ */
+const [a, b] = await useServers(2);
+const config = validateConfig(
+  {
+    servers: { a: defined(a).url, b: defined(b).url },
+    catalog: 'a',
+    logicalShards: 4,
+    epoch: '2024-01-01T00:00:00Z',
+    tables: {
+      users: 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)',
+    },
+    lookups: { user_email: { table: 'users', column: 'email', unique: true } },
+  },
+  'test-config',
+);
+let router: Router;
+const admin: pg.Client[] = [];
+
+before(async () => {
+  await initCluster(config);
+  router = await createRouter(config, { poolSize: 1, listen: false, transactions: { recovery: false } });
+  admin.push(await connect(defined(a).url), await connect(defined(b).url));
+});
+after(async () => {
+  await router?.close();
+  await Promise.all(admin.map((c) => c.end()));
+});
+
+const serverOf = (shard: number) => (shard < 2 ? 'a' : 'b');
+
+/** A fresh (name, email) whose row is on server `row` and whose entry is on server `entry`. */
+let counter = 0;
+function signUp(row: 'a' | 'b', entry: 'a' | 'b'): { name: string; email: string } {
+  for (;;) {
+    const n = ++counter;
+    const name = `user${n}`;
+    const email = `user${n}@example.com`;
+    if (serverOf(shardForKey(name, 4)) === row && serverOf(shardForKey(email, 4)) === entry)
+      return { name, email };
+  }
+}
+
+/** The queries handed to any pg client while `fn` runs (a batch is one). */
+async function queriesDuring(fn: () => Promise<unknown>): Promise<number> {
+  const original = pg.Client.prototype.query;
+  let count = 0;
+  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+    count++;
+    return (original as (...a: unknown[]) => unknown).apply(this, args);
+  } as typeof original;
+  try {
+    await fn();
+  } finally {
+    pg.Client.prototype.query = original;
+  }
+  return count;
+}
+
+async function rowsNamed(name: string): Promise<number> {
+  let n = 0;
+  for (const client of admin)
+    for (let shard = 0; shard < 4; shard++) {
+      const schema = `shard_${String(shard).padStart(4, '0')}`;
+      const { rows } = await client
+        .query(`SELECT count(*)::int AS n FROM "${schema}".users WHERE name = $1`, [name])
+        .catch(() => ({ rows: [{ n: 0 }] }));
+      n += (rows[0] as { n: number }).n;
+    }
+  return n;
+}
+
+describe('sign-up with a unique lookup', () => {
+  it('takes two round trips when the entry shares the row’s server, five across servers, and keeps the entry', async () => {
+    // A first sign-up each way opens the connections and learns the servers can prepare.
+    for (const entry of ['a', 'b'] as const) {
+      const warm = signUp('a', entry);
+      await router.insert('users', warm, { key: warm.name });
+    }
+    const same = signUp('a', 'a');
+    assert.equal(await queriesDuring(() => router.insert('users', same, { key: same.name })), 2);
+    const across = signUp('a', 'b');
+    assert.equal(await queriesDuring(() => router.insert('users', across, { key: across.name })), 5);
+    for (const user of [same, across]) {
+      const hit = await router.lookup('user_email', user.email, { fetch: true });
+      assert.equal(hit?.row.name, user.name);
+    }
+  });
+
+  for (const entry of ['a', 'b'] as const) {
+    it(`a claim of a taken value (entry on server ${entry}) is refused, rolled back, and its connection serves the next call`, async () => {
+      const owner = signUp('a', entry);
+      await router.insert('users', owner, { key: owner.name });
+      const loser = signUp('a', entry);
+      await assert.rejects(
+        router.insert('users', { name: loser.name, email: owner.email }, { key: loser.name }),
+        (error: unknown) =>
+          isShardflakeError(error) &&
+          error.code === 'UNIQUE_VIOLATION' &&
+          !error.message.includes(owner.email),
+      );
+      assert.equal(await rowsNamed(loser.name), 0);
+      // Pools of one connection: a connection left in the refused transaction would fail this insert.
+      await router.insert('users', loser, { key: loser.name });
+      assert.equal((await router.lookup('user_email', loser.email, { fetch: true }))?.row.name, loser.name);
+      assert.equal((await router.lookup('user_email', owner.email, { fetch: true }))?.row.name, owner.name);
+      const prepared = await Promise.all(admin.map((c) => c.query('SELECT gid FROM pg_prepared_xacts')));
+      assert.deepEqual(
+        prepared.flatMap((r) => r.rows),
+        [],
+      );
+    });
+  }
+});
