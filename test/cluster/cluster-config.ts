@@ -23,3 +23,14 @@ export function testConfig(
     'test-config',
   );
 }
+
+/** `users (id, name, email)` in 4 shards over the test's servers, with the unique lookup `user_email` on email. */
+export function usersWithEmailLookup(servers: readonly EmbeddedServer[]): ClusterConfig {
+  return testConfig(servers, {
+    logicalShards: 4,
+    tables: {
+      users: 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)',
+    },
+    lookups: { user_email: { table: 'users', column: 'email', unique: true } },
+  });
+}

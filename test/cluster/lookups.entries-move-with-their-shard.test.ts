@@ -10,16 +10,10 @@ import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
-import { testConfig } from './cluster-config.js';
+import { usersWithEmailLookup } from './cluster-config.js';
 
 const servers = await useServers(2);
-const config = testConfig(servers, {
-  logicalShards: 4,
-  tables: {
-    users: 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)',
-  },
-  lookups: { user_email: { table: 'users', column: 'email', unique: true } },
-});
+const config = usersWithEmailLookup(servers);
 let router: Router;
 
 before(async () => {

@@ -2,12 +2,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
+import { usersWithEmailLookup } from './cluster-config.js';
 
 /**
  * The sign-up path of a table with a unique lookup (router.insert), on two servers with 4 shards (0–1 on a, 2–3 on
@@ -20,20 +20,9 @@ import { useServers } from '../support/postgres.js';
  *   does not run: the transaction must still be rolled back, so the one pooled connection serves the next call and
  *   nothing of the refused row is left, whichever server the entry is on.
  */
-const [a, b] = await useServers(2);
-const config = validateConfig(
-  {
-    servers: { a: defined(a).url, b: defined(b).url },
-    catalog: 'a',
-    logicalShards: 4,
-    epoch: '2024-01-01T00:00:00Z',
-    tables: {
-      users: 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id(), name text NOT NULL, email text)',
-    },
-    lookups: { user_email: { table: 'users', column: 'email', unique: true } },
-  },
-  'test-config',
-);
+const servers = await useServers(2);
+const [a, b] = servers;
+const config = usersWithEmailLookup(servers);
 let router: Router;
 const admin: pg.Client[] = [];
 

@@ -3,7 +3,9 @@ import { test } from 'node:test';
 import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
 import { FENCE_FUNCTION, unfenceSql } from '../../packages/shardflake/src/cluster/fence.js';
 import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { verifyCluster } from '../../packages/shardflake/src/cluster/verify.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
+import { leftoversCheck } from '../../packages/shardflake/src/move/leftovers-check.js';
 import { isInterrupted, moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, placement, schemaOn, sleep, withClient } from './fixture.js';
@@ -13,7 +15,7 @@ import { countRows, makeCluster, placement, schemaOn, sleep, withClient } from '
  * Then one old copy on a is made writable again (its fence dropped, as on a promoted replica that never replayed
  * it) and takes an acknowledged insert. `cluster cleanup` used to drop it with "dropped leftover copy"; now it
  * fences it on discovery, compares it with the state the move verified, keeps it and names the row to reconcile,
- * while the untouched old copy of the other shard is dropped as before.
+ * while the untouched old copy of the other shard is dropped as before. `cluster verify` reports it (item 2).
  */
 test('status names an abandoned move and every leftover copy (fenced or not); cleanup fences a writable leftover copy, keeps one that took writes after its fence and names the rows to reconcile, and drops the one that still matches its move', async () => {
   const servers = await useServers(2);
@@ -73,6 +75,22 @@ test('status names an abandoned move and every leftover copy (fenced or not); cl
     status.warnings.join('\n'),
   );
 
+  // cluster verify names the copy as a problem twice over: not fenced, and changed since its move verified it.
+  const verifyLeftovers = async () =>
+    (await verifyCluster(config, { checks: [leftoversCheck] })).problems.map((p) => `${p.where}: ${p.what}`);
+  const before = await verifyLeftovers();
+  assert.equal(before.length, 2, before.join('\n'));
+  assert.match(
+    before[0] ?? '',
+    new RegExp(`^shard ${touched} \\(${schema}\\) on server a: a leftover copy that is NOT fenced`),
+  );
+  assert.match(
+    before[1] ?? '',
+    new RegExp(
+      `changed after move #\\d+ fenced it \\(items: 301 rows, 300 when the move verified it\\); reconcile items.id=${lateId} with server b`,
+    ),
+  );
+
   const result = await cleanupCluster(config);
   assert.deepEqual(
     result.settled.map((m) => [m.shard, m.outcome]),
@@ -115,6 +133,10 @@ test('status names an abandoned move and every leftover copy (fenced or not); cl
     [[touched, true]],
     'the kept copy is listed, fenced',
   );
+  // cluster verify reports the conflict cleanup kept, with the row to reconcile, and nothing else.
+  const kept = await verifyLeftovers();
+  assert.equal(kept.length, 1, kept.join('\n'));
+  assert.match(kept[0] ?? '', new RegExp(`reconcile items.id=${lateId} with server b, then drop it by hand`));
   // A second run changes nothing: the conflict stays reported until someone reconciles it.
   const again = await cleanupCluster(config);
   assert.deepEqual(again.fencedOnDiscovery, []);

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { useServers } from '../support/postgres.js';
 import { makeCluster, rawConfig, sleep, withClient } from './fixture.js';
@@ -12,11 +13,12 @@ import { makeCluster, rawConfig, sleep, withClient } from './fixture.js';
  * router learns c's address with the map and connects with the password its environment gives (PGPASSWORD, as
  * libpq). Before, every write to the moved shard failed with UNKNOWN_SERVER until a restart.
  */
+const servers = await useServers(3);
+const old = await makeCluster(servers.slice(0, 2), 4);
+const withC = validateConfig(rawConfig(servers, 4), 'config with server c');
+const c = servers[2] as (typeof servers)[0];
+
 test('a router on the old config writes through a move to a server it has never heard of: no error, every acknowledged row on the new server, no password in the catalog', async () => {
-  const servers = await useServers(3);
-  const old = await makeCluster(servers.slice(0, 2), 4);
-  const withC = validateConfig(rawConfig(servers, 4), 'config with server c');
-  const c = servers[2] as (typeof servers)[0];
   process.env.PGPASSWORD = decodeURIComponent(new URL(c.url).password);
   const router = await createRouter(old);
   const shard = 0;
@@ -73,5 +75,30 @@ test('a router on the old config writes through a move to a server it has never 
     await writer;
     await router.close();
     delete process.env.PGPASSWORD;
+  }
+});
+
+test('a router on the old config that cannot log in to the server it learned from the catalog fails with one line naming the server and what to add, without a password', async () => {
+  // Shard 0 lives on c since the test above. No password for c in the environment, then a wrong one.
+  const password = decodeURIComponent(new URL(c.url).password);
+  for (const given of [undefined, 'not-the-password']) {
+    if (given === undefined) delete process.env.PGPASSWORD;
+    else process.env.PGPASSWORD = given;
+    const router = await createRouter(old);
+    try {
+      await assert.rejects(router.insert('items', { note: 'no way in' }, { shard: 0 }), (e: unknown) => {
+        assert.ok(isShardflakeError(e, 'INVALID_CONFIG'), String(e));
+        assert.equal(e.message.split('\n').length, 1);
+        assert.match(
+          e.message,
+          /learned server c \(postgres:\/\/postgres@127\.0\.0\.1:\d+\/postgres\) from the catalog, .* cannot log in to it \((no password given|password authentication failed)\); give its password in PGPASSWORD or ~\/\.pgpass, or add server c to the router's config/,
+        );
+        assert.ok(!e.message.includes(password), 'no password in the message');
+        return true;
+      });
+    } finally {
+      await router.close();
+      delete process.env.PGPASSWORD;
+    }
   }
 });

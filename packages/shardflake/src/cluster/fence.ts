@@ -58,6 +58,27 @@ $fence$`,
   ].join(';\n');
 }
 
+/**
+ * Fences every table `schema` has on this node now (a leftover copy found writable: cleanup, fence-strays.ts);
+ * false when it was fenced already.
+ */
+export async function fenceSchema(client: Queryable, schema: string, message: string): Promise<boolean> {
+  if (await isFenced(client, schema)) return false;
+  const { rows } = await client.query(
+    `SELECT c.relname::text AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1`,
+    [schema],
+  );
+  await client.query(
+    fenceSql(
+      schema,
+      (rows as { name: string }[]).map((r) => r.name),
+      message,
+    ),
+  );
+  return true;
+}
+
 /** Removes the fence (only for rolling back a move whose catalog switch never happened). */
 export function unfenceSql(schema: string): string {
   // DROP FUNCTION … CASCADE takes every fence trigger with it.

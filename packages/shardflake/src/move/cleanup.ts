@@ -3,16 +3,11 @@ import { installMoves, isFinal, listMoves, markOldCopyDropped, streamId } from '
 import { readShardMap } from '../cluster/catalog/shards.js';
 import type { ClusterConfig } from '../cluster/config.js';
 import { connectServer } from '../cluster/connections.js';
-import { isFenced } from '../cluster/fence.js';
+import { fenceSchema, isFenced } from '../cluster/fence.js';
 import { dropFenceGuardIfUnusedSql } from '../cluster/fence-guard.js';
 import { lockShard, unlockShard } from '../cluster/shard-lock.js';
 import { isShardflakeError } from '../errors.js';
-import {
-  differencesFromVerified,
-  fenceOnDiscovery,
-  type LeftoverConflict,
-  rowsMissingAtHome,
-} from './leftovers.js';
+import { conflictOf, type LeftoverConflict } from './leftovers.js';
 import { dropPublication, dropSlots, dropSubscription, REPLICATION_PREFIX } from './replication.js';
 import { settleMove } from './settle.js';
 import { dropSchema } from './tables.js';
@@ -120,27 +115,16 @@ export async function cleanupCluster(
         try {
           const fenced = await isFenced(client, schema);
           if (!fenced && !options.dryRun) {
-            await fenceOnDiscovery(
+            await fenceSchema(
               client,
               schema,
               `shard ${shard} lives on server ${at}; this copy on server ${server} is a leftover (fenced on discovery by cluster cleanup)`,
             );
             result.fencedOnDiscovery.push({ shard, server, schema });
           }
-          const move = [...moves]
-            .reverse()
-            .find((m) => m.shard === shard && m.from === server && m.phase === 'done');
-          const differences = await differencesFromVerified(client, schema, move);
-          if (move && differences && differences.length > 0) {
-            const home = clients.get(at);
-            result.conflicts.push({
-              shard,
-              server,
-              schema,
-              moveId: move.id,
-              differences,
-              rowsToReconcile: home ? await rowsMissingAtHome(client, home, schema) : [],
-            });
+          const conflict = await conflictOf(client, clients.get(at), { shard, server, schema }, moves);
+          if (conflict) {
+            result.conflicts.push(conflict);
             continue;
           }
           if (!options.dryRun) {

@@ -63,7 +63,9 @@ export async function openServer(
     return client;
   } catch (error) {
     const e = wrapPgError(error);
-    throw new ShardflakeError(e.code, `server ${server}: ${e.message}`, { cause: error });
+    // Messages of the topology (a server with replicas) already name the server.
+    const message = e.message.startsWith(`server ${server}:`) ? e.message : `server ${server}: ${e.message}`;
+    throw new ShardflakeError(e.code, message, { cause: error });
   }
 }
 

@@ -348,6 +348,7 @@ async function runSet(
       const undone: Member[] = [];
       const left: string[] = [];
       const problems: string[] = [];
+      const unfinished: string[] = [];
       for (const m of back) {
         await rollBackMove(config, catalog, m.record, reason).then(
           (leftovers) => {
@@ -359,11 +360,11 @@ async function runSet(
       }
       const forward = s.members.filter((m) => m.record.phase === 'switched');
       if (forward.length > 0) {
-        await finishMembers(s, forward).catch((e: unknown) => problems.push((e as Error).message));
+        await finishMembers(s, forward).catch((e: unknown) => unfinished.push((e as Error).message));
       }
       throw new ShardflakeError(
         'MOVE_FAILED',
-        failureMessage(s, reason, { undone, forward, left, problems }),
+        failureMessage(s, reason, { undone, forward, left, problems, unfinished }),
         {
           cause: error,
         },
@@ -383,7 +384,7 @@ async function runSet(
 function failureMessage(
   s: Run,
   reason: string,
-  o: { undone: Member[]; forward: Member[]; left: string[]; problems: string[] },
+  o: { undone: Member[]; forward: Member[]; left: string[]; problems: string[]; unfinished: string[] },
 ): string {
   const list = (ms: readonly Member[]) => ms.map((m) => m.record.shard).join(', ');
   const one = s.members.length === 1;
@@ -405,11 +406,30 @@ function failureMessage(
       parts.push(`shards ${list(o.undone)} were rolled back and stay on server ${s.from}`);
   }
   if (o.forward.length > 0)
-    parts.push(`shards ${list(o.forward)} had switched and now live on server ${s.to}`);
+    parts.push(
+      o.forward.length === 1
+        ? `shard ${list(o.forward)} had switched and now lives on server ${s.to}`
+        : `shards ${list(o.forward)} had switched and now live on server ${s.to}`,
+    );
   if (o.left.length > 0) parts.push(`left behind: ${o.left.join('; ')}`);
   if (o.problems.length > 0) {
+    // Past the fence the source refuses writes: a shard whose undoing failed there is served by no one until a
+    // rerun or cleanup settles it; before the fence the source still serves it.
+    const fenced = s.members
+      .filter((m) => m.record.phase === 'fenced' && !o.undone.includes(m))
+      .map((m) => m.record.shard);
+    const state =
+      fenced.length > 0
+        ? `shard ${fenced.join(', ')} refuses writes (fenced on server ${s.from}, not switched to ${s.to}) until then`
+        : `the shard is still served by server ${s.from}`;
     parts.push(
-      `not yet undone: ${o.problems.join('; ')} (the shard is still served by server ${s.from}); run the command again or shardflake cluster cleanup`,
+      `not yet undone: ${o.problems.join('; ')} (${state}; the copies made on server ${s.to} stay there until then); run the command again or shardflake cluster cleanup`,
+    );
+  }
+  if (o.unfinished.length > 0) {
+    // Switched shards are served by the target; only their replication objects and the source's seal remain.
+    parts.push(
+      `not yet finished: ${o.unfinished.join('; ')} (the switched shards are served by server ${s.to}; what is left of the move on servers ${s.from} and ${s.to} stays until a rerun or shardflake cluster cleanup)`,
     );
   }
   return parts.join('; ');

@@ -1,5 +1,4 @@
 import type { MoveRecord } from '../cluster/catalog/moves.js';
-import { fenceSql, isFenced } from '../cluster/fence.js';
 import type { Queryable } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { inTransaction } from './connections.js';
@@ -14,7 +13,7 @@ import { digestSchemas } from './verify.js';
  * an old copy that is writable, and a write acknowledged there exists nowhere else. So before anything is dropped:
  *
  * 1. Fence on discovery: an unfenced leftover is fenced at once (it is not the shard's home, so no write may land
- *    there), whatever happens next.
+ *    there), whatever happens next (cluster/fence.ts `fenceSchema`; routers do it too: cluster/fence-strays.ts).
  * 2. Compare with the move's verified state: the old copy of a finished move must still hold exactly what the move
  *    recorded when it finished (per table: rows and checksum; for moves recorded before digests, the row count).
  *    A copy that differs took writes after its fence (or is an older state, from a replica that was behind): it is
@@ -31,25 +30,35 @@ export interface LeftoverConflict {
   rowsToReconcile: string[];
 }
 
-/** Fences `schema` on this node when it is not fenced yet; true when it had to. */
-export async function fenceOnDiscovery(client: Queryable, schema: string, message: string): Promise<boolean> {
-  if (await isFenced(client, schema)) return false;
-  const tables = await listTables(client, schema);
-  await client.query(
-    fenceSql(
-      schema,
-      tables.map((t) => t.name),
-      message,
-    ),
-  );
-  return true;
+/**
+ * The conflict the leftover copy `schema` of `shard` on `server` is: the last finished move of the shard away from
+ * that server recorded a verified state, and the copy no longer holds it. Null when it matches, or when no move
+ * recorded a state to compare with. `home`: a connection to the shard's home, to name the rows to reconcile.
+ */
+export async function conflictOf(
+  copy: Queryable,
+  home: Queryable | undefined,
+  leftover: { shard: number; server: string; schema: string },
+  moves: readonly MoveRecord[],
+): Promise<LeftoverConflict | null> {
+  const move = [...moves]
+    .reverse()
+    .find((m) => m.shard === leftover.shard && m.from === leftover.server && m.phase === 'done');
+  const differences = await differencesFromVerified(copy, leftover.schema, move);
+  if (!move || !differences || differences.length === 0) return null;
+  return {
+    ...leftover,
+    moveId: move.id,
+    differences,
+    rowsToReconcile: home ? await rowsMissingAtHome(copy, home, leftover.schema) : [],
+  };
 }
 
 /**
  * What differs between a leftover copy and the state its move verified; empty when they match, null when the move
  * recorded nothing to compare with (a move that never switched: its target copy never took a client's write).
  */
-export async function differencesFromVerified(
+async function differencesFromVerified(
   client: Queryable,
   schema: string,
   move: MoveRecord | undefined,
@@ -83,7 +92,7 @@ export async function differencesFromVerified(
  * Rows to reconcile: among the newest `scan` rows of each table with a one-column primary key on the leftover
  * copy, those whose key the shard's home lacks (ids grow, so writes made after the fence are the newest).
  */
-export async function rowsMissingAtHome(
+async function rowsMissingAtHome(
   leftover: Queryable,
   home: Queryable,
   schema: string,

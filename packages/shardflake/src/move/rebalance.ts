@@ -367,6 +367,18 @@ export interface MoveEstimate {
 }
 
 /**
+ * A set's time runs from its start to its last phase, so one that was interrupted and resumed hours later (a
+ * killed CLI, a fault drill) counts the hours in between. Sets taking more than ten times the median time per
+ * shard are left out of the fit when there are at least three to take the median of.
+ */
+export function withoutInterruptions<T extends { shards: number; seconds: number }>(sets: readonly T[]): T[] {
+  if (sets.length < 3) return [...sets];
+  const perShard = sets.map((h) => h.seconds / Math.max(1, h.shards)).sort((x, y) => x - y);
+  const median = perShard[Math.floor(perShard.length / 2)] as number;
+  return sets.filter((h) => h.seconds / Math.max(1, h.shards) <= 10 * Math.max(median, 0.001));
+}
+
+/**
  * Fits time = shards × a + rows × b (least squares, no intercept) over the finished sets (and single moves) in
  * the catalog's move records, and applies it to the plan. A set's time is from its first start to its last
  * update; the sets of a plan that ran side by side each count their own time.
@@ -376,7 +388,7 @@ export async function estimateFromHistory(
   shards: number,
   rows: number,
 ): Promise<MoveEstimate | null> {
-  const sets = await finishedStreams(catalog).catch(() => []);
+  const sets = withoutInterruptions(await finishedStreams(catalog).catch(() => []));
   if (sets.length === 0) return null;
   let ss = 0;
   let sr = 0;

@@ -28,6 +28,16 @@ export interface ReplicaChecks {
   close(): Promise<void>;
 }
 
+/** A node as `--skip-replica` takes it and messages name it: `host:port` (no user, no password). */
+function nodeHostPort(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || '5432'}`;
+  } catch {
+    return describeUrl(url);
+  }
+}
+
 /** Opens a connection to every replica the config lists for the source (none for a server of one node). */
 export async function openReplicaChecks(s: Run): Promise<ReplicaChecks> {
   const urls = serverNodeUrls(s.config, s.from);
@@ -37,15 +47,16 @@ export async function openReplicaChecks(s: Run): Promise<ReplicaChecks> {
     await Promise.all(
       urls.map(async (url) => {
         const node = describeUrl(url);
-        if (skipped.has(node) || skipped.has(url)) return;
+        const hostPort = nodeHostPort(url);
+        if (skipped.has(hostPort) || skipped.has(node) || skipped.has(url)) return;
         const client = await connect(url, {
           connectTimeoutMs: Math.max(500, Math.min(5000, s.opts.replicaFenceTimeoutMs)),
           applicationName: 'shardflake move fence check',
         }).catch((error: unknown) => {
-          nodes.push({ node, client: null, error: (error as Error).message });
+          nodes.push({ node: hostPort, client: null, error: (error as Error).message });
           return null;
         });
-        if (client) nodes.push({ node, client, error: null });
+        if (client) nodes.push({ node: hostPort, client, error: null });
       }),
     );
   }

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchCrossCommand } from './bench-cross.js';
+import { registerBenchFaultsCommand } from './bench-faults.js';
 import { registerBenchIdsCommand } from './bench-ids.js';
 import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchLookupsCommand } from './bench-lookups.js';
@@ -24,4 +25,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchSqlAcrossCommand(bench);
   registerBenchCrossCommand(bench);
   registerBenchLookupsCommand(bench);
+  registerBenchFaultsCommand(bench);
 }

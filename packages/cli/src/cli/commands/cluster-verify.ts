@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { loadConfig } from 'shardflake/internal/cluster/config.js';
 import { repairLookups } from 'shardflake/internal/cluster/lookups/verify.js';
-import { type VerifyReport, verifyCluster } from 'shardflake/internal/cluster/verify.js';
+import { VERIFY_CHECKS, type VerifyReport, verifyCluster } from 'shardflake/internal/cluster/verify.js';
+import { leftoversCheck } from 'shardflake/internal/move/leftovers-check.js';
 import { toJson } from '../output.js';
 
 /**
@@ -12,7 +13,7 @@ export function registerVerifyCommand(cluster: Command): void {
   cluster
     .command('verify')
     .description(
-      'check the cluster for what must not be: in-doubt transactions, servers that cannot take part in them, lookup entries without rows or rows without entries, …',
+      'check the cluster for what must not be: in-doubt transactions, servers that cannot take part in them, lookup entries without rows or rows without entries, leftover copies of moved shards that are not fenced or took writes after their fence, …',
     )
     .requiredOption('--config <file>', 'cluster config (JSON)')
     .option('--json', 'print the report as JSON')
@@ -34,7 +35,7 @@ export function registerVerifyCommand(cluster: Command): void {
               .join(''),
           );
       }
-      const report = await verifyCluster(config);
+      const report = await verifyCluster(config, { checks: [...VERIFY_CHECKS, leftoversCheck] });
       process.stdout.write(flags.json ? `${toJson(report)}\n` : formatVerify(report));
       if (!report.ok) {
         process.stderr.write(

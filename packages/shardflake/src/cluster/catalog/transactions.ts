@@ -104,9 +104,17 @@ export async function readClusterId(
  * The decision row, written inside the last agent's local transaction: fails on the primary key when recovery has
  * aborted the txid, and writes nothing (rowCount 0) when that transaction began more than `$3` ms ago — the bound
  * that lets recovery delete old abort rows (see recovery.ts).
+ *
+ * It also makes the decision's COMMIT at least as durable as PostgreSQL's default: a session that set
+ * synchronous_commit weaker than `on` (off, local, remote_write — e.g. `SET LOCAL synchronous_commit = off` inside
+ * withShards) would otherwise get a COMMIT that returns before its decision is safe, and a crash (or a failover to
+ * a synchronous standby) could lose a decision whose COMMIT PREPARED already ran elsewhere: half a transaction.
+ * Stronger settings (on, remote_apply) are kept. CASE evaluates in order, so set_config runs only when needed.
  */
 export const INSERT_DECISION_SQL = `INSERT INTO shardflake.transactions (txid, outcome, gids)
-  SELECT $1, 'commit', $2::text[] WHERE clock_timestamp() - now() < make_interval(secs => $3::float8 / 1000)`;
+  SELECT $1, 'commit', $2::text[] WHERE clock_timestamp() - now() < make_interval(secs => $3::float8 / 1000)
+    AND CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
+      THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`;
 
 /**
  * Recovery's tombstone: an `abort` row unless a row is there. A coordinator's uncommitted decision row makes this

@@ -28,6 +28,8 @@ export interface RouterContext {
    * lookup (lookups/rows.ts); undefined for a table without one (one statement in autocommit).
    */
   keptWrite?(table: string): KeptWrite | undefined;
+  /** The config's reference tables by name, made by `referenceTables` or `referenceMigrations` (router.sql). */
+  readonly referenceTables?: ReadonlySet<string>;
 }
 
 /** A single-row write: the statement for the shard `shardOf` picks, with its values. */

@@ -115,6 +115,17 @@ export interface TransactionEvent {
   error?: ShardflakeError;
 }
 
+/**
+ * The router fenced copies of shards the catalog places elsewhere on a node it connected to (a replica promoted
+ * after a move it was not waited for: cluster/fence-strays.ts).
+ */
+export interface StrayEvent {
+  type: 'stray-fenced';
+  server: string;
+  node: string;
+  shards: number[];
+}
+
 /** Every event a router reports to `onEvent`; `type` tells them apart. */
 export type RouterEvent =
   | OperationEvent
@@ -122,6 +133,7 @@ export type RouterEvent =
   | MapEvent
   | CatalogEvent
   | FailoverEvent
-  | TransactionEvent;
+  | TransactionEvent
+  | StrayEvent;
 /** The `onEvent` hook of `createRouter`: called for every event; an error it throws is ignored. */
 export type RouterEventHook = (event: RouterEvent) => void;

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../../ids/layout.js';
-import { connect, createPool, wrapPgError } from '../../postgres/connect.js';
+import { connect, createPool, type Queryable, wrapPgError } from '../../postgres/connect.js';
 import { quoteIdent } from '../../postgres/identifier.js';
 import { readServers } from '../catalog/servers.js';
 import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
@@ -32,6 +32,8 @@ export interface MapState {
   layout: Layout;
   shardField: LayoutField;
   shards: ShardPlacement[];
+  /** The prefix of the shards' schema names (`shard_`). */
+  schemaPrefix: string;
   /** The servers the catalog knows (catalog/servers.ts): node addresses without passwords. */
   servers: Map<string, string[]>;
 }
@@ -60,6 +62,8 @@ export interface ShardMapCache {
   fresh(): Promise<MapState>;
   /** Re-reads the map now; throws when the catalog does not answer. */
   reload(): Promise<MapState>;
+  /** The catalog server's pool (reads only: the map's module owns it and follows a catalog failover). */
+  readonly catalog: Queryable;
   /** Marks the map as possibly old: the next `fresh()` re-reads it (unless the catalog is down). */
   markStale(): void;
   /** Resolves 'map' once the loaded map is newer than `version`, or 'timeout' after `ms`. */
@@ -103,6 +107,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
         layout,
         shardField,
         shards,
+        schemaPrefix: info.schemaPrefix,
         servers,
       };
       options.onMapChange?.(map.version);
@@ -205,6 +210,9 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
     },
     get catalogDown() {
       return down !== undefined;
+    },
+    get catalog() {
+      return catalogPool;
     },
 
     async fresh() {

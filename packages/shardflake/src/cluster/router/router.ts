@@ -28,6 +28,7 @@ import { withShards } from '../transactions/with-shards.js';
 import { type InsertManyOptions, insertMany } from './bulk.js';
 import type { RetryPolicy, RouterContext, WriteRetry } from './context.js';
 import type { RouterEventHook } from './events.js';
+import { learnedServerNodes } from './learned-server.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
 import { ReadPositions } from './positions.js';
 import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
@@ -42,6 +43,7 @@ import {
 } from './scatter.js';
 import { type SessionOptions, type ShardSession, type ShardTarget, withShard } from './session.js';
 import { Statements } from './statements.js';
+import { guardStrays } from './strays.js';
 import { telemetryHook, telemetryInstalled } from './telemetry.js';
 import { emitSafely } from './trace.js';
 
@@ -242,6 +244,19 @@ export async function createRouter(
         : undefined,
   });
   const servers = new Map<string, ServerNodes>();
+  // Fence on discovery (strays.ts): the catalog read now, and a connection of its own for a shard's lock.
+  const strayCatalog = {
+    get reader() {
+      return map.catalog;
+    },
+    get logicalShards() {
+      return loaded().logicalShards;
+    },
+    connect: async () =>
+      connect(await primaryUrl(config, config.catalog, { requireAll: false }), {
+        applicationName: 'shardflake router',
+      }),
+  };
   const commitServers = new Map<string, ServerNodes>();
   const policy: RetryPolicy = {
     writeRetryMs: opts.writeRetryMs,
@@ -265,6 +280,7 @@ export async function createRouter(
   // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
   const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const ctx: RouterContext = {
+    referenceTables: referenceTableNames(config),
     keptWrite: (table) =>
       lookupTables.has(table)
         ? (operation, shardOf, text, values) => writeKept(ctx, operation, shardOf, text, values)
@@ -282,14 +298,21 @@ export async function createRouter(
     nodes(server) {
       let nodes = servers.get(server);
       if (!nodes) {
-        nodes = createServerNodes(server, nodeUrlsOf(config, map.state, server), {
-          poolSize: opts.poolSize,
-          maxUses: opts.maxUses,
-          maxLifetimeSeconds: opts.maxLifetimeSeconds,
-          applicationName: 'shardflake router',
-          ...opts.replicas,
-          onEvent: hook,
-        });
+        nodes = guardStrays(
+          learnedServerNodes(config, map.state, server, (urls) =>
+            createServerNodes(server, urls, {
+              poolSize: opts.poolSize,
+              maxUses: opts.maxUses,
+              maxLifetimeSeconds: opts.maxLifetimeSeconds,
+              applicationName: 'shardflake router',
+              ...opts.replicas,
+              onEvent: hook,
+            }),
+          ),
+          () => loaded().schemaPrefix,
+          strayCatalog,
+          hook,
+        );
         servers.set(server, nodes);
       }
       return nodes;
@@ -312,8 +335,6 @@ export async function createRouter(
   };
   const loaded = () => map.state as MapState;
   const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
-  // router.sql reads reference tables in every server's reference schema, sharded tables in each shard's.
-  const sqlTables = { reference: referenceTableNames(config) };
 
   const router: Router = {
     get mapVersion() {
@@ -352,9 +373,9 @@ export async function createRouter(
     queryByShard: <R extends object>(query: ShardQuery) => queryByShard<R>(ctx, query),
     // The SQL module (and its parser, ≈ 1 s to load) is loaded on the first call only.
     sql: async (text, values, sqlOptions) =>
-      (await import('../sql/index.js')).runSql(ctx, text, values, sqlOptions, sqlTables),
+      (await import('../sql/index.js')).runSql(ctx, text, values, sqlOptions),
     async *sqlStream(text, values, streamOptions) {
-      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions, sqlTables);
+      yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
     withReference: (fn) => withReference(ctx, serverOrder(config), fn),
     withShards: (targets, fn) => withShards(ctx, targets, fn),
@@ -378,27 +399,28 @@ export async function createRouter(
     await router.close();
     throw error;
   }
+  await checkServersAtStart(Object.keys(config.servers), (server) => ctx.nodes(server));
   transactions.start();
   return router;
 }
 
+/** How long a router's start waits for its first look at every server (fence on discovery, strays.ts). */
+const START_CHECK_MS = 1000;
+
 /**
- * A server's node URLs: from the config, or, for a server the config lacks (added for a rebalance after this
- * router started), from the catalog's server list. Those addresses carry no password: node-postgres takes it from
- * PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows is one line naming it and what to add.
+ * At start, one connection to every server the config names, each checked for stray copies (strays.ts) before
+ * the router serves anything: a node promoted while no router ran is fenced now rather than at its first use.
+ * Bounded: a server that does not answer is checked when it is first used.
  */
-function nodeUrlsOf(
-  config: Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>,
-  state: MapState | undefined,
-  server: string,
-): string[] {
-  if (server in config.servers) return serverNodeUrls(config, server);
-  const known = state?.servers.get(server);
-  if (!known || known.length === 0) {
-    throw new ShardflakeError(
-      'UNKNOWN_SERVER',
-      `the shard map places a shard on server ${server}, which neither this router's config nor the catalog's server list knows; add server ${server} to the config`,
-    );
-  }
-  return known;
+async function checkServersAtStart(names: readonly string[], nodes: (server: string) => ServerNodes) {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, START_CHECK_MS);
+    timer.unref();
+  });
+  const checks = Promise.allSettled(
+    names.map(async (server) => (await nodes(server).acquire({ intent: 'write' })).release()),
+  );
+  await Promise.race([checks, bound]);
+  clearTimeout(timer);
 }

@@ -193,6 +193,7 @@ export function telemetryHook(options: TelemetryOptions = {}): RouterEventHook {
         return;
       case 'node-suspect':
       case 'roles-found':
+      case 'stray-fenced':
         m.failovers.add(1, { 'shardflake.server': event.server, 'shardflake.event': event.type });
         return;
       case 'catalog-down':

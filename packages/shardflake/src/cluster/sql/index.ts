@@ -59,13 +59,6 @@ export interface SqlStreamOptions {
   batchSize?: number;
 }
 
-/** What the router knows of the tables a query names: which are reference tables (config `referenceTables`). */
-export interface SqlTables {
-  reference: ReadonlySet<string>;
-}
-
-const NO_TABLES: SqlTables = { reference: new Set() };
-
 const PLAN_CACHE_SIZE = 100;
 const plans = new WeakMap<RouterContext, Map<string, Promise<Plan>>>();
 
@@ -73,7 +66,7 @@ const plans = new WeakMap<RouterContext, Map<string, Promise<Plan>>>();
  * Plans are kept per router by query text (the text and the router's reference tables are the whole input of
  * planning; values are not).
  */
-function planFor(ctx: RouterContext, text: string, tables: SqlTables): Promise<Plan> {
+function planFor(ctx: RouterContext, text: string): Promise<Plan> {
   let cache = plans.get(ctx);
   if (!cache) {
     cache = new Map();
@@ -81,7 +74,7 @@ function planFor(ctx: RouterContext, text: string, tables: SqlTables): Promise<P
   }
   let plan = cache.get(text);
   if (!plan) {
-    plan = planQuery(text, tables.reference);
+    plan = planQuery(text, ctx.referenceTables ?? new Set());
     plan.catch(() => cache?.delete(text));
     if (cache.size >= PLAN_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
     cache.set(text, plan);
@@ -297,10 +290,9 @@ export async function runSql(
   text: string,
   values: readonly unknown[] = [],
   options: SqlOptions = {},
-  tables: SqlTables = NO_TABLES,
 ): Promise<SqlResult> {
   const prepare = options.prepare === true;
-  const plan = await planFor(ctx, text, tables);
+  const plan = await planFor(ctx, text);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
   if (plan.kind === 'once') {
     return traced(ctx.onEvent, 'sql', async (trace) => {
@@ -343,9 +335,8 @@ export async function* streamSql(
   text: string,
   values: readonly unknown[] = [],
   options: SqlStreamOptions = {},
-  tables: SqlTables = NO_TABLES,
 ): AsyncGenerator<Row> {
-  const plan = await planFor(ctx, text, tables);
+  const plan = await planFor(ctx, text);
   resolveCut(plan.limits, values);
   const batch = options.batchSize ?? 1000;
   if (plan.kind === 'once') {
@@ -365,7 +356,7 @@ export async function* streamSql(
     return;
   }
   if (plan.kind === 'groups') {
-    yield* (await runSql(ctx, text, values, {}, tables)).rows;
+    yield* (await runSql(ctx, text, values)).rows;
     return;
   }
   const { servers, streams, columns } = await openStreams(ctx, plan, values, batch);

@@ -100,7 +100,6 @@ const AGGREGATE_KINDS: Record<string, SlotKind> = {
   every: 'bool_and',
 };
 
-/** `reference`: the names of the reference tables (from.ts says how they join). */
 export async function planQuery(text: string, reference: ReadonlySet<string> = new Set()): Promise<Plan> {
   const select = await parseSelect(text);
   const { print } = await loadSqlTools();
@@ -118,11 +117,12 @@ export async function planQuery(text: string, reference: ReadonlySet<string> = n
   for (const t of targets) checkExpression(t.val, 'SELECT', grouped);
   for (const item of select.groupClause ?? []) checkExpression(item, 'GROUP BY', false);
   const limits = checkLimits(select);
-  const holes = new Holes(text);
-  // Reference tables are read where every server keeps them; what is left unqualified is a shard's table.
-  for (const table of tables) if (reference.has(table.relname as string)) table.schemaname = REFERENCE_SCHEMA;
-  if (tables.every((t) => t.schemaname === REFERENCE_SCHEMA))
-    return { kind: 'once', statement: print({ SelectStmt: select }), limits };
+  const holes = new Holes(text, reference);
+  if (tables.every((t) => reference.has(t.relname as string))) {
+    const once = clone(select);
+    qualifyTables(once, holes);
+    return { kind: 'once', statement: print({ SelectStmt: once }), limits };
+  }
   return grouped
     ? planGroups(select, targets, distinct, limits, holes, print)
     : planRows(select, targets, distinct, limits, holes, print);
@@ -140,18 +140,22 @@ function checkLimits(select: SelectStmt): Limits {
 }
 
 /**
- * Points every table of a (cloned) statement at the schema hole, but reference tables (already qualified);
- * returns how many holes it placed.
+ * Points every sharded table of a (cloned) statement at the schema hole, and every reference table at the
+ * reference schema (the same on every server); returns how many holes it placed.
  */
-function qualifyTables(select: SelectStmt, marker: string): number {
-  let holes = 0;
+function qualifyTables(select: SelectStmt, holes: Holes): number {
+  let placed = 0;
   for (const { node } of walk(select.fromClause)) {
-    if ('RangeVar' in node && !node.RangeVar.schemaname) {
-      node.RangeVar.schemaname = marker;
-      holes++;
+    if ('RangeVar' in node) {
+      if (holes.reference.has(node.RangeVar.relname as string)) {
+        node.RangeVar.schemaname = REFERENCE_SCHEMA;
+        continue;
+      }
+      node.RangeVar.schemaname = holes.marker;
+      placed++;
     }
   }
-  return holes;
+  return placed;
 }
 
 function sortItems(select: SelectStmt): SortBy[] {
@@ -232,7 +236,7 @@ function planRows(
   print: Print,
 ): RowsPlan {
   const branch = clone(select);
-  const placed = qualifyTables(branch, holes.marker);
+  const placed = qualifyTables(branch, holes);
   const sort: SortKey[] = [];
   const serverOrder: Node[] = [];
   let hidden = 0;
@@ -304,7 +308,7 @@ function planGroups(
   print: Print,
 ): GroupsPlan {
   const branch = clone(select);
-  const placed = qualifyTables(branch, holes.marker);
+  const placed = qualifyTables(branch, holes);
   const branchTargets: Node[] = [];
   const finals: FinalColumn[] = [];
   const slots: Slot[] = [];

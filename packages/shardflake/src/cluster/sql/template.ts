@@ -15,7 +15,10 @@ import { ShardflakeError } from '../../errors.js';
  */
 export class Holes {
   readonly marker: string;
-  constructor(queryText: string) {
+  /** Reference tables: named by the reference schema, never by a hole. */
+  readonly reference: ReadonlySet<string>;
+  constructor(queryText: string, reference: ReadonlySet<string> = new Set()) {
+    this.reference = reference;
     let marker: string;
     do marker = `shardflake_hole_${randomBytes(8).toString('hex')}`;
     while (queryText.includes(marker));
