@@ -56,6 +56,23 @@ export function checkedStatements(
 }
 
 /** Versions count up from 1 without gaps (the schema says whole numbers from 1; the order is checked here). */
+/** A table's template from its checked statements, the first of which must create that table. */
+export function tableTemplate(
+  name: string,
+  checked: readonly CheckedStatement[],
+  where: string,
+  source: string,
+): TableTemplate {
+  const creates = checked[0]?.createsTable;
+  if (creates !== name) {
+    throw bad(
+      source,
+      `${where} must start with CREATE TABLE ${name} (it ${creates ? `creates ${creates}` : 'does not create a table'})`,
+    );
+  }
+  return { name, statements: checked.map((c) => c.sql) };
+}
+
 export function checkVersions(list: readonly { version: number }[], where: string, source: string): void {
   list.forEach((m, i) => {
     if (m.version !== i + 1)
@@ -160,14 +177,7 @@ export function resolveTables(
         `${where} uses CONCURRENTLY, which only a migration can (a table's statements run in the transaction that creates it, on an empty table: drop the word)`,
       );
     }
-    const creates = checked[0]?.createsTable;
-    if (creates !== name) {
-      throw bad(
-        source,
-        `${where} must start with CREATE TABLE ${name} (it ${creates ? `creates ${creates}` : 'does not create a table'})`,
-      );
-    }
-    return { name, statements: checked.map((c) => c.sql) };
+    return tableTemplate(name, checked, where, source);
   });
 
   const listed = fields.migrations ?? [];

@@ -3,7 +3,7 @@ import { ShardflakeError } from '../../errors.js';
 import { mapOf, migrationList, statements, tableName } from '../config-fields.js';
 import type { Migration, TableTemplate } from '../schema-templates.js';
 import { checkShardStatement } from '../statement-rules.js';
-import { checkedStatements, checkVersions } from '../tables-config.js';
+import { checkedStatements, checkVersions, tableTemplate } from '../tables-config.js';
 
 /**
  * The config's reference tables (SPEC G2): small tables every shard joins against, one copy on every server.
@@ -88,15 +88,7 @@ export function resolveReference(
   const referenceTables = Object.entries(fields.referenceTables ?? {}).map(([name, value]): TableTemplate => {
     const where = `referenceTables.${name}`;
     if (shardedNames.has(name)) throw both(name, `${where}: table`);
-    const checked = statementsOf(value, where, source);
-    const creates = checked[0]?.createsTable;
-    if (creates !== name) {
-      throw bad(
-        source,
-        `${where} must start with CREATE TABLE ${name} (it ${creates ? `creates ${creates}` : 'does not create a table'})`,
-      );
-    }
-    return { name, statements: checked.map((c) => c.sql) };
+    return tableTemplate(name, statementsOf(value, where, source), where, source);
   });
 
   const listed = fields.referenceMigrations ?? [];
