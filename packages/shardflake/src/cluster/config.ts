@@ -35,6 +35,9 @@ import { resolveServers, serversFields } from './topology/config.js';
  */
 export const MAX_LOGICAL_SHARDS = 8192;
 
+/** Shard 42 lives in schema shard_0042 unless the config says otherwise. */
+export const DEFAULT_SCHEMA_PREFIX = 'shard_';
+
 const shardFieldOf = (layout: Layout) => layout.fields.find((f) => f.kind === 'shard');
 /** The layout presets a cluster can use: those with a shard field. */
 const CLUSTER_LAYOUTS = PRESET_NAMES.filter((name) => shardFieldOf(layouts[name]));
@@ -218,7 +221,7 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     logicalShards: file.logicalShards,
     epoch,
     layout: withEpoch(base, epoch),
-    schemaPrefix: file.schemaPrefix ?? 'shard_',
+    schemaPrefix: file.schemaPrefix ?? DEFAULT_SCHEMA_PREFIX,
     nextIdLanguage: file.nextIdLanguage ?? DEFAULT_GENERATOR_LANGUAGE,
     tables,
     migrations,

@@ -147,7 +147,7 @@ export interface PrivilegeCheckOptions {
  * answer is skipped here (the command itself reports it).
  */
 export async function checkPrivileges(
-  config: ClusterConfig,
+  config: Pick<ClusterConfig, 'catalog' | 'servers' | 'schemaPrefix'> & Partial<Pick<ClusterConfig, 'nodes'>>,
   command: PrivilegedCommand,
   options: PrivilegeCheckOptions = {},
 ): Promise<void> {

@@ -3,7 +3,7 @@ import type { ShardflakeId } from '../../ids/id.js';
 import type { Layout } from '../../ids/layout.js';
 import { connect } from '../../postgres/connect.js';
 import type { ShardPlacement } from '../catalog/shards.js';
-import type { ClusterConfig } from '../config.js';
+import { type ClusterConfig, DEFAULT_SCHEMA_PREFIX } from '../config.js';
 import { configDrift } from '../config-drift.js';
 import { primaryUrl, serverNodeUrls } from '../connections.js';
 import {
@@ -15,6 +15,7 @@ import {
 } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
 import { insertManyKept, withShardKept, writeKept } from '../lookups/rows.js';
+import { checkPrivileges } from '../privileges.js';
 import { referenceTableNames } from '../reference/config.js';
 import { serverOrder } from '../reference/order.js';
 import { type ReferenceSession, withReference } from '../reference/write.js';
@@ -73,6 +74,13 @@ export interface RouterOptions {
   writeRetryMs?: number;
   /** Listen for map changes (default true). */
   listen?: boolean;
+  /**
+   * Check at start that the config's roles may do what a router does on every server that answers (read the
+   * catalog; use every shard schema; read and write its tables) and refuse in one line, INSUFFICIENT_PRIVILEGE,
+   * naming the server, the role and what it lacks — rather than failing at the first query that needs it
+   * (default true; one extra connection per server at start). docs/security.md lists what each command needs.
+   */
+  checkPrivileges?: boolean;
   /** How often to try the catalog again while it does not answer (default 1000 ms). */
   catalogRetryMs?: number;
   /** Called after each map refresh. */
@@ -203,6 +211,7 @@ const DEFAULTS = {
   maxLifetimeSeconds: 0,
   writeRetryMs: 10_000,
   listen: true,
+  checkPrivileges: true,
   catalogRetryMs: 1000,
   retryBackoffMs: 10,
   maxRetryBackoffMs: 200,
@@ -391,10 +400,20 @@ export async function createRouter(
       await Promise.all([...servers.values(), ...commitServers.values()].map((s) => s.end().catch(() => {})));
     },
   };
+  // What the router may do is checked with the shard schemas' prefix the catalog gives (whatever a short config
+  // says); a role that cannot even read the catalog is told so in the same one line.
+  const privileges = (schemaPrefix: string) =>
+    opts.checkPrivileges ? checkPrivileges({ ...config, schemaPrefix }, 'router') : Promise.resolve();
   try {
-    const drift = configDrift(config, await map.fresh());
+    const state = await map.fresh().catch(async (error: unknown) => {
+      if ((error as { sqlState?: string }).sqlState === '42501')
+        await privileges(config.schemaPrefix ?? DEFAULT_SCHEMA_PREFIX);
+      throw error;
+    });
+    const drift = configDrift(config, state);
     if (drift)
       throw new ShardflakeError('INVALID_CONFIG', `${sourceOf(config)}${drift}; the router does not start`);
+    await privileges(state.schemaPrefix);
   } catch (error) {
     await router.close();
     throw error;
