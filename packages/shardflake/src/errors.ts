@@ -67,9 +67,15 @@ export interface ErrorDetails {
  * `isShardflakeError(error, code)`.
  */
 export class ShardflakeError extends Error {
+  /** Always `'ShardflakeError'`, so logs and `error.name` checks tell it from pg's and Node's own errors. */
   override readonly name = 'ShardflakeError';
+  /**
+   * The stable reason, one of `ERROR_CODES`; branch on this (or `isShardflakeError`), never on the message.
+   */
   readonly code: ErrorCode;
+  /** PostgreSQL's five-character SQLSTATE when the server raised the error, otherwise undefined. */
   readonly sqlState: string | undefined;
+  /** PostgreSQL's DETAIL line (or another short fact that helps), undefined when there is none. */
   readonly detail: string | undefined;
 
   constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {

@@ -57,16 +57,23 @@ export interface ClusterConfig extends ReferenceConfig {
    * found at run time with pg_is_in_recovery(), so the order does not say which one is the primary).
    */
   nodes: Record<string, string[]>;
+  /**
+   * The name of the server (a key of `servers`) whose database holds the catalog: the shard map and leases.
+   */
   catalog: string;
+  /** How many logical shards, 1 to 8192 (fewer when the layout's shard field is smaller); fixed once made. */
   logicalShards: number;
   /** Epoch in ms since 1970. */
   epoch: number;
   /** The id layout with the config's epoch applied. */
   layout: Layout;
+  /** Prefix of the shard schemas: shard 42 lives in `<prefix>0042` (default `shard_`). */
   schemaPrefix: string;
   /** How new shards' next_id() is written (see GeneratorSqlOptions.language). */
   nextIdLanguage: GeneratorLanguage;
+  /** The sharded tables, in config order, created in every shard schema by `initCluster`. */
   tables: TableTemplate[];
+  /** The config's numbered migrations, in version order from 1; an empty list when the config has none. */
   migrations: Migration[];
   /** Columns found without their shard key (src/cluster/lookups/). */
   lookups: LookupDefinition[];

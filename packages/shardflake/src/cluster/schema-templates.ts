@@ -5,6 +5,7 @@ import type { ConcurrentIndexStatement } from './statement-rules.js';
  * config.ts reads its parts with (reference/config.ts, …) can name them without importing config.ts back.
  */
 export interface TableTemplate {
+  /** The table's name inside each shard schema, the key it had under `tables` in the config. */
   name: string;
   /** The CREATE TABLE first, then any index statements. */
   statements: string[];
@@ -14,7 +15,15 @@ export interface TableTemplate {
 export interface Migration {
   /** 1, 2, 3, … in order; a shard's schema version is the highest version applied to it (0 = just the tables). */
   version: number;
+  /**
+   * The migration's name from the config, recorded with its version in each shard; `migration <version>` if
+   * none.
+   */
   name: string;
+  /**
+   * The migration's SQL statements in order; they run in one transaction per shard unless `concurrent` is
+   * set.
+   */
   statements: string[];
   /**
    * Present when the migration builds or drops indexes CONCURRENTLY (then every one of its statements does, in the

@@ -28,16 +28,23 @@ export type ShardState = (typeof SHARD_STATES)[number];
 
 /** Where one logical shard lives: its server, its schema there, and its state. */
 export interface ShardPlacement {
+  /** The logical shard number, 0 to logicalShards − 1. */
   shard: number;
+  /** The config's name of the server whose database holds the shard now (the source while it is `moving`). */
   server: string;
+  /** The schema on that server holding the shard's tables, such as `shard_0042`. */
   schema: string;
+  /** `active`, or `moving` while an online move copies it (it still serves from `server` until cutover). */
   state: ShardState;
 }
 
 /** The catalog's shard map: its version (raised on every change) and every shard's placement. */
 export interface ShardMap {
+  /** The catalog's map version when read: 0 before init, then one higher after every change of the map. */
   version: bigint;
+  /** How many logical shards the cluster has (0 when the cluster row is missing). */
   logicalShards: number;
+  /** Every shard's placement, ordered by shard number. */
   shards: ShardPlacement[];
 }
 
@@ -112,10 +119,15 @@ export async function bumpMapVersion(client: Queryable): Promise<bigint> {
 
 /** The cluster row: what the cluster was created with. */
 export interface ClusterInfo {
+  /** The shard map's version when read, raised by one on every change of the map. */
   mapVersion: bigint;
+  /** How many logical shards the cluster was created with; fixed for its life. */
   logicalShards: number;
+  /** The ids' epoch the cluster was created with, in milliseconds since 1970. */
   epochMs: number;
+  /** The name of the id layout preset the cluster was created with, such as `instagram`. */
   layout: string;
+  /** The prefix of the shard schemas the cluster was created with, such as `shard_`. */
   schemaPrefix: string;
 }
 

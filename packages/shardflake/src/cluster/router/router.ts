@@ -112,8 +112,11 @@ export interface RouterOptions {
  * shard map as it changes (`createRouter` makes one). docs/cluster.md and docs/applications.md are the guides.
  */
 export interface Router {
+  /** The version of the shard map the router routes by now (0n until the first map is loaded). */
   readonly mapVersion: bigint;
+  /** How many logical shards the cluster has, as read from the catalog. */
   readonly logicalShards: number;
+  /** The cluster's id layout as the catalog records it, with its epoch applied: the one `shardOfId` reads. */
   readonly layout: Layout;
   /** True while the catalog does not answer and the router serves from its last map. */
   readonly catalogDown: boolean;
