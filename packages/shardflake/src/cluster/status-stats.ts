@@ -12,9 +12,11 @@ export interface ShardStats {
   rows: number;
   /** Tables, indexes and TOAST on disk. */
   bytes: number;
-  /** Rows inserted, updated and deleted since the server's statistics were last reset. */
+  /** Rows inserted since the server's statistics were last reset (n_tup_ins). */
   inserts: number;
+  /** Rows updated since the server's statistics were last reset (n_tup_upd). */
   updates: number;
+  /** Rows deleted since the server's statistics were last reset (n_tup_del). */
   deletes: number;
 }
 
@@ -22,11 +24,15 @@ export interface ShardStats {
 export interface NodeStatus {
   /** The node's URL, password redacted. */
   node: string;
+  /** What the node answered to pg_is_in_recovery(); null when it did not answer. */
   role: 'primary' | 'replica' | null;
+  /** False when the node refused the connection or the status query within the connect timeout. */
   reachable: boolean;
-  /** Client connections open to the node, and how many of them are running a statement now. */
+  /** Client connections open to the node; null when it did not answer. */
   connections: number | null;
+  /** Client connections running a statement now (not idle); null when the node did not answer. */
   activeConnections: number | null;
+  /** The node's max_connections setting; null when it did not answer. */
   maxConnections: number | null;
   /** When this database's statistics were last reset (null: never). */
   statsReset: string | null;

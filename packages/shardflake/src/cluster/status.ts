@@ -23,11 +23,17 @@ export const OVERFLOW_WARNING_YEARS = 5;
  * writes when its server answers.
  */
 export interface ShardStatus extends Partial<Record<keyof ShardStats, number | null>> {
+  /** The logical shard number, 0 to logicalShards − 1. */
   shard: number;
+  /** The server the catalog's map places the shard on (it may be one the config no longer lists). */
   server: string;
+  /** The shard's schema on that server, such as `shard_0042`. */
   schema: string;
+  /** `active`, or `moving` while an online move copies it. */
   state: ShardState;
+  /** The highest migration version applied to the shard (0: just the tables), as the catalog records it. */
   schemaVersion: number;
+  /** The error of the shard's last failed `cluster migrate` step; null once a migration succeeds there. */
   lastError: string | null;
 }
 
@@ -38,10 +44,13 @@ export interface ShardStatus extends Partial<Record<keyof ShardStats, number | n
 export interface ClusterStatus {
   /** Map version. */
   version: number;
+  /** How many logical shards the cluster was created with. */
   logicalShards: number;
   /** Shards in the map (fewer than logicalShards while init is unfinished). */
   mappedShards: number;
+  /** The name of the cluster's id layout preset, such as `instagram`. */
   layout: string;
+  /** The ids' epoch as an ISO 8601 date. */
   epoch: string;
   /** When ids stop fitting a signed 64-bit integer (null if the layout never uses the sign bit). */
   signedOverflowAt: string | null;
@@ -56,11 +65,27 @@ export interface ClusterStatus {
   migrationDifferences: string[];
   /** Schema version → number of shards at it. */
   schemaVersions: Record<string, number>;
-  /** `reachable`: the server's primary answers. `nodes`: each node's role, connections and replica lag. */
-  servers: { name: string; url: string; shards: number; reachable: boolean; nodes: NodeStatus[] }[];
+  /** Every server of the config, then any server the map names that the config lacks (url `(not in config)`). */
+  servers: {
+    /** The server's name in the config (or in the catalog's map). */
+    name: string;
+    /** The server's first node URL with its password redacted, or `(not in config)`. */
+    url: string;
+    /** How many logical shards the map places on this server. */
+    shards: number;
+    /** True when one of the server's nodes answered as its primary. */
+    reachable: boolean;
+    /** Each node's role, connections and replica lag, in config order. */
+    nodes: NodeStatus[];
+  }[];
+  /**
+   * Problems worth acting on, one sentence each (unmade shards, schema drift, unreachable servers, moves,
+   * …).
+   */
   warnings: string[];
   /** Unfinished (and abandoned) moves, leftover copies on any node (status-moves.ts). */
   moves: MoveStatus;
+  /** Every shard in the map, by shard number, with its statistics when its server answers. */
   shards: ShardStatus[];
   /**
    * Transactions across servers: servers that cannot take part (max_prepared_transactions = 0), and this
