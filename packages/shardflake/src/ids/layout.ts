@@ -14,7 +14,12 @@ export type FieldKind = (typeof FIELD_KINDS)[number];
 export interface FieldSpec {
   /** Name used in decoded output (`shard`, `worker`, `sequence`, …). Defaults to the kind. */
   name?: string;
+  /**
+   * What the field holds: exactly one `time` field (first), at most one `sequence`, and any shard/worker/…
+   * fields.
+   */
   kind: FieldKind;
+  /** The field's width in bits, a positive whole number; all fields together fit in 64. */
   bits: number;
 }
 
@@ -23,6 +28,7 @@ export interface FieldSpec {
  * `defineLayout` checks it.
  */
 export interface LayoutSpec {
+  /** The layout's name, shown in decoded ids and `cluster status` (`custom` when a spec leaves it out). */
   name: string;
   /** Milliseconds since the Unix epoch at which the time field is zero. */
   epoch: number;
@@ -34,8 +40,11 @@ export interface LayoutSpec {
 
 /** A field of a defined layout, with the shift and mask every encoder, decoder and SQL generator derives from it. */
 export interface LayoutField {
+  /** The field's name in decoded output: the spec's name, or its kind when the spec gave none. */
   readonly name: string;
+  /** What the field holds (`time`, `shard`, `worker`, `process`, `machine` or `sequence`). */
   readonly kind: FieldKind;
+  /** The field's width in bits. */
   readonly bits: number;
   /** Position of the field's lowest bit. */
   readonly shift: number;
@@ -48,11 +57,17 @@ export interface LayoutField {
  * when its time field runs out. The presets are in `layouts`.
  */
 export interface Layout {
+  /** The layout's name: a preset's (`instagram`, …), the spec's, or `custom`. */
   readonly name: string;
+  /** Milliseconds since 1970 at which the time field is zero (a cluster's config may move it). */
   readonly epoch: number;
+  /** Length of one time tick in milliseconds (1 for most layouts, 10 for Sonyflake). */
   readonly timeUnitMs: number;
+  /** The fields from the most significant bit down, the time field first. */
   readonly fields: readonly LayoutField[];
+  /** The sum of the fields' widths, at most 64 (63 leaves the sign bit of a bigint unused). */
   readonly totalBits: number;
+  /** The time field, always the first and most significant: ticks since `epoch`. */
   readonly time: LayoutField;
   /** The sequence field, if the layout has one (a generator needs it). */
   readonly sequence: LayoutField | undefined;
@@ -169,6 +184,9 @@ const defined = new WeakSet<Layout>();
  * - sonyflake: sony/sonyflake, epoch 2014-09-01T00:00:00Z, 10 ms ticks, sequence above machine id.
  */
 export const layouts = Object.freeze({
+  /**
+   * Instagram's: 41-bit ms time since 2011-08-24, 13-bit shard, 10-bit sequence; the default for clusters.
+   */
   instagram: defineLayout({
     name: 'instagram',
     epoch: 1314220021721,
@@ -179,6 +197,9 @@ export const layouts = Object.freeze({
       { kind: 'sequence', bits: 10 },
     ],
   }),
+  /**
+   * Twitter's Snowflake: 41-bit ms time since 2010-11-04, 10-bit worker, 12-bit sequence; sign bit unused.
+   */
   snowflake: defineLayout({
     name: 'snowflake',
     epoch: 1288834974657,
@@ -189,6 +210,7 @@ export const layouts = Object.freeze({
       { kind: 'sequence', bits: 12 },
     ],
   }),
+  /** Discord's: 42-bit ms time since 2015-01-01, 5-bit worker, 5-bit process, 12-bit `increment` sequence. */
   discord: defineLayout({
     name: 'discord',
     epoch: 1420070400000,
@@ -200,6 +222,7 @@ export const layouts = Object.freeze({
       { kind: 'sequence', name: 'increment', bits: 12 },
     ],
   }),
+  /** Sonyflake: 39-bit time in 10 ms ticks since 2014-09-01, 8-bit sequence, 16-bit machine id. */
   sonyflake: defineLayout({
     name: 'sonyflake',
     epoch: 1409529600000,
