@@ -10,7 +10,9 @@ export type LayoutInput = string | LayoutSpec | Layout;
 
 /** A 64-bit id taken apart by `decodeId`: the layout, the instant of its tick and every other field by name. */
 export interface DecodedId {
+  /** The id that was decoded, as a bigint (also when it was given as a decimal string). */
   id: bigint;
+  /** The name of the layout the id was decoded with, such as `instagram`. */
   layout: string;
   /** The instant of the id's tick (start of its time unit). */
   timestamp: Date;
@@ -22,8 +24,11 @@ export interface DecodedId {
 
 /** Parts of an id: a time (`timestamp` in ms or as a Date, or a raw `tick`) and the other fields by name. */
 export interface IdParts {
+  /** The id's instant, as a Date or ms since 1970, rounded down to its tick; ignored when `tick` is given. */
   timestamp?: Date | number;
+  /** The raw time field (ticks since the layout's epoch), which wins over `timestamp`. */
   tick?: bigint | number;
+  /** Non-time field values by name (`shard`, `sequence`, …); a field missing here and at top level is 0. */
   fields?: Record<string, number | bigint>;
   [field: string]: unknown;
 }
@@ -145,7 +150,12 @@ export function idRange(
   from: Date | number,
   to: Date | number,
   layoutInput: LayoutInput = 'instagram',
-): { min: bigint; max: bigint } {
+): {
+  /** The first id of `from`'s tick: its time field with every lower bit zero. */
+  min: bigint;
+  /** The last id of `to`'s tick: its time field with every lower bit one. */
+  max: bigint;
+} {
   const layout = resolveLayout(layoutInput);
   const fromTick = tickOf(layout, msOf(from, 'idRange: from'));
   const toTick = tickOf(layout, msOf(to, 'idRange: to'));

@@ -21,6 +21,7 @@ import { type Layout, type LayoutField, resolveLayout } from './layout.js';
  * Uniqueness across processes comes from the shard/worker fields (see worker-id leases in the cluster API).
  */
 export interface GeneratorOptions {
+  /** A preset name, a spec or a defined layout to make ids of (default `instagram`). */
   layout?: LayoutInput;
   /** Value of the layout's `shard` field. */
   shard?: number;
@@ -36,6 +37,7 @@ export interface GeneratorOptions {
 
 /** An app-side id generator for one layout and one shard or worker, as `createGenerator` returns it. */
 export interface Generator {
+  /** The checked layout this generator makes ids of. */
   readonly layout: Layout;
   /** The next id: strictly greater than every id this generator issued before, whatever the clock does. */
   next(): bigint;
@@ -46,10 +48,15 @@ export interface Generator {
  * update; it is exported so tests can drive it with chosen clock readings.
  */
 export class SequenceState {
+  /** The tick of the last id issued (ticks since the layout's epoch); -1 before the first. */
   lastTick = -1;
+  /** The sequence value used by the last id issued within `lastTick`. */
   sequence = 0;
 
-  constructor(readonly sequenceMax: number) {}
+  constructor(
+    /** The largest sequence value one tick can use (the layout's sequence field max); past it, ids wait a tick. */
+    readonly sequenceMax: number,
+  ) {}
 
   /**
    * Claims the next (tick, sequence) slot for a clock reading of `nowTick`. Returns false when the sequence of

@@ -32,7 +32,10 @@ export type ShardflakeId = bigint & {
 };
 
 /** A bigint that is not a ShardflakeId: how `ShardKey` keeps ids out (an id routes by its bits, not by modulo). */
-export type NotAnId = { readonly [shardflakeId]?: never };
+export type NotAnId = {
+  /** Never present: a value whose type has the ShardflakeId brand does not match. */
+  readonly [shardflakeId]?: never;
+};
 
 /** Largest value an id can have: ids are stored in PostgreSQL's signed `bigint`. */
 const MAX_ID = (1n << 63n) - 1n;

@@ -41,7 +41,9 @@ export function assertIdFormat(value: string): IdFormat {
 
 /** What `inspect` found in an id: its format, timestamp and fields, with a few lines that explain them. */
 export interface Inspection {
+  /** The id as given, with surrounding whitespace trimmed. */
   input: string;
+  /** The format the id was read as: detected from its shape, or the one the `format` option named. */
   format: IdFormat;
   /** For 64-bit ids: the text form the input was written in. */
   encoding?: IdEncoding;

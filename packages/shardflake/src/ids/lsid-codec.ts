@@ -16,9 +16,13 @@ import {
 
 /** An LSID's fields. `ticks` (< 8.64e11) and every other field fit a JS number exactly. */
 export interface LsidParts {
+  /** Days since 1970-01-01 UTC (25 bits). */
   day: number;
+  /** 100 ns ticks since that day's UTC midnight, below 864,000,000,000 (40 bits). */
   ticks: number;
+  /** The worker id, 0 to 1,048,575 (20 bits); by default derived from the machine's MAC. */
   worker: number;
+  /** 0 to 1023 (10 bits): random at each new tick by default, then counting up within the tick. */
   sequence: number;
 }
 

@@ -40,6 +40,7 @@ export interface LsidGeneratorOptions {
 
 /** A generator of LSIDs for one worker: each LSID greater than the one before, never waiting for the clock. */
 export interface LsidGenerator {
+  /** The worker id every LSID of this generator carries: the option's, or the one derived from the MAC. */
   readonly worker: number;
   /** The next LSID as text. */
   next(): string;
@@ -52,8 +53,11 @@ const SEQUENCE_MAX = LSID_FIELDS.sequence.max;
  * its only update; exported so tests can drive it with chosen clock readings.
  */
 export class LsidState {
+  /** The day (since 1970-01-01 UTC) of the last LSID issued; -1 before the first. */
   day = -1;
+  /** The 100 ns tick within `day` of the last LSID issued; -1 before the first. */
   ticks = -1;
+  /** The sequence value of the last LSID issued. */
   sequence = 0;
 
   /**

@@ -22,7 +22,9 @@ const MAC_TEXT = /^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$/i;
 
 /** The network interface `findMac` chose, and its MAC address as text. */
 export interface MacChoice {
+  /** The interface's name as os.networkInterfaces() gives it, such as `eth0`. */
   interface: string;
+  /** The interface's MAC address in lower case with colons, such as `02:42:ac:11:00:02`. */
   mac: string;
 }
 
