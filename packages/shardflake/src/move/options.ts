@@ -17,6 +17,10 @@ export interface MoveOptions {
   afterStep?: (step: MoveStep) => Promise<void> | void;
   /** Longest wait for the source's table locks at cutover (default 2000 ms); it is retried `cutoverAttempts` times. */
   lockTimeoutMs?: number;
+  /**
+   * How many times cutover tries to lock the source's tables before the move fails with MOVE_FAILED
+   * (default 3).
+   */
   cutoverAttempts?: number;
   /** Longest wait, with writes paused, for the target to catch up and match (default 10 000 ms). */
   cutoverTimeoutMs?: number;
@@ -61,10 +65,18 @@ export type MoveStep = MovePhase | 'cutover-locked';
 
 /** A move's progress, reported to `onProgress`: its phase and, while copying, the rows copied of the total. */
 export interface MoveProgress {
+  /** The logical shard the report is about (while a set copies, the set's first shard). */
   shard: number;
+  /** The id of the shard's move record in the catalog; a resumed run reports the same id. */
   moveId: bigint;
+  /** The phase just recorded, or `copying` while the initial copy runs. */
   phase: MovePhase | 'copying';
+  /**
+   * While `copying`, rows copied so far (of the whole set when shards move together); otherwise the shard's
+   * rows.
+   */
   copiedRows: bigint;
+  /** While `copying`, rows to copy (the whole set's); otherwise the same as `copiedRows`. */
   totalRows: bigint;
 }
 
@@ -73,29 +85,39 @@ export interface MoveProgress {
  * map version.
  */
 export interface MoveResult {
+  /** The id of the shard's move record in the catalog. */
   moveId: bigint;
+  /** The logical shard that moved. */
   shard: number;
+  /** The shard's schema, the same name on the old server and the new. */
   schema: string;
+  /** The server the shard moved away from (its copy there is fenced, then dropped). */
   from: string;
+  /** The server the shard lives on now. */
   to: string;
   /** The phase a previous, interrupted run had reached (null for a fresh move). */
   resumedFrom: MovePhase | null;
   /** Rows in the shard when the copies were compared. */
   rows: bigint;
+  /** How many tables of the shard were copied and compared. */
   tables: number;
   /** Time of the initial copy, subscription start to every table ready (null when a previous run did it). */
   copyMs: number | null;
   /** Time to build the deferred indexes and catch up after the copy. */
   indexAndCatchUpMs: number | null;
+  /** Rows per second of the initial copy (of the whole set); null when a previous run did the copy. */
   rowsPerSecond: number | null;
   /** Writes were paused (source locked) until the catalog switched, in ms. */
   pauseMs: number | null;
   /** Where the pause went, in ms: waiting for the locks, target catch-up, verification, generator + fence, catalog. */
   pauseSteps: Record<string, number>;
+  /** How the two copies were compared: the `verify` option, default `in-pause`. */
   verify: VerifyMode;
-  /** With `verify: 'snapshots'`: the short pause that pinned both snapshots, and the comparison after it (ms). */
+  /** With `verify: 'snapshots'`, the short pause that pinned both snapshots in ms; null otherwise. */
   snapshotPauseMs: number | null;
+  /** With `verify: 'snapshots'`, the checksum comparison on the pinned snapshots in ms; null otherwise. */
   snapshotCompareMs: number | null;
+  /** The catalog's map version after the switch that placed the shard on `to`. */
   mapVersion: bigint;
   /** The set this shard moved with (one replication stream for all), or null for a move of its own. */
   batchId?: bigint | null;
@@ -134,10 +156,15 @@ export interface SetMoveOptions extends MoveOptions {
 
 /** A set's progress, reported to `onSetProgress`: copying or switching, and how many shards are done. */
 export interface SetProgress {
+  /** The server the set's shards move away from. */
   from: string;
+  /** The server the set's shards move to. */
   to: string;
+  /** `copying` during the set's initial copy, `switching` after each cutover group. */
   phase: 'copying' | 'switching';
+  /** Rows copied so far while `copying`; shards switched so far while `switching`. */
   done: number;
+  /** Rows to copy while `copying`; shards in the set while `switching`. */
   total: number;
 }
 

@@ -16,9 +16,19 @@ import { mapOf, section } from '../config-fields.js';
  * stop at 63 bytes).
  */
 export interface LookupDefinition {
+  /**
+   * The lookup's key in the config, used by `router.lookup(name, …)` and in its tables' names (≤ 40
+   * characters).
+   */
   name: string;
+  /** The config's sharded table whose rows the lookup finds. */
   table: string;
+  /** The column of `table` the lookup finds rows by (never `id`, which routes by itself). */
   column: string;
+  /**
+   * True when the column's values must be unique across the whole cluster (UNIQUE_VIOLATION); default
+   * false.
+   */
   unique: boolean;
 }
 

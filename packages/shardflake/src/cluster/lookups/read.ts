@@ -20,7 +20,9 @@ import { entryTable } from './ddl.js';
  * ALL over that server's entry shards) and one per server for the owners.
  */
 export interface LookupHit {
+  /** The id of a row that holds the value now (checked in its owner shard, not only in the lookup entry). */
   id: ShardflakeId;
+  /** The logical shard the row lives in, from the id's shard bits. */
   shard: number;
 }
 
@@ -32,6 +34,7 @@ export interface LookupOptions {
 
 /** A hit with its row (`lookup(name, value, { fetch: true })`). */
 export interface LookupHitWithRow extends LookupHit {
+  /** The whole owner row (`SELECT *`), read by the same statement that checked it still holds the value. */
   row: Record<string, unknown>;
 }
 

@@ -32,6 +32,7 @@ import { type Cell, equalityKey, needsCollation } from './values.js';
  * stream only before its first row leaves (see openStreams).
  */
 export interface SqlColumn {
+  /** The column's name in the answer, as PostgreSQL names it (its alias, or `count` for `count(*)`). */
   name: string;
   /** PostgreSQL type OID. */
   type: number;
@@ -39,7 +40,9 @@ export interface SqlColumn {
 
 /** The answer of `router.sql`: the rows and the columns' names and types, as one table would give them. */
 export interface SqlResult {
+  /** The answer's rows, each an object keyed by column name with values parsed as pg parses them. */
   rows: Row[];
+  /** The answer's columns in SELECT order (the order of each row's keys). */
   columns: SqlColumn[];
 }
 
