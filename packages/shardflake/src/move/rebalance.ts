@@ -18,15 +18,21 @@ import type { MoveResult, SetMoveOptions } from './options.js';
  * server, so a rerun after an interruption plans the same remaining moves.
  */
 export interface PlannedMove {
+  /** The logical shard to move. */
   shard: number;
+  /** The server that holds the shard now. */
   from: string;
+  /** The server the plan sends the shard to. */
   to: string;
 }
 
 /** A rebalance plan: shards per server before and after, and the moves that get there. */
 export interface RebalancePlan {
+  /** Shards each server of the config holds now, by server name. */
   before: Record<string, number>;
+  /** Shards each server holds once the plan's moves are done (0 for a decommissioned one). */
   after: Record<string, number>;
+  /** The moves, by shard number; empty when the servers are already balanced. */
   moves: PlannedMove[];
 }
 
@@ -132,7 +138,12 @@ export function planRebalanceByWeight(
   shards: readonly (Pick<ShardPlacement, 'shard' | 'server'> & { weight: number })[],
   servers: readonly string[],
   options: PlanOptions = {},
-): RebalancePlan & { weightBefore: Record<string, number>; weightAfter: Record<string, number> } {
+): RebalancePlan & {
+  /** Each server's summed shard weight before the moves, decommissioned servers included. */
+  weightBefore: Record<string, number>;
+  /** Each server's summed shard weight once the plan's moves are done. */
+  weightAfter: Record<string, number>;
+} {
   const remaining = remainingServers(servers, options.decommission);
   const home = new Map<number, string>();
   const load = new Map<string, number>(servers.map((s) => [s, 0]));
@@ -190,7 +201,12 @@ export function planRebalanceByRows(
   shards: readonly (Pick<ShardPlacement, 'shard' | 'server'> & { rows: number })[],
   servers: readonly string[],
   options: PlanOptions = {},
-): RebalancePlan & { rowsBefore: Record<string, number>; rowsAfter: Record<string, number> } {
+): RebalancePlan & {
+  /** Each server's rows (the counts given) before the moves. */
+  rowsBefore: Record<string, number>;
+  /** Each server's rows once the plan's moves are done. */
+  rowsAfter: Record<string, number>;
+} {
   const plan = planRebalanceByWeight(
     shards.map((p) => ({ ...p, weight: p.rows })),
     servers,
@@ -329,6 +345,7 @@ export interface RebalanceOptions {
   weightSql?: string;
   /** Servers to empty (every shard moves off them). */
   decommission?: readonly string[];
+  /** Only plan and estimate: no shard moves and `results` is empty (default false). */
   dryRun?: boolean;
   /** Called as shards switch: how many of the plan's moves are done. */
   onProgress?: (done: number, total: number) => void;
@@ -341,28 +358,37 @@ export interface RebalanceOptions {
  * before and after, the estimate and the moves' results.
  */
 export interface RebalanceResult extends RebalancePlan {
+  /** What was balanced: the `by` option, `weight` when `weightSql` was given, else `shards`. */
   by: BalanceBy;
-  /** With `by: 'rows'`: estimated rows per server before and after. */
+  /** With `by: 'rows'`: estimated rows per server before the moves. */
   rowsBefore?: Record<string, number>;
+  /** With `by: 'rows'`: estimated rows per server once the moves are done. */
   rowsAfter?: Record<string, number>;
-  /** With `by` other than shards: the balanced quantity per server before and after. */
+  /** With `by` other than shards: the balanced quantity per server before the moves. */
   weightBefore?: Record<string, number>;
+  /** With `by` other than shards: the balanced quantity per server once the moves are done. */
   weightAfter?: Record<string, number>;
+  /** The servers emptied, as asked (duplicates removed); empty when none. */
   decommission: string[];
   /** Rows the plan copies (live-row estimates). */
   rowsToCopy: number;
   /** Estimated time of the plan, from the durations of earlier moves in this cluster (null: none measured yet). */
   estimate: MoveEstimate | null;
+  /** True when the rebalance only planned (the `dryRun` option): nothing moved. */
   dryRun: boolean;
+  /** One result per planned move, in the plan's order; empty for a dry run or an empty plan. */
   results: MoveResult[];
 }
 
 /** How long a plan should take, fitted (least squares) on the moves this cluster recorded earlier. */
 export interface MoveEstimate {
+  /** The plan's estimated duration in seconds (shards × secondsPerShard + rows ÷ rowsPerSecond). */
   seconds: number;
-  /** The measured rates it came from: seconds per shard and rows per second, fitted over earlier sets. */
+  /** The fitted fixed cost of moving one shard, in seconds, whatever its rows. */
   secondsPerShard: number;
+  /** The fitted copy rate in rows per second; 0 when the history shows no cost per row. */
   rowsPerSecond: number;
+  /** How many finished sets and single moves in the catalog the fit used. */
   fromSets: number;
 }
 
