@@ -25,13 +25,47 @@ import { dropSchema } from './tables.js';
  *    table-sync slots) of moves that have ended.
  */
 export interface CleanupResult {
-  settled: { moveId: bigint; shard: number; outcome: 'finished' | 'rolled_back' }[];
-  droppedCopies: { shard: number; server: string; schema: string; fenced: boolean }[];
+  /** Unfinished moves no live process held, settled now (none with `dryRun`). */
+  settled: {
+    /** The id of the move's record in the catalog. */
+    moveId: bigint;
+    /** The logical shard the move was for. */
+    shard: number;
+    /** `finished` when the move had switched the catalog, `rolled_back` when the shard stayed where it was. */
+    outcome: 'finished' | 'rolled_back';
+  }[];
+  /** Shard copies on servers the catalog does not place them on, dropped (with `dryRun`: to be dropped). */
+  droppedCopies: {
+    /** The logical shard the copy was of. */
+    shard: number;
+    /** The server the leftover copy was on (not the shard's home). */
+    server: string;
+    /** The copy's schema on that server. */
+    schema: string;
+    /** True when the copy was already fenced before cleanup found it. */
+    fenced: boolean;
+  }[];
   /** Leftover copies found writable and fenced on the spot. */
-  fencedOnDiscovery: { shard: number; server: string; schema: string }[];
+  fencedOnDiscovery: {
+    /** The logical shard the copy is of. */
+    shard: number;
+    /** The server the writable leftover copy is on. */
+    server: string;
+    /** The copy's schema on that server. */
+    schema: string;
+  }[];
   /** Old copies that took writes after their fence (or hold an older state): kept, with what to reconcile. */
   conflicts: LeftoverConflict[];
-  droppedReplication: { server: string; kind: 'subscription' | 'publication' | 'slot'; name: string }[];
+  /** Replication objects `sf_move_<id>` of ended moves, dropped (with `dryRun`: those that would be, but slots). */
+  droppedReplication: {
+    /** The server the object was on. */
+    server: string;
+    /** What kind of replication object it was. */
+    kind: 'subscription' | 'publication' | 'slot';
+    /** The object's name, `sf_move_<id>` or a table-sync slot of that subscription. */
+    name: string;
+  }[];
+  /** What cleanup left alone and why, one sentence each (a running move, a server that did not answer, …). */
   skipped: string[];
 }
 

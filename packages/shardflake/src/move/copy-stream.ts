@@ -68,7 +68,9 @@ export class BinaryCopyRows {
 
 /** A copy throttle: at most so many rows or bytes per second (whichever is given), over all tables of a move. */
 export interface Throttle {
+  /** Most rows copied per second, above 0; with `bytesPerSecond` too, whichever is stricter holds. */
   rowsPerSecond?: number;
+  /** Most bytes of COPY data per second (1 MB = 1,000,000 bytes), above 0. */
   bytesPerSecond?: number;
 }
 
