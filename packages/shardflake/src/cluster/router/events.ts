@@ -38,18 +38,26 @@ export type RetryReason = (typeof RETRY_REASONS)[number];
  * waited for a connection and took in all, its retries, and its error if it failed.
  */
 export interface OperationEvent {
+  /** Always `operation`: tells this event apart in a `RouterEvent`. */
   type: 'operation';
+  /** The router method that ran, such as `get`, `insert` or `sql`. */
   operation: Operation;
   /** The shard the operation ran in; for a multi-shard operation, the shards it touched. */
   shards: number[];
   /** The configured server name(s) it ran on. */
   servers: string[];
   /** The node(s) it ran on (URLs with the password redacted) and their role when it ran. */
-  nodes: { node: string; role: NodeRole }[];
+  nodes: {
+    /** The node's URL with its password redacted. */
+    node: string;
+    /** Whether the node was the server's primary or a replica when the operation used it. */
+    role: NodeRole;
+  }[];
   /** Time spent waiting for connections, summed over attempts. */
   waitMs: number;
   /** From the call to its end, retries included. */
   totalMs: number;
+  /** How many times the operation ran again (0 when the first attempt settled it); see `retryReasons`. */
   retries: number;
   /** Why each retry happened, in order. */
   retryReasons: RetryReason[];
@@ -59,11 +67,18 @@ export interface OperationEvent {
 
 /** Reported before the router runs an operation again on a shard, with the reason and the attempt number. */
 export interface RetryEvent {
+  /** Always `retry`. */
   type: 'retry';
+  /** The router method being retried. */
   operation: Operation;
+  /** The logical shard whose attempt is retried. */
   shard: number;
   /** 1 for the first retry. */
   attempt: number;
+  /**
+   * Why: the copy was `fenced`, the shard was `moving`, its primary failed over (`failover`), or its schema was
+   * not where the map said (`unknown-table`).
+   */
   reason: RetryReason;
   /** What ended the wait: a newer map, or the backoff timeout. */
   woke: 'map' | 'timeout';
@@ -71,7 +86,9 @@ export interface RetryEvent {
 
 /** Reported when the router takes a newer shard map from the catalog. */
 export interface MapEvent {
+  /** Always `map`. */
   type: 'map';
+  /** The map version the router routes by from now on. */
   version: bigint;
   /** The version the router had before (0n at start). */
   previous: bigint;
@@ -83,6 +100,7 @@ export interface CatalogEvent {
   type: 'catalog-down' | 'catalog-up';
   /** The catalog server's name in the config. */
   server: string;
+  /** With `catalog-down`: the error that showed the catalog was gone; absent with `catalog-up`. */
   error?: ShardflakeError;
 }
 
@@ -103,15 +121,21 @@ export type TransactionPhase = (typeof TRANSACTION_PHASES)[number];
 
 /** Reported as each step of a transaction across servers starts, finishes or fails (prepare, commit, recovery). */
 export interface TransactionEvent {
+  /** Always `transaction`. */
   type: 'transaction';
+  /** The protocol step: `prepare`, `decide`, `commit-prepared`, `rollback-prepared` or a recovery step. */
   phase: TransactionPhase;
+  /** `start` just before the statement is sent, then `done` or `failed`. */
   step: 'start' | 'done' | 'failed';
+  /** The cross-server transaction's id, shared by every step of it (and the `txid` part of its gids). */
   txid: string;
   /** The configured server the step ran on. */
   server: string;
+  /** The prepared part's global transaction id, for the steps that act on one (not `decide`). */
   gid?: string;
   /** For `done` and `failed`: how long the step took. */
   ms?: number;
+  /** With `failed`: what the step raised, when it raised something. */
   error?: ShardflakeError;
 }
 

@@ -13,9 +13,16 @@ import { randomBytes } from 'node:crypto';
  * PostgreSQL's 200 bytes.
  */
 export interface Gid {
+  /**
+   * The identity of the cluster the transaction belongs to, as its catalog records it; recovery takes only
+   * its own.
+   */
   cluster: string;
+  /** The cross-server transaction's id: its start time in base 36, then 48 random bits in hex. */
   txid: string;
+  /** The configured server that holds the transaction's decision row (its last agent). */
   decisionServer: string;
+  /** The configured server this prepared part belongs to. */
   participant: string;
 }
 

@@ -53,9 +53,11 @@ export const RECOVERY_DEFAULTS = {
 };
 
 export interface PreparedGid extends Gid {
+  /** The full global transaction id as pg_prepared_xacts shows it. */
   gid: string;
   /** The server that holds it prepared. */
   server: string;
+  /** How long it has been prepared, in ms (now() − pg_prepared_xacts.prepared on its server). */
   ageMs: number;
 }
 
@@ -64,8 +66,11 @@ export interface PreparedGid extends Gid {
  * belonged to.
  */
 export interface SettledGid {
+  /** The global transaction id recovery settled, `sf:<cluster>:<txid>:<decision server>:<participant>`. */
   gid: string;
+  /** The configured server it was prepared on. */
   server: string;
+  /** The cross-server transaction it was part of (the `txid` part of the gid). */
   txid: string;
 }
 
@@ -80,12 +85,22 @@ export interface InDoubtGid extends PreparedGid {
  * or left waiting, and the servers that did not answer.
  */
 export interface RecoveryReport {
+  /** Prepared transactions whose decision was commit, committed by this pass. */
   committed: SettledGid[];
+  /**
+   * Prepared transactions with no commit decision (coordinator gone, or an abort), rolled back by this
+   * pass.
+   */
   rolledBack: SettledGid[];
   /** Left prepared for now: younger than the grace, its decision still being written, or its decision server down. */
   waiting: InDoubtGid[];
   /** Servers that did not answer (their prepared transactions wait for the next pass). */
-  unreachable: { server: string; error: ShardflakeError }[];
+  unreachable: {
+    /** The configured server that did not answer. */
+    server: string;
+    /** What connecting or listing its prepared transactions raised (SERVER_UNREACHABLE when it did not answer). */
+    error: ShardflakeError;
+  }[];
   /** Decision rows deleted. */
   cleaned: number;
 }
