@@ -50,10 +50,15 @@ export interface LeaseOptions {
  * until released or lost.
  */
 export interface Lease {
+  /** The namespace the worker id is unique in: the option's, or the layout's name. */
   readonly namespace: string;
+  /** The layout whose field bounds the worker id (default snowflake); `leasedGenerator` makes its ids. */
   readonly layout: Layout;
+  /** The name of the layout field the worker id fills (default: its first worker or machine field). */
   readonly field: string;
+  /** The leased value: the lowest id of the field that was free or expired when acquired. */
   readonly workerId: number;
+  /** The grant's fencing token: a later holder of the same worker id always has a larger one. */
   readonly token: bigint;
   /** True while the holder may issue ids. */
   isValid(): boolean;
@@ -183,6 +188,7 @@ export function leasedGenerator(
 ): {
   /** The next id, after checking that the lease is still valid (`LEASE_LOST` once it is not). */
   next(): bigint;
+  /** The layout the ids are made in: the lease's, unless the options name another. */
   layout: Layout;
 } {
   const generator = createGenerator({ layout: lease.layout, ...options, [lease.field]: lease.workerId });

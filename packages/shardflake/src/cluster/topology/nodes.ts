@@ -25,9 +25,11 @@ export interface AcquireOptions {
 
 /** A connection to one node of a server, borrowed from its pool, with the role the node had when it was found. */
 export interface NodeLease {
+  /** The borrowed pg connection; use it only until `release`. */
   readonly client: pg.PoolClient;
   /** The node's URL, password redacted. */
   readonly node: string;
+  /** Whether the node was the primary or a replica when the lease was made. */
   readonly role: NodeRole;
   /** Milliseconds spent waiting for the connection (pool queue and connect). */
   readonly waitMs: number;
@@ -43,7 +45,9 @@ export interface ServerNodesOptions {
   maxUses?: number;
   /** Close a pooled connection this many seconds after it opened (0 = never). */
   maxLifetimeSeconds?: number;
+  /** How long a new connection to a node may take before SERVER_UNREACHABLE, in ms (default 5000). */
   connectTimeoutMs?: number;
+  /** The `application_name` the pools' connections show in pg_stat_activity (default `shardflake router`). */
   applicationName?: string;
   // The rest applies to servers with replicas (src/cluster/topology/replicated-server.ts).
   /** A replica further behind than this is not used for reads until it catches up (default 10 000 ms). */
@@ -65,6 +69,7 @@ export interface ServerNodesOptions {
  * at run time, lends connections for writes and reads, and follows a promotion. The router uses one per server.
  */
 export interface ServerNodes {
+  /** The server's name in the config. */
   readonly name: string;
   /** True when the server has replicas: only then does the router record write positions. */
   readonly hasReplicas: boolean;
@@ -92,9 +97,12 @@ export interface ServerNodes {
 export interface FailoverEvent {
   /** A node was marked suspect (`node-suspect`) and the roles found again (`roles-found`). */
   type: 'node-suspect' | 'roles-found';
+  /** The configured server whose node it is. */
   server: string;
+  /** The node concerned (URL, password redacted): the suspect one, or for `roles-found` the primary. */
   node: string;
   /** For `roles-found`: the primary now. */
   primary?: string;
+  /** For `node-suspect`: the error that made the node suspect. */
   error?: ShardflakeError;
 }
