@@ -145,13 +145,21 @@ export const DEFAULT_GENERATOR_LANGUAGE: GeneratorLanguage = 'plpgsql';
 
 /** Everything the SQL needs, derived from the layout (no shift is written anywhere else). */
 export interface GeneratorSqlPlan {
+  /** The shard's schema, validated as a plain identifier; `next_id()` is installed there. */
   readonly schema: string;
+  /** The logical shard number written into every id's shard field. */
   readonly shard: number;
+  /** The layout with the chosen epoch applied: exactly the fields time, shard, sequence. */
   readonly layout: Layout;
+  /** True when the clock is read through a replaceable function (the `testClock` option; tests only). */
   readonly testClock: boolean;
+  /** How `next_id()` is written: `plpgsql` (default) or `sql`. */
   readonly language: GeneratorLanguage;
+  /** The layout's time field (the most significant). */
   readonly time: LayoutField;
+  /** The layout's shard field, between time and sequence. */
   readonly shardField: LayoutField;
+  /** The layout's sequence field (the least significant), fed by the schema's counter. */
   readonly sequence: LayoutField;
   /** Constant bits of every id of this shard (the shard field in place). */
   readonly fixedBits: bigint;

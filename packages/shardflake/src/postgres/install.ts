@@ -48,10 +48,18 @@ function wrapGeneratorError(error: unknown): ShardflakeError {
 
 /** What a schema's installed generator says about itself (the comment on `next_id()`), or null. */
 export interface InstalledGenerator {
+  /**
+   * The version of shardflake's generator SQL installed (GENERATOR_VERSION); an older one is upgraded in
+   * place.
+   */
   version: number;
+  /** The logical shard number the installed `next_id()` writes into its ids. */
   shard: number;
+  /** The name of the layout the installed generator makes ids of, such as `instagram`. */
   layout: string;
+  /** The installed generator's epoch, in milliseconds since 1970. */
   epoch: number;
+  /** Length of one tick of the installed generator's time field, in milliseconds. */
   timeUnitMs: number;
   /** `name:kind:bits` of every field, most significant first. */
   fields: string;
