@@ -45,6 +45,7 @@ export interface InitOptions {
 
 /** What `initCluster` did: the shards it created, found or recovered, per server, and how long it took. */
 export interface InitResult {
+  /** How many logical shards the cluster has (the config's `logicalShards`). */
   logicalShards: number;
   /** Shards created by this run. */
   created: number;
@@ -52,8 +53,11 @@ export interface InitResult {
   alreadyRecorded: number;
   /** Shards a killed run had created but not recorded, found on their servers and recorded now. */
   recovered: number;
+  /** Shards the map places on each server after this run, every configured server listed (0 if none). */
   perServer: Record<string, number>;
+  /** The map version after this run: raised once when it created or recovered shards, else unchanged. */
   mapVersion: bigint;
+  /** How long the run took, in milliseconds. */
   durationMs: number;
 }
 

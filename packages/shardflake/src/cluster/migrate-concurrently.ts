@@ -29,10 +29,15 @@ import type { ConcurrentIndexStatement } from './statement-rules.js';
  * the server within a second (otherwise it would run on unseen); the index it leaves invalid is rebuilt next run.
  */
 export interface IndexBuildEvent {
+  /** The logical shard whose index is built or dropped. */
   shard: number;
+  /** The server the shard lives on. */
   server: string;
+  /** The shard's schema on that server. */
   schema: string;
+  /** The index's name, as the CREATE or DROP INDEX CONCURRENTLY statement names it. */
   index: string;
+  /** Whether the statement creates (`create`) or drops (`drop`) the index. */
   action: ConcurrentIndexStatement['action'];
   /** `started` before the statement is sent; `finished` or `failed` after; `skipped` when already in place. */
   phase: 'started' | 'finished' | 'failed' | 'skipped';

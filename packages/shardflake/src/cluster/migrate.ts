@@ -46,6 +46,10 @@ export interface MigrateOptions {
   connectionsPerServer?: number;
   /** Called with the shards done so far and the total, at the start and after each shard. */
   onProgress?: (done: number, total: number) => void;
+  /**
+   * Stops the run before the next shard (and the lookups' backfill); shards done stay done, a rerun goes
+   * on.
+   */
   signal?: AbortSignal;
   /** How long a shard's step waits for its lock held by another migrate (default 10 000 ms). */
   shardLockWaitMs?: number;
@@ -61,12 +65,19 @@ export interface MigrateOptions {
 
 /** A shard whose migration failed: it stays at its previous version, with the error kept for `cluster status`. */
 export interface ShardFailure {
+  /** The logical shard that failed. */
   shard: number;
+  /** The server the shard lives on. */
   server: string;
+  /** The shard's schema on that server. */
   schema: string;
   /** The version the shard stays at. */
   version: number;
+  /**
+   * Why it failed: PostgreSQL's message (secrets redacted), or why the shard was refused (moving, locked).
+   */
   error: string;
+  /** PostgreSQL's SQLSTATE when the server raised the error; absent when shardflake refused the shard. */
   sqlState?: string;
 }
 
@@ -86,13 +97,22 @@ export interface MigrateResult {
   migrated: number;
   /** Shards that were already at the target. */
   alreadyCurrent: number;
+  /** Shards whose migration failed this run, each left at its previous version; empty on success. */
   failed: ShardFailure[];
   /** Indexes that an earlier build had left invalid, dropped and built again by this run. */
-  rebuiltIndexes: { shard: number; server: string; index: string }[];
+  rebuiltIndexes: {
+    /** The logical shard the index belongs to. */
+    shard: number;
+    /** The server the shard lives on. */
+    server: string;
+    /** The index's name inside the shard's schema. */
+    index: string;
+  }[];
   /** What happened to the reference tables (reference/install.ts). */
   reference: ReferenceInstallResult;
   /** The config's lookups: built by this run, or found built (empty when a shard failed to migrate). */
   lookups: LookupBuildReport[];
+  /** How long the run took, in milliseconds. */
   durationMs: number;
 }
 
