@@ -21,9 +21,14 @@ import { hasReference, type ReferenceState, readReferenceState } from './state.j
  * count and the last's (writers wait for the few milliseconds the check takes; readers do not).
  */
 export interface ReferenceProblem {
+  /**
+   * The configured server whose copy has the problem (for a difference, the one that differs from the
+   * first).
+   */
   server: string;
   /** The reference table concerned, when there is one. */
   table?: string;
+  /** One sentence saying what is wrong and, where there is one, the command that fixes it. */
   message: string;
 }
 

@@ -30,9 +30,15 @@ export type InsertManyOptions<R extends Row = Row> =
   | {
       /** Routes each row by the shard key this function returns for it. */
       key: (row: R, index: number) => ShardKey;
+      /** Not with `key`: the two ways of routing exclude each other. */
       shard?: undefined;
     }
-  | { shard: number; key?: undefined };
+  | {
+      /** Puts every row in this one logical shard (0 to logicalShards − 1). */
+      shard: number;
+      /** Not with `shard`: the two ways of routing exclude each other. */
+      key?: undefined;
+    };
 
 /** Rows per INSERT statement at most (also bounded by 65,535 bind parameters). */
 const MAX_ROWS_PER_STATEMENT = 1000;

@@ -51,9 +51,11 @@ export interface RetryPolicy {
 
 /** A retry of a write on a fenced or moving shard, as `RouterOptions.onRetry` is told of it (retry.ts says when). */
 export interface WriteRetry {
+  /** The logical shard the write is for. */
   shard: number;
   /** 1 for the first retry. */
   attempt: number;
+  /** `fenced`: the write reached a copy that was moved away; `moving`: it met the cutover's locks. */
   reason: 'fenced' | 'moving';
   /** What ended the wait: a newer map (from NOTIFY or another refresh), or the backoff timeout. */
   woke: 'map' | 'timeout';

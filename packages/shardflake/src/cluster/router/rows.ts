@@ -21,6 +21,7 @@ export type Row = Record<string, unknown>;
 export interface InsertOptions {
   /** Shard key (a user id, a string…); or give `shard` directly. */
   key?: ShardKey;
+  /** The logical shard to insert into (0 to logicalShards − 1), used instead of `key` when given. */
   shard?: number;
 }
 

@@ -31,11 +31,13 @@ export type FeedKeys =
   | {
       /** Ids whose rows to read; each goes to the shard in its id bits. */
       keys: readonly ShardflakeId[];
+      /** Says the keys are ids of this cluster, routed by their shard bits; required with ids. */
       keysAreIds: true;
     }
   | {
       /** Shard keys whose rows to read; each goes to its shard. */
       keys?: readonly ShardKey[];
+      /** Left out (or false) for shard keys, routed by modulo/hash as `insert` routes them. */
       keysAreIds?: false;
     };
 
@@ -55,6 +57,7 @@ export interface FeedCommon {
 
 /** A page of rows read across shards, newest first, and where the next page starts. */
 export interface FeedPage<R extends object = Row> {
+  /** The page's rows, newest first (largest id first), at most `limit` of them. */
   rows: R[];
   /** The `before` of the next page, or null when this page was the last. */
   next: ShardflakeId | null;
@@ -68,6 +71,7 @@ export interface FeedPage<R extends object = Row> {
 export interface ShardQuery {
   /** Builds one shard's statement; `table(name)` is that shard's table as a quoted, schema-qualified name. */
   sql: (table: (name: string) => string) => string;
+  /** Parameters `$1…` of the statement, the same for every shard (default none). */
   values?: readonly unknown[];
   /** Shards to read (default: all). */
   shards?: readonly number[];

@@ -24,7 +24,19 @@ import { traced } from './trace.js';
  * the transaction is rolled back and fn runs again from the start on the shard's new home. Once COMMIT is sent
  * there is no retry: a connection lost during COMMIT is COMMIT_UNKNOWN.
  */
-export type ShardTarget = { key: ShardKey } | { id: ShardflakeId } | { shard: number };
+export type ShardTarget =
+  | {
+      /** A shard key (a user id, a string…): the session runs in the shard `router.shardFor(key)` names. */
+      key: ShardKey;
+    }
+  | {
+      /** An id of this cluster: the session runs in the shard its shard bits name. */
+      id: ShardflakeId;
+    }
+  | {
+      /** A logical shard number, 0 to logicalShards − 1. */
+      shard: number;
+    };
 
 /** Options of `router.withShard`: a read-only session on a replica that has seen the writes it must see. */
 export interface SessionOptions {
