@@ -22,8 +22,11 @@ import { binariesFor, reachableDataDir } from './root-placement.js';
  * `mktemp -d`, /root) holds binaries, and a private TMPDIR a folder, the `postgres` user cannot enter.
  */
 export interface EmbeddedReplica {
+  /** The free loopback port the replica listens on. */
   readonly port: number;
+  /** The replica's URL: the primary's user, password and database, on the replica's port. */
   readonly url: string;
+  /** The replica's data directory, in a fresh temp folder that `stop()` removes. */
   readonly dataDir: string;
   /** The `postgres` binary the replica runs (as root, the placed copy when the packaged one is out of reach). */
   readonly binary: string;

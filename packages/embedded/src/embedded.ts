@@ -25,10 +25,13 @@ import {
  * caller's job (`stop()`, stopEmbeddedServers), or the CLI's (stopEmbeddedServersOnSignals).
  */
 export interface EmbeddedServer {
+  /** The name the server was started with; its data directory is `<dir>/<name>`. */
   readonly name: string;
+  /** The loopback (127.0.0.1) port it listens on: the `port` option, or a free one. */
   readonly port: number;
   /** `postgres://postgres:…@127.0.0.1:PORT/postgres` */
   readonly url: string;
+  /** The server's data directory, `<dir>/<name>`; removed on stop unless it is persistent. */
   readonly dataDir: string;
   /**
    * Stops the server (fast shutdown) and, when its folder was a fresh temp folder, removes it; every caller waits

@@ -6,7 +6,9 @@ import { join } from 'node:path';
  * connections and removes it on a clean shutdown: line 1 is the server's pid, line 4 its port.
  */
 export interface Postmaster {
+  /** The server's process id (line 1 of the file). */
   pid: number;
+  /** The port it listens on (line 4), or null when that line is missing or not a port. */
   port: number | null;
 }
 
