@@ -26,7 +26,7 @@ export interface NodeStatus {
   node: string;
   /** What the node answered to pg_is_in_recovery(); null when it did not answer. */
   role: 'primary' | 'replica' | null;
-  /** False when the node refused the connection or the status query within the connect timeout. */
+  /** False when connecting (3 s timeout) or the status query failed; the counts are then null. */
   reachable: boolean;
   /** Client connections open to the node; null when it did not answer. */
   connections: number | null;

@@ -65,7 +65,9 @@ export interface ClusterStatus {
   migrationDifferences: string[];
   /** Schema version → number of shards at it. */
   schemaVersions: Record<string, number>;
-  /** Every server of the config, then any server the map names that the config lacks (url `(not in config)`). */
+  /**
+   * Every server of the config, then any server the map names that the config lacks (url `(not in config)`).
+   */
   servers: {
     /** The server's name in the config (or in the catalog's map). */
     name: string;

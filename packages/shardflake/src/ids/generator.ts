@@ -54,7 +54,10 @@ export class SequenceState {
   sequence = 0;
 
   constructor(
-    /** The largest sequence value one tick can use (the layout's sequence field max); past it, ids wait a tick. */
+    /**
+     * The largest sequence value one tick can use (the layout's sequence field max); past it, ids wait a
+     * tick.
+     */
     readonly sequenceMax: number,
   ) {}
 

@@ -65,7 +65,7 @@ export interface Layout {
   readonly timeUnitMs: number;
   /** The fields from the most significant bit down, the time field first. */
   readonly fields: readonly LayoutField[];
-  /** The sum of the fields' widths, at most 64 (63 leaves the sign bit of a bigint unused). */
+  /** The sum of the fields' widths, at most 64 (fewer leaves the sign bit of a bigint unused). */
   readonly totalBits: number;
   /** The time field, always the first and most significant: ticks since `epoch`. */
   readonly time: LayoutField;

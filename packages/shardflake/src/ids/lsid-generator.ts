@@ -40,7 +40,10 @@ export interface LsidGeneratorOptions {
 
 /** A generator of LSIDs for one worker: each LSID greater than the one before, never waiting for the clock. */
 export interface LsidGenerator {
-  /** The worker id every LSID of this generator carries: the option's, or the one derived from the MAC. */
+  /**
+   * The worker id every LSID of this generator carries: the option's, else derived from the MAC (random
+   * without one).
+   */
   readonly worker: number;
   /** The next LSID as text. */
   next(): string;

@@ -31,7 +31,9 @@ export interface CleanupResult {
     moveId: bigint;
     /** The logical shard the move was for. */
     shard: number;
-    /** `finished` when the move had switched the catalog, `rolled_back` when the shard stayed where it was. */
+    /**
+     * `finished` when the move had switched the catalog, `rolled_back` when the shard stayed where it was.
+     */
     outcome: 'finished' | 'rolled_back';
   }[];
   /** Shard copies on servers the catalog does not place them on, dropped (with `dryRun`: to be dropped). */
@@ -56,7 +58,10 @@ export interface CleanupResult {
   }[];
   /** Old copies that took writes after their fence (or hold an older state): kept, with what to reconcile. */
   conflicts: LeftoverConflict[];
-  /** Replication objects `sf_move_<id>` of ended moves, dropped (with `dryRun`: those that would be, but slots). */
+  /**
+   * Replication objects `sf_move_<id>` of ended moves, dropped (with `dryRun`: those that would be, but
+   * slots).
+   */
   droppedReplication: {
     /** The server the object was on. */
     server: string;

@@ -91,7 +91,7 @@ export interface MoveResult {
   shard: number;
   /** The shard's schema, the same name on the old server and the new. */
   schema: string;
-  /** The server the shard moved away from (its copy there is fenced, then dropped). */
+  /** The server the shard moved away from; its copy there stays fenced until `cluster cleanup` drops it. */
   from: string;
   /** The server the shard lives on now. */
   to: string;

@@ -76,8 +76,8 @@ export interface RetryEvent {
   /** 1 for the first retry. */
   attempt: number;
   /**
-   * Why: the copy was `fenced`, the shard was `moving`, its primary failed over (`failover`), or its schema was
-   * not where the map said (`unknown-table`).
+   * Why: the copy was `fenced`, the shard was `moving`, its primary failed over (`failover`), or its schema
+   * was not where the map said (`unknown-table`).
    */
   reason: RetryReason;
   /** What ended the wait: a newer map, or the backoff timeout. */

@@ -98,7 +98,10 @@ export interface RecoveryReport {
   unreachable: {
     /** The configured server that did not answer. */
     server: string;
-    /** What connecting or listing its prepared transactions raised (SERVER_UNREACHABLE when it did not answer). */
+    /**
+     * What connecting or listing its prepared transactions raised (SERVER_UNREACHABLE when it did not
+     * answer).
+     */
     error: ShardflakeError;
   }[];
   /** Decision rows deleted. */
