@@ -1,17 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { metrics, trace } from '@opentelemetry/api';
-import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-} from '@opentelemetry/sdk-trace-base';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 import { assertNoPassword } from '../support/secrets.js';
+import { testTelemetry } from '../support/telemetry.js';
 
 /**
  * What a router tells its observers — the events an application logs (`onEvent`), the OpenTelemetry spans and
@@ -20,17 +15,10 @@ import { assertNoPassword } from '../support/secrets.js';
  * name its URL). The unit test of the spans (topology/telemetry.*) feeds made-up events that are redacted already;
  * this one takes them from the router.
  */
-class PullReader extends MetricReader {
-  protected async onForceFlush(): Promise<void> {}
-  protected async onShutdown(): Promise<void> {}
-}
 
-const exporter = new InMemorySpanExporter();
-trace.setGlobalTracerProvider(
-  new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
-);
-const reader = new PullReader();
-metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
+const { exporter, reader, tracerProvider, meterProvider } = testTelemetry();
+trace.setGlobalTracerProvider(tracerProvider);
+metrics.setGlobalMeterProvider(meterProvider);
 after(() => {
   trace.disable();
   metrics.disable();

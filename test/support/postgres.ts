@@ -1,4 +1,5 @@
 import { after } from 'node:test';
+import pg from 'pg';
 import {
   type EmbeddedOptions,
   type EmbeddedServer,
@@ -24,4 +25,15 @@ export async function useServers(count = 1, options: EmbeddedOptions = {}): Prom
     await Promise.all(servers.map((s) => s.stop()));
   });
   return servers;
+}
+
+/** The rows of one statement on a server (or a replica), over a connection of its own. */
+export async function sqlRows<T>(url: string, text: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query(text)).rows as T[];
+  } finally {
+    await client.end();
+  }
 }

@@ -13,7 +13,7 @@ import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
-import { useServers } from '../support/postgres.js';
+import { sqlRows, useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 
 /**
@@ -25,18 +25,8 @@ import { caughtUp, startReplica } from '../support/replicas.js';
 const [a, b] = (await useServers(2)) as [EmbeddedServer, EmbeddedServer];
 const replica = await startReplica(a);
 
-async function sql<T>(url: string, text: string): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query(text)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
-
 async function fenced(url: string, schema: string): Promise<boolean> {
-  const rows = await sql<{ n: number }>(
+  const rows = await sqlRows<{ n: number }>(
     url,
     `SELECT count(*)::int AS n FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
       WHERE n.nspname = '${schema}' AND p.proname = '${FENCE_FUNCTION}'`,
@@ -115,17 +105,17 @@ test('a move waits for the replicas to replay the fence before switching; with a
   );
 
   // 2. The replica's WAL receiver stopped (primary_conninfo emptied): it falls behind from here on.
-  const [setting] = await sql<{ primary_conninfo: string }>(replica.url, 'SHOW primary_conninfo');
+  const [setting] = await sqlRows<{ primary_conninfo: string }>(replica.url, 'SHOW primary_conninfo');
   assert.ok(setting?.primary_conninfo, 'the replica streams through primary_conninfo');
-  await sql(replica.url, "ALTER SYSTEM SET primary_conninfo = ''");
-  await sql(replica.url, 'SELECT pg_reload_conf()');
+  await sqlRows(replica.url, "ALTER SYSTEM SET primary_conninfo = ''");
+  await sqlRows(replica.url, 'SELECT pg_reload_conf()');
   for (let i = 0; i < 100; i++) {
-    const [row] = await sql<{ n: number }>(a.url, 'SELECT count(*)::int AS n FROM pg_stat_replication');
+    const [row] = await sqlRows<{ n: number }>(a.url, 'SELECT count(*)::int AS n FROM pg_stat_replication');
     if (row?.n === 0) break;
     await new Promise((r) => setTimeout(r, 100));
   }
   assert.deepEqual(
-    await sql(a.url, 'SELECT pid FROM pg_stat_replication'),
+    await sqlRows(a.url, 'SELECT pid FROM pg_stat_replication'),
     [],
     'no walsender to the replica',
   );

@@ -12,7 +12,7 @@ import type { RouterEvent } from '../../packages/shardflake/src/cluster/router/e
 import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import { lockShard, unlockShard } from '../../packages/shardflake/src/cluster/shard-lock.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
-import { useServers } from '../support/postgres.js';
+import { sqlRows, useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 
 /**
@@ -26,16 +26,6 @@ import { caughtUp, startReplica } from '../support/replicas.js';
 const [a, b] = (await useServers(2)) as [EmbeddedServer, EmbeddedServer];
 const replica = await startReplica(a);
 const TABLES = { items: 'CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), note text NOT NULL)' };
-
-async function sql<T>(url: string, text: string): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query(text)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
 
 /** Whether an insert into the copy succeeds (tried in a transaction that is rolled back). */
 async function writable(url: string, schema: string): Promise<boolean> {
@@ -68,16 +58,16 @@ test('a router fences the unfenced old copy of a moved shard on a promoted repli
     const onA = (await readShardMap(catalog)).shards.filter((s) => s.server === 'a').map((s) => s.shard);
     const [moved, stays] = onA as [number, number];
     for (const shard of [moved, stays])
-      await sql(
+      await sqlRows(
         a.url,
         `INSERT INTO "${shardSchema(config, shard)}".items (note) SELECT 'r' FROM generate_series(1, 50)`,
       );
     await caughtUp(a, replica);
 
     // The replica is cut off, the shard moves, the primary is killed and the replica promoted.
-    await sql(replica.url, "ALTER SYSTEM SET primary_conninfo = ''");
-    await sql(replica.url, 'SELECT pg_reload_conf()');
-    for (let i = 0; i < 100 && (await sql(a.url, 'SELECT 1 FROM pg_stat_replication')).length > 0; i++)
+    await sqlRows(replica.url, "ALTER SYSTEM SET primary_conninfo = ''");
+    await sqlRows(replica.url, 'SELECT pg_reload_conf()');
+    for (let i = 0; i < 100 && (await sqlRows(a.url, 'SELECT 1 FROM pg_stat_replication')).length > 0; i++)
       await new Promise((r) => setTimeout(r, 50));
     // Declared out as the move's message names it (host:port): the move does not wait for it.
     await moveShard(config, moved, 'b', { skipReplicas: [`127.0.0.1:${replica.port}`] });

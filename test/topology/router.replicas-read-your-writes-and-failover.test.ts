@@ -10,7 +10,6 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
 import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
@@ -18,7 +17,7 @@ import type { OperationEvent, RouterEvent } from '../../packages/shardflake/src/
 import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
 import type { ClusterStatus } from '../../packages/shardflake/src/cluster/status.js';
 import { CLI_MAIN } from '../support/cli.js';
-import { useServers } from '../support/postgres.js';
+import { sqlRows, useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 import { assertNoPassword } from '../support/secrets.js';
 
@@ -29,16 +28,6 @@ import { assertNoPassword } from '../support/secrets.js';
  * reads with nothing to wait for are served by the replica; then the primary is stopped and the replica promoted
  * while the router writes, and writes carry on there without a new router or config.
  */
-async function sql<T>(url: string, text: string): Promise<T[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query(text)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
-
 const [primary] = (await useServers(1)) as [EmbeddedServer];
 const replica = await startReplica(primary);
 const config = validateConfig(
@@ -64,7 +53,7 @@ const lastOperation = () => events.filter((e): e is OperationEvent => e.type ===
 describe('router over a primary and its replica', () => {
   it('cluster init wrote to the primary and the replica has every shard', async () => {
     assert.equal(result.created, 4);
-    const onReplica = await sql<{ n: number }>(
+    const onReplica = await sqlRows<{ n: number }>(
       replica.url,
       "SELECT count(*)::int AS n FROM pg_namespace WHERE nspname ~ '^shard_[0-9]{4}$'",
     );
@@ -93,7 +82,7 @@ describe('router over a primary and its replica', () => {
   });
 
   it('a readOnly read after a write sees it while the replica is paused; other reads go to the replica', async () => {
-    await sql(replica.url, 'SELECT pg_wal_replay_pause()');
+    await sqlRows(replica.url, 'SELECT pg_wal_replay_pause()');
     const id = await router.withShard({ shard: 1 }, async (s) => {
       const { rows } = await s.query("INSERT INTO notes (body) VALUES ('hello') RETURNING id");
       return rows[0]?.id as bigint;
@@ -133,16 +122,16 @@ describe('router over a primary and its replica', () => {
     } finally {
       await reader.close();
     }
-    await sql(replica.url, 'SELECT pg_wal_replay_resume()');
+    await sqlRows(replica.url, 'SELECT pg_wal_replay_resume()');
   });
 
   it('cluster status: per-shard rows and activity, node roles, replica lag; --json from the CLI has it all', async () => {
     // a connection of its own, closed after: a backend reports its statistics when it exits
-    await sql(primary.url, "INSERT INTO shard_0002.notes (body) VALUES ('a'), ('b'), ('c')");
-    await sql(primary.url, "UPDATE shard_0002.notes SET body = 'B' WHERE body = 'b'");
-    await sql(primary.url, "DELETE FROM shard_0002.notes WHERE body = 'c'");
-    await sql(replica.url, 'SELECT pg_wal_replay_pause()');
-    await sql(
+    await sqlRows(primary.url, "INSERT INTO shard_0002.notes (body) VALUES ('a'), ('b'), ('c')");
+    await sqlRows(primary.url, "UPDATE shard_0002.notes SET body = 'B' WHERE body = 'b'");
+    await sqlRows(primary.url, "DELETE FROM shard_0002.notes WHERE body = 'c'");
+    await sqlRows(replica.url, 'SELECT pg_wal_replay_pause()');
+    await sqlRows(
       primary.url,
       "INSERT INTO shard_0003.notes (body) SELECT repeat('x', 100) FROM generate_series(1, 500)",
     );
@@ -160,7 +149,7 @@ describe('router over a primary and its replica', () => {
     const run = spawnSync(process.execPath, [CLI_MAIN, 'cluster', 'status', '--config', path, '--json'], {
       encoding: 'utf8',
     });
-    await sql(replica.url, 'SELECT pg_wal_replay_resume()');
+    await sqlRows(replica.url, 'SELECT pg_wal_replay_resume()');
     assert.equal(run.status, 0, run.stderr);
     const status = JSON.parse(run.stdout) as ClusterStatus;
     assert.equal(status.version, 1);
@@ -234,7 +223,7 @@ describe('router over a primary and its replica', () => {
     );
     const ids = new Set(
       (
-        await sql<{ id: string }>(
+        await sqlRows<{ id: string }>(
           replica.url,
           `SELECT id::text FROM (${[0, 1, 2, 3].map((s) => `SELECT id FROM shard_000${s}.notes`).join(' UNION ALL ')}) x`,
         )

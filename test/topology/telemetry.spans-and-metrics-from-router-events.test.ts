@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { metrics, SpanStatusCode, trace } from '@opentelemetry/api';
-import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import {
   BasicTracerProvider,
   InMemorySpanExporter,
@@ -10,12 +10,7 @@ import {
 import type { OperationEvent } from '../../packages/shardflake/src/cluster/router/events.js';
 import { telemetryHook, telemetryInstalled } from '../../packages/shardflake/src/cluster/router/telemetry.js';
 import { ShardflakeError } from '../../packages/shardflake/src/errors.js';
-
-/** A reader the test pulls from (the SDK's periodic reader would export on a timer). */
-class PullReader extends MetricReader {
-  protected async onForceFlush(): Promise<void> {}
-  protected async onShutdown(): Promise<void> {}
-}
+import { PullReader, testTelemetry } from '../support/telemetry.js';
 
 const base: OperationEvent = {
   type: 'operation',
@@ -30,12 +25,7 @@ const base: OperationEvent = {
 };
 
 test('each operation event is a span back-dated by its total time, with the metrics counted', async () => {
-  const exporter = new InMemorySpanExporter();
-  const tracer = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }).getTracer(
-    't',
-  );
-  const reader = new PullReader();
-  const meter = new MeterProvider({ readers: [reader] }).getMeter('t');
+  const { exporter, reader, tracer, meter } = testTelemetry();
   const hook = telemetryHook({ tracer, meter });
 
   const before = Date.now();

@@ -3,23 +3,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-} from '@opentelemetry/sdk-trace-base';
 import { createRouter, type Router, telemetryHook } from 'shardflake';
 import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
+import { testTelemetry } from '../support/telemetry.js';
 import { crashRouterAt, preparedGids } from './support.js';
-
-class PullReader extends MetricReader {
-  protected async onForceFlush(): Promise<void> {}
-  protected async onShutdown(): Promise<void> {}
-}
 
 // a and b take part in transactions across servers; c cannot (max_prepared_transactions = 0).
 const [a, b] = await useServers(2);
@@ -116,11 +106,7 @@ describe('in-doubt transactions and servers without prepared transactions are na
   });
 
   it('each two-phase step is an OpenTelemetry span named for its phase, on its server', async () => {
-    const exporter = new InMemorySpanExporter();
-    const tracer = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }).getTracer(
-      't',
-    );
-    const meter = new MeterProvider({ readers: [new PullReader()] }).getMeter('t');
+    const { exporter, tracer, meter } = testTelemetry();
     const traced = await createRouter(config, {
       telemetry: false,
       onEvent: telemetryHook({ tracer, meter }),
