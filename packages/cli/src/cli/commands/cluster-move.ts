@@ -107,26 +107,24 @@ function describeMove(r: MoveResult): string {
   ].join('\n');
 }
 
-/** `cluster move`, `cluster rebalance` and `cluster cleanup`, registered under the `cluster` command by cluster.ts. */
-export function registerMoveCommands(cluster: Command): void {
-  cluster
-    .command('move')
-    .description(
-      'move logical shards to another server while the application writes (logical replication, verified cutover); rerun to resume an interrupted move',
-    )
-    .requiredOption('--config <file>', 'cluster config (JSON)')
-    .requiredOption(
-      '--shard <n[,m…]>',
-      'shard number(s) to move; several move together as one set per source server',
-    )
-    .requiredOption('--to <server>', 'server name from the config')
+/**
+ * The flags `cluster move` and `cluster rebalance` share (MoveFlags); a rebalance moves several sets, so its help
+ * says "per set" where it matters.
+ */
+function withMoveFlags(command: Command, name: 'move' | 'rebalance'): Command {
+  const perSet = name === 'rebalance';
+  return command
     .option(
-      '--verify <mode>',
-      `where the copies are compared row by row: ${VERIFY_MODES.join(' | ')} (in-pause: in the write pause; snapshots: on snapshots pinned in a ~10 ms pause, for big shards)`,
-      'in-pause',
+      '--throttle <rate>',
+      perSet
+        ? "limit each set's initial copy: 5000rows/s, 20MB/s, …"
+        : 'limit the initial copy: 5000rows/s, 20MB/s, …',
     )
-    .option('--throttle <rate>', 'limit the initial copy: 5000rows/s, 20MB/s, …')
-    .option('--copy-workers <n>', 'tables copied at once (default 4)', positiveInteger('--copy-workers'))
+    .option(
+      '--copy-workers <n>',
+      `tables copied at once${perSet ? ' per set' : ''} (default 4)`,
+      positiveInteger('--copy-workers'),
+    )
     .option(
       '--replication-user <role>',
       "the source role the subscription logs in as (default: the URL's user)",
@@ -134,7 +132,7 @@ export function registerMoveCommands(cluster: Command): void {
     .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
     .option(
       '--streams-per-server <n>',
-      'sets at once on any one server (default 1)',
+      `sets at once on any one server (default 1)${perSet ? '; distinct server pairs move in parallel' : ''}`,
       positiveInteger('--streams-per-server'),
     )
     .option(
@@ -150,7 +148,28 @@ export function registerMoveCommands(cluster: Command): void {
     .option(
       '--skip-replica <host:port[,…]>',
       'replicas of the source declared out (gone for good): not waited for at the switch',
+    );
+}
+
+/** `cluster move`, `cluster rebalance` and `cluster cleanup`, registered under the `cluster` command by cluster.ts. */
+export function registerMoveCommands(cluster: Command): void {
+  const move = cluster
+    .command('move')
+    .description(
+      'move logical shards to another server while the application writes (logical replication, verified cutover); rerun to resume an interrupted move',
     )
+    .requiredOption('--config <file>', 'cluster config (JSON)')
+    .requiredOption(
+      '--shard <n[,m…]>',
+      'shard number(s) to move; several move together as one set per source server',
+    )
+    .requiredOption('--to <server>', 'server name from the config')
+    .option(
+      '--verify <mode>',
+      `where the copies are compared row by row: ${VERIFY_MODES.join(' | ')} (in-pause: in the write pause; snapshots: on snapshots pinned in a ~10 ms pause, for big shards)`,
+      'in-pause',
+    );
+  withMoveFlags(move, 'move')
     .option('--json', 'print the results as JSON')
     .action(async (flags: Flags & MoveFlags & { shard: string; to: string; verify: string }) => {
       const shards = parseShardList(flags.shard);
@@ -173,7 +192,7 @@ export function registerMoveCommands(cluster: Command): void {
       else process.stdout.write(`${results.map(describeMove).join('\n')}\n`);
     });
 
-  cluster
+  const rebalance = cluster
     .command('rebalance')
     .description(
       'spread the logical shards evenly over the servers in the config (e.g. after adding one), or empty a server with --decommission',
@@ -189,37 +208,8 @@ export function registerMoveCommands(cluster: Command): void {
       "a shard's weight: one SELECT run in each shard schema (its only search_path), returning one number; trusted input, run as the config's role (docs/security.md)",
     )
     .option('--decommission <server[,server…]>', 'move every shard off these servers (they receive none)')
-    .option('--dry-run', 'print the plan without moving anything')
-    .option('--throttle <rate>', "limit each set's initial copy: 5000rows/s, 20MB/s, …")
-    .option(
-      '--copy-workers <n>',
-      'tables copied at once per set (default 4)',
-      positiveInteger('--copy-workers'),
-    )
-    .option(
-      '--replication-user <role>',
-      "the source role the subscription logs in as (default: the URL's user)",
-    )
-    .option('--replication-passfile <path>', "a passfile on the target's host holding that role's password")
-    .option(
-      '--streams-per-server <n>',
-      'sets at once on any one server (default 1); distinct server pairs move in parallel',
-      positiveInteger('--streams-per-server'),
-    )
-    .option(
-      '--pause-bound <ms>',
-      'longest a frozen or vanished mover can keep writes paused: its sessions end after this (default 10000)',
-      positiveInteger('--pause-bound'),
-    )
-    .option(
-      '--replica-fence-timeout <ms>',
-      "longest wait for the source's replicas to replay the fence before the switch; past it the move rolls back (default 5000)",
-      positiveInteger('--replica-fence-timeout'),
-    )
-    .option(
-      '--skip-replica <host:port[,…]>',
-      'replicas of the source declared out (gone for good): not waited for at the switch',
-    )
+    .option('--dry-run', 'print the plan without moving anything');
+  withMoveFlags(rebalance, 'rebalance')
     .option('--json', 'print the plan and results as JSON')
     .action(
       async (
