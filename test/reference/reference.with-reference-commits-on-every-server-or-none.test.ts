@@ -131,16 +131,19 @@ describe('router.withReference', () => {
 
   it('concurrent writers in opposite lock orders never hang across servers: each commits everywhere or is a deadlock found on the first server', async () => {
     const [start] = await bothCopies();
+    // A connection per writer and server: with fewer, writers would queue behind deadlocks that PostgreSQL takes
+    // deadlock_timeout (1 s) each to find, and the last could wait past the pool's wait (POOL_TIMEOUT).
+    const wide = await createRouter(config, { poolSize: 12 });
     const settled = await Promise.allSettled(
       Array.from({ length: 12 }, (_, i) =>
-        router.withReference(async (s) => {
+        wide.withReference(async (s) => {
           // Two rows in opposite orders: a writer holding a row on one server while waiting for it on another
           // would hang forever (no server sees such a cycle); meeting on the first server, PostgreSQL breaks it.
           const ids = i % 2 === 0 ? [1, 2] : [2, 1];
           for (const id of ids) await s.query('UPDATE plans SET hits = hits + 1 WHERE id = $1', [id]);
         }),
       ),
-    );
+    ).finally(() => wide.close());
     const failures = settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
     for (const f of failures) {
       assert.ok(isShardflakeError(f.reason) && f.reason.sqlState === '40P01', String(f.reason));

@@ -16,6 +16,7 @@ export const ERROR_CODES = [
   // postgres
   'INVALID_IDENTIFIER', // a schema/table name that is not a plain SQL identifier
   'SERVER_UNREACHABLE', // a PostgreSQL server that does not answer
+  'POOL_TIMEOUT', // no pooled connection to a server came free within the wait: every one stayed busy (raise poolSize)
   'DATABASE_ERROR', // PostgreSQL refused a statement; `detail` keeps the server's own fields
   // cluster
   'INVALID_CONFIG', // a cluster config file that is not valid

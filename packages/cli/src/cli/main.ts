@@ -42,6 +42,7 @@ function exitCodeFor(error: unknown): number {
     return [
       'SERVER_UNREACHABLE',
       'DATABASE_ERROR',
+      'POOL_TIMEOUT',
       'MOVE_FAILED',
       'MIGRATION_FAILED',
       'NO_PRIMARY',

@@ -115,3 +115,22 @@ export function createPool(url: string, options: ConnectOptions = {}): pg.Pool {
   pool.on('error', () => {});
   return pool;
 }
+
+/**
+ * A client from `pool`. pg-pool gives the same "timeout exceeded when trying to connect" for a server slow to
+ * accept and for a wait behind busy connections; the second is POOL_TIMEOUT here, saying how to fix it, since
+ * neither the server nor the statement is at fault.
+ */
+export async function checkout(pool: pg.Pool): Promise<pg.PoolClient> {
+  const full = pool.idleCount === 0 && pool.totalCount >= (pool.options.max ?? 10);
+  try {
+    return await pool.connect();
+  } catch (error) {
+    if (!full || !/timeout exceeded when trying to connect/.test(String((error as Error)?.message))) throw error;
+    throw new ShardflakeError(
+      'POOL_TIMEOUT',
+      `no connection of the pool came free within ${pool.options.connectionTimeoutMillis} ms: all ${pool.options.max} stayed busy (raise the router's poolSize or connectTimeoutMs, or hold connections for less time)`,
+      { cause: error },
+    );
+  }
+}

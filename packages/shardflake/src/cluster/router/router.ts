@@ -66,6 +66,12 @@ import { emitSafely } from './trace.js';
 export interface RouterOptions {
   /** Connections per server (per node) pool (default 10). */
   poolSize?: number;
+  /**
+   * How long an operation waits for a connection, a free one from a full pool or a new one from the server
+   * (default 5000 ms); past it, POOL_TIMEOUT when the pool's connections all stayed busy, otherwise the server's
+   * error (SERVER_UNREACHABLE when nothing answers).
+   */
+  connectTimeoutMs?: number;
   /** Close a pooled connection after this many checkouts (default 0: never). See "Connection recycling". */
   maxUses?: number;
   /** Close a pooled connection this many seconds after it opened (default 0: never). */
@@ -314,6 +320,7 @@ export async function createRouter(
           learnedServerNodes(config, map.state, server, (urls) =>
             createServerNodes(server, urls, {
               poolSize: opts.poolSize,
+              connectTimeoutMs: opts.connectTimeoutMs,
               maxUses: opts.maxUses,
               maxLifetimeSeconds: opts.maxLifetimeSeconds,
               applicationName: 'shardflake router',
@@ -334,6 +341,7 @@ export async function createRouter(
       if (!nodes) {
         nodes = createServerNodes(server, serverNodeUrls(config, server), {
           poolSize: opts.poolSize,
+          connectTimeoutMs: opts.connectTimeoutMs,
           maxUses: opts.maxUses,
           maxLifetimeSeconds: opts.maxLifetimeSeconds,
           applicationName: 'shardflake router commit',

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../../errors.js';
-import { createPool, describeUrl, wrapPgError } from '../../postgres/connect.js';
+import { checkout, createPool, describeUrl, wrapPgError } from '../../postgres/connect.js';
 import { lsnToBigint } from './lsn.js';
 import { isNodeFailure } from './node-errors.js';
 import type {
@@ -178,7 +178,7 @@ export function createReplicatedServerNodes(
     for (let attempt = 1; ; attempt++) {
       const state = await findPrimary();
       try {
-        return lease(state, guard(await state.pool.connect()), 'primary', started);
+        return lease(state, guard(await checkout(state.pool)), 'primary', started);
       } catch (error) {
         if (!isNodeFailure(error) || attempt >= 3) throw wrapPgError(error, state.url);
         markSuspect(state, error);
@@ -202,7 +202,7 @@ export function createReplicatedServerNodes(
       const state = candidates[(nextReplica + i) % candidates.length] as NodeState;
       let client: pg.PoolClient;
       try {
-        client = guard(await state.pool.connect());
+        client = guard(await checkout(state.pool));
       } catch (error) {
         markSuspect(state, error);
         continue;

@@ -1,4 +1,4 @@
-import { createPool, describeUrl } from '../../postgres/connect.js';
+import { checkout, createPool, describeUrl } from '../../postgres/connect.js';
 import type { ServerNodes, ServerNodesOptions } from './nodes.js';
 
 const ignore = () => {};
@@ -22,7 +22,7 @@ export function createSingleServerNodes(
     hasReplicas: false,
     async acquire() {
       const started = performance.now();
-      const client = await pool.connect();
+      const client = await checkout(pool);
       const waitMs = performance.now() - started;
       // The pool listens for errors only on idle clients; a leased one whose server goes away between two
       // queries would emit 'error' with nobody listening and crash the application.
