@@ -126,7 +126,8 @@ export async function checkout(pool: pg.Pool): Promise<pg.PoolClient> {
   try {
     return await pool.connect();
   } catch (error) {
-    if (!full || !/timeout exceeded when trying to connect/.test(String((error as Error)?.message))) throw error;
+    if (!full || !/timeout exceeded when trying to connect/.test(String((error as Error)?.message)))
+      throw error;
     throw new ShardflakeError(
       'POOL_TIMEOUT',
       `no connection of the pool came free within ${pool.options.connectionTimeoutMillis} ms: all ${pool.options.max} stayed busy (raise the router's poolSize or connectTimeoutMs, or hold connections for less time)`,
