@@ -5,9 +5,16 @@ import { validateConfig } from '../../packages/shardflake/src/cluster/config.js'
 import { isShardflakeError, redactSecrets } from '../../packages/shardflake/src/errors.js';
 import { describeUrl } from '../../packages/shardflake/src/postgres/connect.js';
 
-/** Passwords people type: letters and every character that ends a URL part or a conninfo word. */
+/**
+ * Passwords people type: letters and every character that ends a URL part or a conninfo word, spaces, and what
+ * looks like the next keyword (` x=`, also after a quote) inside a quoted value. Forms that cannot hold a space
+ * unquoted (URLs, bare words) drop them.
+ */
 const secret = fc
-  .array(fc.constantFrom(...'abcXYZ019/@:?#&=%+,;!$\'"\\()[]'.split('')), { minLength: 10, maxLength: 24 })
+  .array(fc.constantFrom(...'abcXYZ019/@:?#&=%+,;!$\'"\\()[] '.split(''), ' x=', "' x="), {
+    minLength: 10,
+    maxLength: 24,
+  })
   .map((chars) => chars.join(''))
   // Bracketed by markers that occur nowhere else in the forms below.
   .map((s) => `Qz${s}Wq`);
@@ -18,11 +25,11 @@ const forms: ((pw: string) => string)[] = [
   (pw) => `could not connect to postgresql://app:${encodeURIComponent(pw)}@10.0.0.1/app: timeout`,
   (pw) => `postgres://app@db/app?sslmode=require&password=${encodeURIComponent(pw)}&connect_timeout=5`,
   (pw) => `postgres://app@db/app?sslpassword=${encodeURIComponent(pw)}`,
-  (pw) => `"postgres://app:${pw}@db/app"`,
+  (pw) => `"postgres://app:${pw.replace(/\s/g, '')}@db/app"`,
   (pw) => `host=db port=5432 password=${pw.replace(/\s/g, '')} dbname=app`,
   (pw) => `host=db password = '${pw.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}' user=app`,
   (pw) => `host=db password='${pw.replace(/'/g, "''")}' user=app`,
-  (pw) => `PGPASSWORD=${pw} psql -h db`,
+  (pw) => `PGPASSWORD=${pw.replace(/\s/g, '')} psql -h db`,
   (pw) => `host=db password='${pw.replace(/'/g, "''")}' then postgres://u:${encodeURIComponent(pw)}@h/db`,
 ];
 
@@ -48,6 +55,11 @@ test('a key=value password that looks like a URL is masked whole, not read as a 
     "host=db password = 'Qzab://c\\'dWq' user=app",
     "host=db password='Qzab://c''dWq' user=app",
     'PGPASSWORD=Qzx+y://z@hWq psql -h db',
+    // A quoted value holding what looks like the next keyword (it used to end there and leak the rest), in both
+    // escaping conventions, and one that reads differently in each (the longer reading wins).
+    "host=db password='Qzab\\' x=cdWq' user=app",
+    "host=db password='Qzab'' x=cdWq' user=app",
+    "host=db password='Qzab\\'' x=cdWq' user=app",
   ]) {
     const out = redactSecrets(text);
     assert.ok(!out.includes('Qz') && !out.includes('Wq'), `leaked: ${text}`);

@@ -21,13 +21,47 @@ const SECRET_KEY = /^(?:pg|ssl)?password$/i;
  */
 const URL_TOKEN = /\b[a-z][a-z0-9+.-]*:\/\/\S*/gi;
 
+/** A secret keyword outside URLs and its `=`; its value is read by `valueEnd`. */
+const SECRET_ASSIGNMENT = /\b(?:pg|ssl)?password\s*=\s*/gi;
+
 /**
- * key=value pairs outside URLs: a secret keyword, `=`, then its value. A quoted value may hold quotes escaped as
- * `\'` (libpq) or `''` (SQL), and spaces: it runs to the last quote before the next ` key=` or the end of the
- * line, and without a closing quote to the end of the line. An unquoted value runs to whitespace.
+ * Where a key=value secret starting at `start` ends. An unquoted value runs to whitespace. A quoted one is read
+ * both as libpq reads it (`\'` escapes a quote) and as SQL does (a backslash is itself, `''` is a quote), and the
+ * longer reading wins: the value may hold spaces, quotes and what looks like the next `key=`, and masking a little
+ * more than the password is the safe side. Without a closing quote, the value runs to the end of the line.
  */
-const CONNINFO_SECRET =
-  /\b((?:pg|ssl)?password)(\s*=\s*)('.*?'(?=\s+[A-Za-z_]+\s*=|[ \t]*$)|'.*|".*?"(?=\s+[A-Za-z_]+\s*=|[ \t]*$)|".*|\S+)/gim;
+function valueEnd(text: string, start: number): number {
+  const quote = text[start];
+  if (quote !== "'" && quote !== '"') {
+    const space = text.slice(start).search(/\s/);
+    return space === -1 ? text.length : start + space;
+  }
+  return Math.max(quotedEnd(text, start, quote, true), quotedEnd(text, start, quote, false));
+}
+
+function quotedEnd(text: string, start: number, quote: string, backslashEscapes: boolean): number {
+  for (let i = start + 1; i < text.length; i++) {
+    const c = text[i];
+    if (c === '\n') return i;
+    if (backslashEscapes && c === '\\') i++;
+    else if (c === quote) {
+      if (text[i + 1] !== quote) return i + 1;
+      i++;
+    }
+  }
+  return text.length;
+}
+
+/** The [start, end) of every key=value secret's value in `text`, in order, none inside another. */
+function secretValues(text: string): [number, number][] {
+  const spans: [number, number][] = [];
+  for (const m of text.matchAll(SECRET_ASSIGNMENT)) {
+    if (m.index < (spans.at(-1)?.[1] ?? 0)) continue;
+    const start = m.index + m[0].length;
+    spans.push([start, valueEnd(text, start)]);
+  }
+  return spans;
+}
 
 function redactUrlToken(token: string): string {
   const start = token.indexOf('//') + 2;
@@ -68,10 +102,7 @@ function safeDecode(text: string): string {
 export function redactText(text: string): string {
   // A key=value secret may itself look like a URL (`password=ab://cd`): a URL token that starts inside such a value
   // is part of the value, left to the key=value pass (read as a URL it has no userinfo, and would be kept whole).
-  const values = [...text.matchAll(CONNINFO_SECRET)].map((m) => {
-    const start = m.index + (m[1]?.length ?? 0) + (m[2]?.length ?? 0);
-    return [start, m.index + m[0].length] as const;
-  });
+  const values = secretValues(text);
   const inValue = (at: number) => values.some(([start, end]) => at >= start && at < end);
   // URLs first (their query may hold `password=`); then key=value pairs in what lies between them.
   let out = '';
@@ -85,7 +116,13 @@ export function redactText(text: string): string {
 }
 
 function redactConninfo(text: string): string {
-  return text.replace(CONNINFO_SECRET, (_all, key: string, eq: string) => `${key}${eq}${MASK}`);
+  let out = '';
+  let last = 0;
+  for (const [start, end] of secretValues(text)) {
+    out += `${text.slice(last, start)}${MASK}`;
+    last = end;
+  }
+  return out + text.slice(last);
 }
 
 /**
