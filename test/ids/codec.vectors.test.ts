@@ -82,3 +82,8 @@ test('bad input: layouts wider than 64 bits, fields out of range, invalid ids', 
   }
   assert.throws(() => decodeId(2n ** 63n, 'snowflake'), code('INVALID_ID')); // snowflake ids have 63 bits
 });
+
+test('a layout spec without a name compiles, and the layout is called custom', () => {
+  const layout = defineLayout({ epoch: 0, timeUnitMs: 1, fields: [{ kind: 'time', bits: 41 }] });
+  assert.equal(layout.name, 'custom');
+});

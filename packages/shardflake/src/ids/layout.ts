@@ -29,7 +29,7 @@ export interface FieldSpec {
  */
 export interface LayoutSpec {
   /** The layout's name, shown in decoded ids and `cluster status` (`custom` when a spec leaves it out). */
-  name: string;
+  name?: string;
   /** Milliseconds since the Unix epoch at which the time field is zero. */
   epoch: number;
   /** Length of one time tick in milliseconds (1 for most layouts, 10 for Sonyflake). */
