@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
+import { createServer, type Socket } from 'node:net';
 import { after, before, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { checkout, createPool, wrapPgError } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -54,4 +56,24 @@ it('an operation that waits past connectTimeoutMs behind a busy pool fails with 
   await holder;
   const rows = await router.withShard({ shard: 1 }, async (s) => (await s.query('SELECT 2 AS n')).rows);
   assert.deepEqual(rows, [{ n: 2 }]);
+});
+
+it('a server that takes the connection but never answers is SERVER_UNREACHABLE, not POOL_TIMEOUT', async () => {
+  const sockets: Socket[] = [];
+  const silent = createServer((socket) => sockets.push(socket));
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const { port } = silent.address() as { port: number };
+  const pool = createPool(`postgres://app@127.0.0.1:${port}/app`, { max: 1, connectTimeoutMs: 200 });
+  try {
+    const error = await checkout(pool).then(
+      () => assert.fail('connected to a server that never answers'),
+      (e: unknown) => wrapPgError(e),
+    );
+    assert.ok(isShardflakeError(error, 'SERVER_UNREACHABLE'), String(error));
+    assert.match(error.message, /unreachable \(no connection within the connect timeout\)$/);
+  } finally {
+    await pool.end();
+    for (const socket of sockets) socket.destroy();
+    silent.close();
+  }
 });

@@ -56,6 +56,14 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
       cause: error,
     });
   }
+  // pg-pool's words for a new connection the server did not accept within connectionTimeoutMillis.
+  if (/due to connection timeout/.test(String(e?.message))) {
+    return new ShardflakeError(
+      'SERVER_UNREACHABLE',
+      `PostgreSQL server${where} is unreachable (no connection within the connect timeout)`,
+      { cause: error },
+    );
+  }
   const message = redactSecrets(String(e?.message ?? error));
   // SF020: the write guard of the reference tables (cluster/reference/sql.ts) refused a write outside withReference.
   const code = e?.code === 'SF020' ? 'REFERENCE_READ_ONLY' : 'DATABASE_ERROR';
@@ -117,17 +125,16 @@ export function createPool(url: string, options: ConnectOptions = {}): pg.Pool {
 }
 
 /**
- * A client from `pool`. pg-pool gives the same "timeout exceeded when trying to connect" for a server slow to
- * accept and for a wait behind busy connections; the second is POOL_TIMEOUT here, saying how to fix it, since
- * neither the server nor the statement is at fault.
+ * A client from `pool`. pg-pool words a wait behind busy connections as "timeout exceeded when trying to connect";
+ * it is POOL_TIMEOUT here, saying how to fix it, since neither the server nor the statement is at fault (a new
+ * connection the server does not accept in time is "Connection terminated due to connection timeout", which
+ * wrapPgError makes SERVER_UNREACHABLE).
  */
 export async function checkout(pool: pg.Pool): Promise<pg.PoolClient> {
-  const full = pool.idleCount === 0 && pool.totalCount >= (pool.options.max ?? 10);
   try {
     return await pool.connect();
   } catch (error) {
-    if (!full || !/timeout exceeded when trying to connect/.test(String((error as Error)?.message)))
-      throw error;
+    if (!/timeout exceeded when trying to connect/.test(String((error as Error)?.message))) throw error;
     throw new ShardflakeError(
       'POOL_TIMEOUT',
       `no connection of the pool came free within ${pool.options.connectionTimeoutMillis} ms: all ${pool.options.max} stayed busy (raise the router's poolSize or connectTimeoutMs, or hold connections for less time)`,
