@@ -3,7 +3,12 @@ import { createServer, type Socket } from 'node:net';
 import { after, before, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { checkout, createPool, wrapPgError } from '../../packages/shardflake/src/postgres/connect.js';
+import {
+  checkout,
+  connect,
+  createPool,
+  wrapPgError,
+} from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 
@@ -71,6 +76,11 @@ it('a server that takes the connection but never answers is SERVER_UNREACHABLE, 
     );
     assert.ok(isShardflakeError(error, 'SERVER_UNREACHABLE'), String(error));
     assert.match(error.message, /unreachable \(no connection within the connect timeout\)$/);
+    // A single client (not a pool) says it in other words; the same code.
+    await assert.rejects(
+      connect(`postgres://app@127.0.0.1:${port}/app`, { connectTimeoutMs: 200 }),
+      (e: unknown) => isShardflakeError(e, 'SERVER_UNREACHABLE') && /connect timeout\)$/.test(e.message),
+    );
   } finally {
     await pool.end();
     for (const socket of sockets) socket.destroy();

@@ -56,8 +56,8 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
       cause: error,
     });
   }
-  // pg-pool's words for a new connection the server did not accept within connectionTimeoutMillis.
-  if (/due to connection timeout/.test(String(e?.message))) {
+  // pg's and pg-pool's words for a new connection the server did not accept within connectionTimeoutMillis.
+  if (/^timeout expired$|due to connection timeout/.test(String(e?.message))) {
     return new ShardflakeError(
       'SERVER_UNREACHABLE',
       `PostgreSQL server${where} is unreachable (no connection within the connect timeout)`,
