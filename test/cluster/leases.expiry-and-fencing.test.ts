@@ -89,13 +89,16 @@ describe('worker-id leases', () => {
   });
 
   it('keeps a lease alive with heartbeats past its ttl', async () => {
+    // Heartbeats every ttl/3: a lease stays valid only while a renewal completes within ttl − safety of being
+    // sent. With a 300 ms ttl a 150 ms stall lost it; round trips to a busy server reach 80 ms. Twice the ttl
+    // still spans several renewals.
     const lease = await acquireLease(catalog, {
       namespace: 'alive',
       maxWorkers: 1,
-      ttlMs: 300,
+      ttlMs: 1000,
       safetyMs: 50,
     });
-    await sleep(700);
+    await sleep(2000);
     assert.equal(lease.isValid(), true);
     await assert.rejects(acquireLease(catalog, { namespace: 'alive', maxWorkers: 1 }), (e: unknown) =>
       isShardflakeError(e, 'NO_FREE_WORKER'),
