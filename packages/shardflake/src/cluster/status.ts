@@ -42,7 +42,10 @@ export interface ShardStatus extends Partial<Record<keyof ShardStats, number | n
  * versions, servers and their nodes, shards, moves and warnings.
  */
 export interface ClusterStatus {
-  /** Map version. */
+  /**
+   * The shard map's version: the value `router.mapVersion` holds as a bigint, a number here because the status is
+   * JSON (`--json`, the dashboard); map versions count changes and stay far below 2^53.
+   */
   version: number;
   /** How many logical shards the cluster was created with. */
   logicalShards: number;
