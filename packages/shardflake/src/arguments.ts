@@ -55,3 +55,23 @@ export function optionsObject(value: unknown, argument: string): Record<string, 
 export function instantText(ms: number): string {
   return Number.isFinite(ms) && Math.abs(ms) <= 8.64e15 ? new Date(ms).toISOString() : `${ms} ms since 1970`;
 }
+
+/**
+ * `value` when it is undefined or a whole number of at least `min`; otherwise INVALID_ARGUMENT naming `argument`.
+ * For counts and durations in options, where `'10'`, `NaN` or `-1` would otherwise reach a pool or a timer.
+ */
+export function expectWholeNumber(value: unknown, argument: string, min: number): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `${argument} must be a whole number of at least ${min}, not ${shown(value)}`,
+    );
+  return value;
+}
+
+/** `value` when it is undefined or of the `typeof` given; otherwise INVALID_ARGUMENT naming `argument`. */
+export function expectKind(value: unknown, argument: string, kind: 'boolean' | 'function'): void {
+  if (value !== undefined && typeof value !== kind)
+    throw new ShardflakeError('INVALID_ARGUMENT', `${argument} must be a ${kind}, not ${kindOf(value)}`);
+}

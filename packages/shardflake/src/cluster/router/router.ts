@@ -31,6 +31,7 @@ import type { RetryPolicy, RouterContext, WriteRetry } from './context.js';
 import type { RouterEventHook } from './events.js';
 import { learnedServerNodes } from './learned-server.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from './map.js';
+import { checkRouterOptions } from './options.js';
 import { ReadPositions } from './positions.js';
 import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from './rows.js';
 import {
@@ -238,7 +239,7 @@ export async function createRouter(
   config: Pick<ClusterConfig, 'servers' | 'catalog'> & Partial<ClusterConfig>,
   options: RouterOptions = {},
 ): Promise<Router> {
-  const opts = { ...DEFAULTS, ...options };
+  const opts = { ...DEFAULTS, ...checkRouterOptions(options) };
   if (config.servers[config.catalog] === undefined)
     throw new ShardflakeError('UNKNOWN_SERVER', `catalog server ${config.catalog} is not in the config`);
   const telemetry = opts.telemetry === false ? undefined : telemetryHook();
