@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { expectWholeNumber } from '../arguments.js';
 import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
 import { ShardflakeError } from '../errors.js';
@@ -107,21 +108,28 @@ export function checkMoveList(
   checkSetOptions(options);
 }
 
-/** Refuses a throttle of 0 or less and worker or group counts below 1, before anything starts. */
+/**
+ * Refuses a throttle of 0 or less, worker or group counts below 1 and timeouts that are not whole numbers of
+ * milliseconds, before anything starts.
+ */
 export function checkSetOptions(options: SetMoveOptions): void {
   checkThrottle(options.throttle);
-  for (const [name, value] of [
-    ['copyWorkers', options.copyWorkers],
-    ['streamsPerServer', options.streamsPerServer],
-    ['cutoverGroupShards', options.cutoverGroupShards],
-  ] as const) {
-    if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
-      throw new ShardflakeError(
-        'INVALID_ARGUMENT',
-        `${name} must be a whole number of at least 1, not ${value}`,
-      );
-    }
-  }
+  for (const name of [
+    'copyWorkers',
+    'streamsPerServer',
+    'cutoverGroupShards',
+    'cutoverGroupRows',
+    'cutoverAttempts',
+  ] as const)
+    expectWholeNumber(options[name], name, 1);
+  for (const name of [
+    'lockTimeoutMs',
+    'cutoverTimeoutMs',
+    'syncTimeoutMs',
+    'replicaFenceTimeoutMs',
+    'pauseBoundMs',
+  ] as const)
+    expectWholeNumber(options[name], name, 0);
 }
 
 /** Refuses a list of shards for one target (see checkMoveList). */
