@@ -1,5 +1,4 @@
 import { expectKind, expectWholeNumber, optionsObject } from '../../arguments.js';
-import type { RouterOptions } from './router.js';
 
 /** The whole-number options of createRouter and their least values (0 means "none" or "never" where allowed). */
 const COUNTS: Record<string, number> = {
@@ -24,7 +23,7 @@ const HOOKS = ['onMapChange', 'onRetry', 'onEvent'];
  * connects: a pool of `'10'` or `0`, a NaN timeout or a hook that is not a function would otherwise fail later and
  * far from the mistake (or not at all: pg-pool takes a pool size of 0 and never hands out a connection).
  */
-export function checkRouterOptions(options: unknown): RouterOptions {
+export function checkRouterOptions<T extends object>(options: T | undefined): T {
   const o = optionsObject(options, 'createRouter options');
   for (const [name, min] of Object.entries(COUNTS)) expectWholeNumber(o[name], name, min);
   for (const name of FLAGS) expectKind(o[name], name, 'boolean');
@@ -35,5 +34,5 @@ export function checkRouterOptions(options: unknown): RouterOptions {
       expectWholeNumber(nested[name], `${group}.${name}`, min);
   }
   expectKind(optionsObject(o.transactions, 'transactions').recovery, 'transactions.recovery', 'boolean');
-  return o as RouterOptions;
+  return o as T;
 }
