@@ -185,3 +185,33 @@ describe('withShards commits every session or none', () => {
     assert.deepEqual(await balances([0, 4]), [75n, 70n]);
   });
 });
+
+it('on a pool of one connection per server, transactions naming two servers in opposite orders all commit: connections are taken in name order, so none holds one server while waiting for the other', async () => {
+  // Taken in the targets' order, the first of each pair would hold a's only connection and the second b's, each
+  // waiting for the other's until POOL_TIMEOUT (connectTimeoutMs below).
+  const narrow = await createRouter(config, { poolSize: 1, connectTimeoutMs: 3000, listen: false });
+  try {
+    const names = Array.from({ length: 6 }, (_, i) => `order-${i}`);
+    await Promise.all(
+      names.map((name, i) =>
+        narrow.withShards(
+          i % 2 === 0 ? [{ shard: 0 }, { shard: 2 }] : [{ shard: 2 }, { shard: 0 }],
+          (sessions) =>
+            Promise.all(
+              sessions.map((s) => s.query('INSERT INTO accounts (name, balance) VALUES ($1, 1)', [name])),
+            ),
+        ),
+      ),
+    );
+    for (const shard of [0, 2]) {
+      const found = await narrow.withShard({ shard }, async (s) =>
+        (await s.query(`SELECT name FROM accounts WHERE name LIKE 'order-%' ORDER BY name`)).rows.map(
+          (r) => r.name,
+        ),
+      );
+      assert.deepEqual(found, names, `shard ${shard}`);
+    }
+  } finally {
+    await narrow.close();
+  }
+});
