@@ -46,6 +46,13 @@ export function expectObject(
   return value as Record<string, unknown>;
 }
 
+/** `value` when it is undefined or an array; otherwise a ShardflakeError naming `argument`. */
+export function expectArray(value: unknown, argument: string): readonly unknown[] | undefined {
+  if (value !== undefined && !Array.isArray(value))
+    throw new ShardflakeError('INVALID_ARGUMENT', `${argument} must be an array, not ${kindOf(value)}`);
+  return value;
+}
+
 /** Options objects: `undefined` means none; anything else must be an object. */
 export function optionsObject(value: unknown, argument: string): Record<string, unknown> {
   return value === undefined ? {} : expectObject(value, argument);
@@ -58,14 +65,20 @@ export function instantText(ms: number): string {
 
 /**
  * `value` when it is undefined or a whole number of at least `min`; otherwise INVALID_ARGUMENT naming `argument`.
- * For counts and durations in options, where `'10'`, `NaN` or `-1` would otherwise reach a pool or a timer.
+ * For counts and durations in options, where `'10'`, `NaN` or `-1` would otherwise reach a pool or a timer; `max`
+ * for a count that goes on the wire in a field of fixed width.
  */
-export function expectWholeNumber(value: unknown, argument: string, min: number): number | undefined {
+export function expectWholeNumber(
+  value: unknown,
+  argument: string,
+  min: number,
+  max = Number.POSITIVE_INFINITY,
+): number | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min)
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      `${argument} must be a whole number of at least ${min}, not ${shown(value)}`,
+      `${argument} must be a whole number ${max === Number.POSITIVE_INFINITY ? `of at least ${min}` : `from ${min} to ${max}`}, not ${shown(value)}`,
     );
   return value;
 }

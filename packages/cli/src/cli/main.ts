@@ -26,7 +26,11 @@ export async function buildProgram(argv: string[]): Promise<Command> {
     .description('Instagram-style sharding and 64-bit time-sortable ids for PostgreSQL')
     .version(VERSION)
     .option('--debug', 'print stack traces for errors')
-    .showHelpAfterError('(run with --help for usage)')
+    // A usage mistake (unknown option, missing argument, a typo of a command with its suggestion) is one line too,
+    // with the hint on it; subcommands inherit this.
+    .configureOutput({
+      outputError: (text, write) => write(`shardflake: ${oneLine(text)} (run with --help for usage)\n`),
+    })
     .exitOverride();
   // The command is the first word after the program's own flags (none of which takes a value); without a known
   // one (`--help`, `help`, a typo) every command is registered, so commander's help and errors stay as they were.
@@ -36,6 +40,14 @@ export async function buildProgram(argv: string[]): Promise<Command> {
   for (const register of registers) register?.(program);
   return program;
 }
+
+/** A message as one line: the line breaks some carry (JSON.parse's excerpt of a file, commander's suggestion). */
+function oneLine(text: string): string {
+  return text.trim().replace(/\s*\r?\n\s*/g, ' ');
+}
+
+/** commander's codes for help and version output, which are not mistakes; every other CommanderError is one. */
+const NOT_A_MISTAKE = ['commander.helpDisplayed', 'commander.help', 'commander.version'];
 
 function exitCodeFor(error: unknown): number {
   if (error instanceof ShardflakeError) {
@@ -63,14 +75,14 @@ export async function runCli(argv: string[]): Promise<number> {
     return process.exitCode === undefined ? 0 : Number(process.exitCode);
   } catch (error) {
     if (error instanceof CommanderError) {
-      // commander already printed its one line (or the help/version text).
-      return error.exitCode;
+      // commander already printed its one line (or the help/version text); a usage mistake is bad input: 2.
+      return NOT_A_MISTAKE.includes(error.code) ? error.exitCode : 2;
     }
     if (error instanceof ShardflakeError) {
-      process.stderr.write(`shardflake: error [${error.code}]: ${redactSecrets(error.message)}\n`);
+      process.stderr.write(`shardflake: error [${error.code}]: ${oneLine(redactSecrets(error.message))}\n`);
     } else {
       const message = error instanceof Error ? error.message : String(error);
-      process.stderr.write(`shardflake: internal error: ${redactSecrets(message)}\n`);
+      process.stderr.write(`shardflake: internal error: ${oneLine(redactSecrets(message))}\n`);
     }
     if (debug && error instanceof Error && error.stack)
       process.stderr.write(`${redactSecrets(error.stack)}\n`);

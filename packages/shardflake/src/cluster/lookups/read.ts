@@ -1,4 +1,4 @@
-import { kindOf } from '../../arguments.js';
+import { kindOf, shown } from '../../arguments.js';
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
@@ -85,7 +85,7 @@ export function createLookupReader(
     if (!found)
       throw new ShardflakeError(
         'LOOKUP_NOT_READY',
-        `no lookup named ${JSON.stringify(String(name)).slice(0, 60)} in the router's config (lookups: ${[...byName.keys()].join(', ') || 'none'})`,
+        `no lookup named ${shown(name)} in the router's config (lookups: ${[...byName.keys()].join(', ') || 'none'})`,
       );
     await ready(found);
     return found;

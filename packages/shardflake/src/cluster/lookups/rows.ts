@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { expectObject } from '../../arguments.js';
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import type { ShardPlacement } from '../catalog/shards.js';
@@ -21,6 +22,11 @@ export function withShardKept<T>(
   target: ShardTarget,
   fn: (session: ShardSession) => Promise<T> | T,
 ): Promise<T> {
+  // A rejection, as withShard's own check gives (this function is not async).
+  if (typeof fn !== 'function')
+    return Promise.reject(
+      new ShardflakeError('INVALID_ARGUMENT', 'withShard needs a callback that receives the session'),
+    );
   return withShards(ctx, [target], (sessions) => fn(sessions[0] as ShardSession));
 }
 
@@ -74,11 +80,11 @@ export async function insertManyKept<R extends Row>(
       'INVALID_ARGUMENT',
       'insertMany needs either { key: (row) => shard key } or { shard }, not both',
     );
-  const columns = Object.keys(rows[0] as R);
+  const columns = Object.keys(expectObject(rows[0], 'row 0'));
   const map = await ctx.map.fresh();
   const byShard = new Map<number, number[]>();
   rows.forEach((row, i) => {
-    const keys = Object.keys(row);
+    const keys = Object.keys(expectObject(row, `row ${i}`));
     if (keys.length !== columns.length || !columns.every((c) => c in row))
       throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} does not have the columns of row 0`);
     const shard = hasKey

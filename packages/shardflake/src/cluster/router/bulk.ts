@@ -1,3 +1,4 @@
+import { expectObject } from '../../arguments.js';
 import { isShardflakeError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
@@ -74,7 +75,7 @@ export async function insertMany<R extends Row>(
       'insertMany needs either { key: (row) => shard key } or { shard }, not both',
     );
   if (rows.length === 0) return [];
-  const columns = Object.keys(rows[0] as R);
+  const columns = Object.keys(expectObject(rows[0], 'row 0'));
   if (columns.length === 0)
     throw new ShardflakeError('INVALID_ARGUMENT', 'row 0 has no columns; insertMany needs at least one');
   for (const c of columns) quoteIdent(c, 'column');

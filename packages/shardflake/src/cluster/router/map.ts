@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { shown } from '../../arguments.js';
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../../ids/layout.js';
@@ -284,7 +285,7 @@ export function placementIn(map: MapState, shard: number): ShardPlacement {
       'UNKNOWN_SHARD',
       Number.isInteger(shard) && shard >= 0 && shard < map.logicalShards
         ? `shard ${shard} is not in the map yet; finish cluster init`
-        : `shard ${shard} is outside the cluster's ${map.logicalShards} logical shards`,
+        : `shard ${shown(shard)} is outside the cluster's ${map.logicalShards} logical shards`,
     );
   }
   return p;

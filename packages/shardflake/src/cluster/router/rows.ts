@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { expectObject, expectString } from '../../arguments.js';
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
@@ -110,6 +111,8 @@ export async function insertRow(
   row: Row,
   options: InsertOptions,
 ): Promise<ShardflakeId> {
+  expectString(table, 'insert table', 'INVALID_IDENTIFIER');
+  expectObject(row, 'insert row');
   if (options?.shard === undefined && options?.key === undefined)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
@@ -134,6 +137,7 @@ export async function getRow<R extends object = Row>(
   table: string,
   id: ShardflakeId,
 ): Promise<R | null> {
+  expectString(table, 'get table', 'INVALID_IDENTIFIER');
   const result = await routedStatement(
     ctx,
     'get',
@@ -151,7 +155,8 @@ export async function updateRow(
   id: ShardflakeId,
   changes: Row,
 ): Promise<boolean> {
-  const columns = Object.keys(changes);
+  expectString(table, 'update table', 'INVALID_IDENTIFIER');
+  const columns = Object.keys(expectObject(changes, 'update changes'));
   if (columns.length === 0)
     throw new ShardflakeError('INVALID_ARGUMENT', 'update needs at least one column to change');
   const result = await writeRow(
@@ -166,6 +171,7 @@ export async function updateRow(
 }
 
 export async function deleteRow(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
+  expectString(table, 'delete table', 'INVALID_IDENTIFIER');
   const result = await writeRow(
     ctx,
     'delete',

@@ -1,3 +1,4 @@
+import { expectArray, expectObject, shown } from '../../arguments.js';
 import { ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { wrapPgError } from '../../postgres/connect.js';
@@ -173,6 +174,21 @@ function checkLimit(limit: number, what: Operation): void {
     throw new ShardflakeError('INVALID_ARGUMENT', `${what} limit must be a positive whole number`);
 }
 
+/** A query's object and its arrays, checked before they are spread or iterated. */
+function checkQuery(query: ShardQuery, what: string): void {
+  expectObject(query, what);
+  expectArray(query.values, `${what} values`);
+  expectArray(query.shards, `${what} shards`);
+}
+
+/** One shard's statement from the caller's `sql(table)`, which must give text. */
+function statementIn(query: ShardQuery, schema: string): string {
+  const text: unknown = query.sql(tableIn(schema));
+  if (typeof text !== 'string')
+    throw new ShardflakeError('INVALID_ARGUMENT', `query sql must return text, not ${shown(text)}`);
+  return text;
+}
+
 function allShards(map: MapState, shards: readonly number[] | undefined): number[] {
   return shards ? [...new Set(shards)] : Array.from({ length: map.logicalShards }, (_, i) => i);
 }
@@ -182,6 +198,9 @@ export async function feed<R extends object = Row>(
   table: string,
   options: FeedOptions,
 ): Promise<FeedPage<R>> {
+  expectObject(options, 'feed options');
+  expectArray(options.keys, 'feed keys');
+  expectArray(options.shards, 'feed shards');
   const limit = options.limit ?? 20;
   checkLimit(limit, 'feed');
   quoteIdent(table, 'table');
@@ -230,6 +249,7 @@ export async function queryMerged<R extends object = Row>(
   ctx: RouterContext,
   query: MergedQuery,
 ): Promise<FeedPage<R>> {
+  checkQuery(query, 'query');
   const limit = query.limit ?? 20;
   checkLimit(limit, 'query');
   if (typeof query.sql !== 'function')
@@ -247,7 +267,7 @@ export async function queryMerged<R extends object = Row>(
   const build = (parts: Part[]) => {
     const selects = parts.map(
       ({ schema }) =>
-        `(SELECT * FROM (${query.sql(tableIn(schema))}) AS q${beforeClause} ORDER BY id DESC LIMIT ${limitParam})`,
+        `(SELECT * FROM (${statementIn(query, schema)}) AS q${beforeClause} ORDER BY id DESC LIMIT ${limitParam})`,
     );
     return `SELECT * FROM (${selects.join(' UNION ALL ')}) AS page ORDER BY id DESC LIMIT ${limitParam}`;
   };
@@ -263,6 +283,7 @@ export async function queryByShard<R extends object = Row>(
   ctx: RouterContext,
   query: ShardQuery,
 ): Promise<Map<number, R[]>> {
+  checkQuery(query, 'queryByShard');
   if (typeof query.sql !== 'function')
     throw new ShardflakeError('INVALID_ARGUMENT', 'query needs sql: (table) => statement text');
   const pick = (map: MapState): Part[] =>
@@ -272,7 +293,7 @@ export async function queryByShard<R extends object = Row>(
     parts
       .map(
         ({ shard, schema }) =>
-          `(SELECT ${Number(shard)}::int AS ${SHARD_COLUMN}, q.* FROM (${query.sql(tableIn(schema))}) AS q)`,
+          `(SELECT ${Number(shard)}::int AS ${SHARD_COLUMN}, q.* FROM (${statementIn(query, schema)}) AS q)`,
       )
       .join(' UNION ALL ');
   return traced(ctx.onEvent, 'query', async (trace) => {

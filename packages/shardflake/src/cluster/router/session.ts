@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { shown } from '../../arguments.js';
 import { driverDatabaseError, ShardflakeError } from '../../errors.js';
 import type { ShardflakeId } from '../../ids/id.js';
 import { BatchFailure, type BatchStatement, queryBatch } from '../../postgres/batch.js';
@@ -86,7 +87,7 @@ export function shardOfTarget(map: MapState, target: ShardTarget): number {
   if (given[0] === 'id') return shardOfIdIn(map, t?.id as ShardflakeId);
   const shard = t?.shard;
   if (typeof shard !== 'number' || !Number.isInteger(shard))
-    throw new ShardflakeError('UNKNOWN_SHARD', `shard ${String(shard)} is not a shard number`);
+    throw new ShardflakeError('UNKNOWN_SHARD', `shard ${shown(shard)} is not a shard number`);
   return shard;
 }
 

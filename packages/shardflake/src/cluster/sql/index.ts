@@ -1,3 +1,4 @@
+import { expectArray, expectWholeNumber, optionsObject } from '../../arguments.js';
 import { loadPg } from '../../postgres/connect.js';
 import type { RouterContext } from '../router/context.js';
 import type { MapState } from '../router/map.js';
@@ -294,6 +295,8 @@ export async function runSql(
   values: readonly unknown[] = [],
   options: SqlOptions = {},
 ): Promise<SqlResult> {
+  expectArray(values, 'sql values');
+  optionsObject(options, 'sql options');
   const prepare = options.prepare === true;
   const plan = await planFor(ctx, text);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
@@ -339,9 +342,13 @@ export async function* streamSql(
   values: readonly unknown[] = [],
   options: SqlStreamOptions = {},
 ): AsyncGenerator<Row> {
+  expectArray(values, 'sqlStream values');
   const plan = await planFor(ctx, text);
   resolveCut(plan.limits, values);
-  const batch = options.batchSize ?? 1000;
+  optionsObject(options, 'sqlStream options');
+  // pg-cursor sends any count it is given as the 32-bit row count of Execute: NaN, -1 or 2 ** 32 breaks the
+  // connection after the pool has taken it back, and its error event then ends the process.
+  const batch = expectWholeNumber(options.batchSize, 'sqlStream batchSize', 1, 2 ** 31 - 1) ?? 1000;
   if (plan.kind === 'once') {
     const stream = await openServerStream(
       ctx,

@@ -118,11 +118,15 @@ export async function openServerStream(
   trace?: OperationTrace,
 ): Promise<ServerStream> {
   Cursor ??= createRequire(import.meta.url)('pg-cursor') as CursorClass;
+  // Built before the connection is taken: nothing between acquire and the cursor's first read may throw, or the
+  // connection would never go back to the pool.
+  const query = new Cursor(text, [...values], {
+    rowMode: 'array',
+    types: RAW_TYPES,
+  }) as unknown as pg.Submittable;
   const lease = await acquireOn(ctx, server, { intent: 'read', after: ctx.positions.get(server) });
   trace?.lease(server, lease);
-  const cursor = lease.client.query(
-    new Cursor(text, [...values], { rowMode: 'array', types: RAW_TYPES }) as unknown as pg.Submittable,
-  ) as unknown as CursorLike;
+  const cursor = lease.client.query(query) as unknown as CursorLike;
   let buffer: Cell[][] = [];
   let at = 0;
   let done = false;
