@@ -30,21 +30,27 @@ const refusals: [options: unknown, message: RegExp][] = [
   [{ poolSize: 0 }, /^poolSize must be a whole number of at least 1, not 0$/],
   [{ poolSize: '10' }, /^poolSize must be a whole number of at least 1, not "10"$/],
   [{ poolSize: 2.5 }, /^poolSize must be a whole number of at least 1, not 2.5$/],
-  [{ connectTimeoutMs: Number.NaN }, /^connectTimeoutMs must be a whole number of at least 0, not NaN$/],
-  [{ writeRetryMs: -1 }, /^writeRetryMs must be a whole number of at least 0, not -1$/],
-  [{ maxRetryBackoffMs: 0 }, /^maxRetryBackoffMs must be a whole number of at least 1, not 0$/],
+  [
+    { connectTimeoutMs: Number.NaN },
+    /^connectTimeoutMs must be a whole number from 0 to 2147483647, not NaN$/,
+  ],
+  // Past what a Node timer holds, a timeout would fire after 1 ms.
+  [
+    { connectTimeoutMs: 2 ** 31 },
+    /^connectTimeoutMs must be a whole number from 0 to 2147483647, not 2147483648$/,
+  ],
+  [{ maxLifetimeSeconds: 3e6 }, /^maxLifetimeSeconds must be a whole number from 0 to 2147483, not 3000000$/],
+  [{ writeRetryMs: -1 }, /^writeRetryMs must be a whole number from 0 to 2147483647, not -1$/],
+  [{ maxRetryBackoffMs: 0 }, /^maxRetryBackoffMs must be a whole number from 1 to 2147483647, not 0$/],
   [{ listen: 'no' }, /^listen must be a boolean, not a string$/],
   [{ onEvent: {} }, /^onEvent must be a function, not an object$/],
   [{ transactions: [] }, /^transactions must be an object, not an array$/],
   [{ transactions: { recovery: 1 } }, /^transactions\.recovery must be a boolean, not a number$/],
   [
     { transactions: { inDoubtAfterMs: -5 } },
-    /^transactions\.inDoubtAfterMs must be a whole number of at least 0/,
+    /^transactions\.inDoubtAfterMs must be a whole number from 0 to /,
   ],
-  [
-    { replicas: { maxReplicaLagMs: '1s' } },
-    /^replicas\.maxReplicaLagMs must be a whole number of at least 0/,
-  ],
+  [{ replicas: { maxReplicaLagMs: '1s' } }, /^replicas\.maxReplicaLagMs must be a whole number from 0 to /],
 ];
 
 it('createRouter: each option of the wrong kind is INVALID_ARGUMENT naming it, before any connection', async () => {
@@ -80,7 +86,13 @@ const commands: [name: string, run: (options: never) => Promise<unknown>, bad: u
   [
     'moveShard',
     (o) => moveShard(nowhere, 0, 'b', o),
-    [{ copyWorkers: 0 }, { cutoverAttempts: 1.5 }, { pauseBoundMs: -1 }, { lockTimeoutMs: '2s' }],
+    [
+      { copyWorkers: 0 },
+      { cutoverAttempts: 1.5 },
+      { pauseBoundMs: -1 },
+      { lockTimeoutMs: '2s' },
+      { syncTimeoutMs: 2 ** 31 },
+    ],
     { copyWorkers: 2, cutoverAttempts: 1, pauseBoundMs: 0 },
   ],
   [
@@ -97,7 +109,7 @@ for (const [name, run, bad, good] of commands) {
       const option = Object.keys(options as object)[0] as string;
       await assert.rejects(run(options as never), (e: unknown) => {
         assert.ok(isShardflakeError(e, 'INVALID_ARGUMENT'), `${name} ${option}: ${String(e)}`);
-        assert.match(e.message, new RegExp(`^${option} must be a whole number of at least \\d+, not `));
+        assert.match(e.message, new RegExp(`^${option} must be a whole number (of at least|from) \\d+`));
         return true;
       });
     }

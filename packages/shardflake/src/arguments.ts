@@ -83,6 +83,25 @@ export function expectWholeNumber(
   return value;
 }
 
+/**
+ * Node's timers hold at most 2^31 - 1 ms (≈ 24.8 days); a longer delay fires after 1 ms with only a warning, so a
+ * huge timeout would act as almost none.
+ */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * A whole-number option checked by its unit, read from its name: `…Ms` and `…Seconds` are durations that end up
+ * in a timer, so they stop at what a timer holds; anything else is a count with no upper bound.
+ */
+export function expectOption(value: unknown, argument: string, min: number): number | undefined {
+  const max = argument.endsWith('Ms')
+    ? MAX_TIMER_MS
+    : argument.endsWith('Seconds')
+      ? Math.floor(MAX_TIMER_MS / 1000)
+      : Number.POSITIVE_INFINITY;
+  return expectWholeNumber(value, argument, min, max);
+}
+
 /** `value` when it is undefined or of the `typeof` given; otherwise INVALID_ARGUMENT naming `argument`. */
 export function expectKind(value: unknown, argument: string, kind: 'boolean' | 'function'): void {
   if (value !== undefined && typeof value !== kind)

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { expectObject, expectWholeNumber, shown } from '../arguments.js';
+import { expectObject, expectOption, shown } from '../arguments.js';
 import { ShardflakeError } from '../errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { recordServers } from './catalog/servers.js';
@@ -117,8 +117,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
   // Options left undefined (e.g. CLI flags not given) keep their defaults.
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as InitOptions;
   const opts = { ...DEFAULTS, ...given };
-  expectWholeNumber(given.batchSize, 'batchSize', 1);
-  expectWholeNumber(given.connectionsPerServer, 'connectionsPerServer', 1);
+  expectOption(given.batchSize, 'batchSize', 1);
+  expectOption(given.connectionsPerServer, 'connectionsPerServer', 1);
   const started = performance.now();
   opts.signal?.throwIfAborted();
   // Every server must answer before anything is created anywhere.

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { expectWholeNumber } from '../arguments.js';
+import { expectOption } from '../arguments.js';
 import { redactSecrets, ShardflakeError } from '../errors.js';
 import { connect } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
@@ -148,9 +148,9 @@ export async function migrateCluster(
     Object.entries(options).filter(([, v]) => v !== undefined),
   ) as MigrateOptions;
   const opts = { ...DEFAULTS, ...given };
-  expectWholeNumber(given.connectionsPerServer, 'connectionsPerServer', 1);
-  expectWholeNumber(given.shardLockWaitMs, 'shardLockWaitMs', 0);
-  expectWholeNumber(given.parallelBuilds, 'parallelBuilds', 1);
+  expectOption(given.connectionsPerServer, 'connectionsPerServer', 1);
+  expectOption(given.shardLockWaitMs, 'shardLockWaitMs', 0);
+  expectOption(given.parallelBuilds, 'parallelBuilds', 1);
   const started = performance.now();
   let target = targetVersion(config);
   const clients = await connectAll(config, { applicationName: 'shardflake migrate' });

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { expectWholeNumber } from '../arguments.js';
+import { expectOption } from '../arguments.js';
 import { type ClusterConfig, targetVersion } from '../cluster/config.js';
 import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
 import { ShardflakeError } from '../errors.js';
@@ -121,7 +121,7 @@ export function checkSetOptions(options: SetMoveOptions): void {
     'cutoverGroupRows',
     'cutoverAttempts',
   ] as const)
-    expectWholeNumber(options[name], name, 1);
+    expectOption(options[name], name, 1);
   for (const name of [
     'lockTimeoutMs',
     'cutoverTimeoutMs',
@@ -129,7 +129,7 @@ export function checkSetOptions(options: SetMoveOptions): void {
     'replicaFenceTimeoutMs',
     'pauseBoundMs',
   ] as const)
-    expectWholeNumber(options[name], name, 0);
+    expectOption(options[name], name, 0);
 }
 
 /** Refuses a list of shards for one target (see checkMoveList). */

@@ -1,4 +1,4 @@
-import { expectKind, expectWholeNumber, optionsObject } from '../../arguments.js';
+import { expectKind, expectOption, optionsObject } from '../../arguments.js';
 
 /** The whole-number options of createRouter and their least values (0 means "none" or "never" where allowed). */
 const COUNTS: Record<string, number> = {
@@ -25,13 +25,12 @@ const HOOKS = ['onMapChange', 'onRetry', 'onEvent'];
  */
 export function checkRouterOptions<T extends object>(options: T | undefined): T {
   const o = optionsObject(options, 'createRouter options');
-  for (const [name, min] of Object.entries(COUNTS)) expectWholeNumber(o[name], name, min);
+  for (const [name, min] of Object.entries(COUNTS)) expectOption(o[name], name, min);
   for (const name of FLAGS) expectKind(o[name], name, 'boolean');
   for (const name of HOOKS) expectKind(o[name], name, 'function');
   for (const [group, counts] of Object.entries(NESTED_COUNTS)) {
     const nested = optionsObject(o[group], group);
-    for (const [name, min] of Object.entries(counts))
-      expectWholeNumber(nested[name], `${group}.${name}`, min);
+    for (const [name, min] of Object.entries(counts)) expectOption(nested[name], `${group}.${name}`, min);
   }
   expectKind(optionsObject(o.transactions, 'transactions').recovery, 'transactions.recovery', 'boolean');
   return o as T;
