@@ -1,10 +1,9 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { CLI_MAIN } from '../support/cli.js';
+import { CLI_MAIN, unreachableConfigFile } from '../support/cli.js';
 
 /**
  * A mistake on the command line is one line on stderr, exit 2, no stack, nothing on stdout — commander's usage
@@ -12,18 +11,8 @@ import { CLI_MAIN } from '../support/cli.js';
  * config whose JSON error quotes a line break of the file (found before: the message took two lines). The config
  * names a server nobody listens on, so a mistake that slipped through to a connection would exit 3 instead.
  */
-const temp = await mkdtemp(join(tmpdir(), 'shardflake-bad-flags-'));
-after(() => rm(temp, { recursive: true, force: true }));
-const config = join(temp, 'cluster.json');
-await writeFile(
-  config,
-  JSON.stringify({
-    servers: { a: 'postgres://postgres:hunter2@127.0.0.1:1/app' },
-    catalog: 'a',
-    logicalShards: 8,
-    tables: { photos: 'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id())' },
-  }),
-);
+const { folder: temp, config, remove } = await unreachableConfigFile('shardflake-bad-flags-');
+after(remove);
 const notJson = join(temp, 'not-json.json');
 await writeFile(notJson, 'servers: a\n');
 const folder = join(temp, 'folder.json');

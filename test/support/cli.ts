@@ -1,4 +1,7 @@
 import { type ChildProcessByStdio, spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
@@ -62,4 +65,26 @@ export function startCli(args: string[], env: Record<string, string> = {}): CliR
       check();
     });
   return { child, done, waitFor };
+}
+
+/**
+ * A cluster config file whose one server is a port nobody listens on, in a fresh temp folder: a CLI mistake that
+ * slips past the input checks to a connection exits 3 (SERVER_UNREACHABLE) instead of 2. `remove` deletes the
+ * folder.
+ */
+export async function unreachableConfigFile(
+  prefix: string,
+): Promise<{ folder: string; config: string; remove: () => Promise<void> }> {
+  const folder = await mkdtemp(join(tmpdir(), prefix));
+  const config = join(folder, 'cluster.json');
+  await writeFile(
+    config,
+    JSON.stringify({
+      servers: { a: 'postgres://postgres:hunter2@127.0.0.1:1/app' },
+      catalog: 'a',
+      logicalShards: 8,
+      tables: { photos: 'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id())' },
+    }),
+  );
+  return { folder, config, remove: () => rm(folder, { recursive: true, force: true }) };
 }
