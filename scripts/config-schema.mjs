@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The cluster config's JSON Schema, made from the same valibot definition that validates a config
-// (packages/shardflake/src/cluster/config.ts `configSchema`, composed of each section's fields), and shipped in the
+// (packages/shardflake/src/config/config.ts `configSchema`, composed of each section's fields), and shipped in the
 // package as `shardflake/config.schema.json` for editors (`"$schema": "./node_modules/shardflake/config.schema.json"`).
 // The build runs it after tsc (it reads the compiled definition), so the shipped file cannot drift from the
 // validator; test/cluster/config.json-schema-*.test.ts checks the file in the repository against it too.
@@ -20,7 +20,7 @@ export const SCHEMA_FILE = resolve(import.meta.dirname, '../packages/shardflake/
 /** The JSON Schema text of the config, as the current build's definition makes it. */
 export async function configSchemaText() {
   const { configSchema } = await import(
-    pathToFileURL(resolve(import.meta.dirname, '../packages/shardflake/dist/cluster/config.js')).href
+    pathToFileURL(resolve(import.meta.dirname, '../packages/shardflake/dist/config/config.js')).href
   );
   // errorMode 'throw': a schema or action with no JSON Schema form fails the build instead of being left out.
   const schema = toJsonSchema(configSchema, { target: 'draft-07', errorMode: 'throw' });

@@ -3,7 +3,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { it } from 'node:test';
 import { startEmbeddedServers } from '../packages/embedded/src/embedded.js';
-import { isShardflakeError } from '../packages/shardflake/src/errors.js';
+import { isShardflakeError } from '../packages/shardflake/src/errors/errors.js';
 import { connect } from '../packages/shardflake/src/postgres/connect.js';
 
 // SHARDFLAKE_POSTGRES_BIN points embedded servers at another PostgreSQL's binaries (compatibility runs:

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { sqlRows, useServers } from '../support/postgres.js';
 

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/catalog/shards.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';

@@ -13,7 +13,7 @@ import {
   sessionPool,
   sqlStateOf,
 } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';

@@ -5,7 +5,7 @@ import { adminReport } from '../../examples/instagram/admin.js';
 import { InstagramApp } from '../../examples/instagram/app.js';
 import { TABLES } from '../../examples/instagram/schema.js';
 import { runWorkload } from '../../examples/instagram/workload.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';

@@ -3,7 +3,7 @@ import { after, before, test } from 'node:test';
 import { createRouter, type Router } from 'shardflake';
 import { Accounts, EmailTakenError } from '../../examples/instagram/accounts.js';
 import { LOOKUPS, TABLES } from '../../examples/instagram/schema.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { compareLsn, ReadPositions } from '../../packages/shardflake/src/cluster/router/positions.js';
+import { compareLsn, ReadPositions } from '../../packages/shardflake/src/routing/positions.js';
 
 test('LSNs compare as the 64-bit numbers they print, not as text', () => {
   assert.equal(compareLsn('0/FF', '0/100'), -1);

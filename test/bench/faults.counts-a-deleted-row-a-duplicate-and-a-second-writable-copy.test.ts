@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { faultsFound, runFaultsBench } from '../../packages/cli/src/bench/faults.js';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import type { ClusterConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { connectServer } from '../../packages/shardflake/src/cluster/connections.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
+import type { ClusterConfig } from '../../packages/shardflake/src/config/config.js';
 import { qualified } from '../../packages/shardflake/src/postgres/identifier.js';
+import { connectServer } from '../../packages/shardflake/src/topology/connections.js';
 
 /**
  * bench faults counts what it claims to: a tiny run of its control scenario (a move under writers, no fault) is

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { findPgbench, pgbenchInsertRates } from '../../packages/cli/src/bench/pgbench.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 
 /*
  * What bench sql hands pgbench, seen by a stand-in binary that writes down its arguments and environment (the real

@@ -1,5 +1,5 @@
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/config/config.js';
 
 /** A small cluster config over the test's servers (the first holds the catalog). */
 export function testConfig(

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 

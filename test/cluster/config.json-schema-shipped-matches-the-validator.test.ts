@@ -4,7 +4,7 @@ import { resolve } from 'node:path';
 import { describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { isShardflakeError } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { jsonSchemaErrors, SHIPPED_SCHEMA_FILE } from '../support/config-json-schema.js';
 import { badMeanings, badShapes, base } from './config-cases.js';
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { parseConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { shardCreationSql } from '../../packages/shardflake/src/cluster/shard-ddl.js';
+import { shardCreationSql } from '../../packages/shardflake/src/admin/shard-ddl.js';
+import { parseConfig, validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { badMeanings, badShapes, base } from './config-cases.js';
 
 function rejects(raw: unknown, code: string, pattern: RegExp): void {

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { isFenced } from '../../packages/shardflake/src/cluster/fence.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
+import { isFenced } from '../../packages/shardflake/src/fence/fence.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';

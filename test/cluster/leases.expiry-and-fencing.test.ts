@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { acquireLease, leasedGenerator } from '../../packages/shardflake/src/cluster/leases.js';
+import { acquireLease, leasedGenerator } from '../../packages/shardflake/src/leases/leases.js';
 import { createPool } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';

@@ -5,10 +5,10 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { shardForKey } from '../../packages/shardflake/src/routing/shard-key.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 

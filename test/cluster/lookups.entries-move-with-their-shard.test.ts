@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createRouter, type Router } from 'shardflake';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/connections.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { verifyLookups } from '../../packages/shardflake/src/cluster/lookups/verify.js';
-import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
+import { verifyLookups } from '../../packages/shardflake/src/lookups/verify.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { shardForKey } from '../../packages/shardflake/src/routing/shard-key.js';
+import { closeAll, connectAll } from '../../packages/shardflake/src/topology/connections.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { usersWithEmailLookup } from './cluster-config.js';

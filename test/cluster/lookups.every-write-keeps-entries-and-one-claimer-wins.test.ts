@@ -13,10 +13,10 @@ import {
   type ShardSession,
   sessionPool,
 } from 'shardflake';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { shardForKey } from '../../packages/shardflake/src/routing/shard-key.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type pg from 'pg';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
-import type { IndexBuildEvent } from '../../packages/shardflake/src/cluster/migrate-concurrently.js';
-import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
+import type { IndexBuildEvent } from '../../packages/shardflake/src/admin/migrate-concurrently.js';
+import { clusterStatus } from '../../packages/shardflake/src/admin/status.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { shardCreationSql } from '../../packages/shardflake/src/cluster/shard-ddl.js';
+import { shardCreationSql } from '../../packages/shardflake/src/admin/shard-ddl.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { startCli } from '../support/cli.js';
 
 const base = {

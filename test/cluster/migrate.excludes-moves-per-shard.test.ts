@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isShardflakeError } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
-import { SHARD_LOCK_CLASS } from '../../packages/shardflake/src/cluster/shard-lock.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
+import { SHARD_LOCK_CLASS } from '../../packages/shardflake/src/fence/shard-lock.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
-import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
+import { clusterStatus } from '../../packages/shardflake/src/admin/status.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Socket } from 'node:net';
 import { after, before, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import {
   checkout,
   connect,

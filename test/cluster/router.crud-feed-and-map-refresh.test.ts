@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { asId, isShardflakeError, type ShardflakeId } from 'shardflake';
-import { bumpMapVersion } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import type { WriteRetry } from '../../packages/shardflake/src/cluster/router/context.js';
-import { createRouter, type Router } from '../../packages/shardflake/src/cluster/router/router.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { bumpMapVersion } from '../../packages/shardflake/src/catalog/shards.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { createRouter, type Router } from '../../packages/shardflake/src/router/router.js';
+import type { WriteRetry } from '../../packages/shardflake/src/routing/context.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readInstalledGenerator } from 'shardflake';
-import { shardsCreationSql } from '../../packages/shardflake/src/cluster/shard-ddl.js';
+import { shardsCreationSql } from '../../packages/shardflake/src/admin/shard-ddl.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { blake2s } from '@noble/hashes/blake2.js';
 import fc from 'fast-check';
-import { hashKey, shardForKey } from '../../packages/shardflake/src/cluster/shard-key.js';
+import { hashKey, shardForKey } from '../../packages/shardflake/src/routing/shard-key.js';
 
 describe('shard key → logical shard', () => {
   it('maps integers by modulo, as the seeds do (user 5001 on 2000 shards → 1001)', () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { rmSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { pageBlocks } from './blocks.js';
 
 // Every code block of docs/reference-tables.md is executed: each js block runs as written (inside the package

@@ -33,7 +33,7 @@ register(${JSON.stringify(pathToFileURL(hooks).href)}, { data: { log: ${JSON.str
 }
 
 const OTHER_COMMANDS = [
-  /\/packages\/shardflake\/dist\/(cluster|move)\//,
+  /\/packages\/shardflake\/dist\/(admin|catalog|config|fence|leases|lookups|move|recovery|reference|router|routing|sql|topology|transactions)\//,
   /\/packages\/cli\/dist\/(dashboard|bench)\//,
   /\/packages\/cli\/dist\/cli\/commands\/(cluster|bench|demo|sql)/,
   /\/node_modules\/(cli-progress|pg|vega|vega-lite|playwright-core)\//,
@@ -50,5 +50,5 @@ test('`shardflake id new` loads the id command only, not the cluster, move, dash
     [],
   );
   const cluster = await modulesLoadedBy('cluster', '--help');
-  assert.ok(cluster.some((url) => url.includes('/packages/shardflake/dist/cluster/')));
+  assert.ok(cluster.some((url) => url.includes('/packages/shardflake/dist/admin/')));
 });

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { FENCE_FUNCTION, unfenceSql } from '../../packages/shardflake/src/cluster/fence.js';
-import { clusterStatus } from '../../packages/shardflake/src/cluster/status.js';
-import { verifyCluster } from '../../packages/shardflake/src/cluster/verify.js';
+import { clusterStatus } from '../../packages/shardflake/src/admin/status.js';
+import { verifyCluster } from '../../packages/shardflake/src/admin/verify.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
+import { FENCE_FUNCTION, unfenceSql } from '../../packages/shardflake/src/fence/fence.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
 import { leftoversCheck } from '../../packages/shardflake/src/move/leftovers-check.js';
 import { isInterrupted, moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';

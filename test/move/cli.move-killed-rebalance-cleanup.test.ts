@@ -3,7 +3,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { assertNoPassword } from '../support/secrets.js';

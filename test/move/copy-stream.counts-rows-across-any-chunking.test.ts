@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 import { BinaryCopyRows, CopyMeter, parseThrottle } from '../../packages/shardflake/src/move/copy-stream.js';
 
 /** A binary COPY stream (PostgreSQL docs, "COPY — Binary Format") of `rows`, each a list of fields (null = NULL). */

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 
 /** The config file's content for a small cluster on `servers`, one `items` table. */

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { ShardflakeId } from 'shardflake';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { useServers } from '../support/postgres.js';
 import { countRows, makeCluster, placement, replicationLeftovers, sleep, withClient } from './fixture.js';
 

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/config/config.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { useServers } from '../support/postgres.js';
 import { makeCluster, placement, rawConfig, replicationLeftovers, schemaOn, withClient } from './fixture.js';
 

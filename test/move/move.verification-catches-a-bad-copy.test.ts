@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 import { moveShard, type VerifyMode } from '../../packages/shardflake/src/move/move.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { useServers } from '../support/postgres.js';
 import {
   countRows,

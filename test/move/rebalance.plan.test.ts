@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 import { planRebalance, planRebalanceByRows } from '../../packages/shardflake/src/move/rebalance.js';
 
 test('adding a third server to two with 8 shards each moves the fewest shards to even the counts', () => {

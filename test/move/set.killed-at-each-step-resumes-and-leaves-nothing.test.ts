@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { ClusterConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import type { ClusterConfig } from '../../packages/shardflake/src/config/config.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
 import { isInterrupted, moveShards } from '../../packages/shardflake/src/move/move.js';
 import type { MoveStep } from '../../packages/shardflake/src/move/options.js';

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { moveShards } from '../../packages/shardflake/src/move/move.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { useServers } from '../support/postgres.js';
 import { makeCluster, placement, replicationLeftovers, withClient } from './fixture.js';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
 import { moveSets } from '../../packages/shardflake/src/move/move.js';
 import { rebalanceCluster } from '../../packages/shardflake/src/move/rebalance.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { startEmbeddedServer } from '../../packages/embedded/src/embedded.js';
 import { DATA_HOME } from '../../packages/embedded/src/root-placement.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 
 /**
  * A start that fails after initdb (here: the port asked for is taken) removes what it made: its temp folder, and

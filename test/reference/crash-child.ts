@@ -3,7 +3,7 @@
 // POINT: after-first-prepare | after-decision. At the point it prints `AT <point> <gid> <server>` and blocks its
 // only thread, so nothing after the step is sent.
 import { createRouter, type TransactionEvent } from 'shardflake';
-import { loadConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { loadConfig } from '../../packages/shardflake/src/config/config.js';
 
 const [configFile, point, name] = process.argv.slice(2) as [string, string, string];
 const config = await loadConfig(configFile);

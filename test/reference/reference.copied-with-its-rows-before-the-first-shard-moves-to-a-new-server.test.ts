@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, type Router } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';

@@ -6,10 +6,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createRouter, type Router } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { checkReferenceTables } from '../../packages/shardflake/src/cluster/reference/verify.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { checkReferenceTables } from '../../packages/shardflake/src/reference/verify.js';
 import { useServers } from '../support/postgres.js';
 
 // A router child writes a reference row and is killed -9 at an exact step of the commit across the two servers

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';

@@ -4,12 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createRouter } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { closeAll, connectAll } from '../../packages/shardflake/src/cluster/connections.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { referenceCheck, verifyReference } from '../../packages/shardflake/src/cluster/reference/verify.js';
-import { clusterAccess } from '../../packages/shardflake/src/cluster/transactions/cluster-access.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { clusterAccess } from '../../packages/shardflake/src/recovery/cluster-access.js';
+import { referenceCheck, verifyReference } from '../../packages/shardflake/src/reference/verify.js';
+import { closeAll, connectAll } from '../../packages/shardflake/src/topology/connections.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 

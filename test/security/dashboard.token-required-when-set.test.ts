@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { test } from 'node:test';
 import { serveDashboard } from '../../packages/cli/src/dashboard/server.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
 import { makeCluster } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { pageBlocks } from '../docs/blocks.js';
 import { makeCluster, withClient } from '../move/fixture.js';
 import { useServers } from '../support/postgres.js';

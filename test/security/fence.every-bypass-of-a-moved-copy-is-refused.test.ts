@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
-import { FENCED_ROLE, isSealed } from '../../packages/shardflake/src/cluster/fence.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
+import { FENCED_ROLE, isSealed } from '../../packages/shardflake/src/fence/fence.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
 import { moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';

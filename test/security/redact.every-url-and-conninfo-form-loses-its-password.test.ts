@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { isShardflakeError, redactSecrets } from '../../packages/shardflake/src/errors.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
+import { isShardflakeError, redactSecrets } from '../../packages/shardflake/src/errors/errors.js';
 import { describeUrl } from '../../packages/shardflake/src/postgres/connect.js';
 
 /**

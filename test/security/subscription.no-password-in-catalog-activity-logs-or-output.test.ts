@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { userIds } from '../../packages/embedded/src/folder-access.js';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
 import { moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
 import type { MoveStep } from '../../packages/shardflake/src/move/options.js';
 import { subscriptionConninfo } from '../../packages/shardflake/src/move/replication.js';

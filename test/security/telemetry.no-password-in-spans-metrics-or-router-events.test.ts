@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { metrics, trace } from '@opentelemetry/api';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { useServers } from '../support/postgres.js';
 import { assertNoPassword } from '../support/secrets.js';

@@ -35,7 +35,7 @@ async function runWithout(absent: string): Promise<string[]> {
     main,
     `import { register } from 'node:module';
 register(${JSON.stringify(pathToFileURL(hooks).href)});
-const { parseSelect } = await import(${JSON.stringify(dist('cluster/sql/parser.js'))});
+const { parseSelect } = await import(${JSON.stringify(dist('sql/parser.js'))});
 const { isShardflakeError } = await import(${JSON.stringify(dist('index.js'))});
 for (let i = 0; i < 2; i++) {
   try {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type RouterEvent } from 'shardflake';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { testConfig } from '../cluster/cluster-config.js';
 import { startCli } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';

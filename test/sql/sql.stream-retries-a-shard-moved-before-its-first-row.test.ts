@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import type { Row } from 'shardflake';
-import { shardSchema } from '../../packages/shardflake/src/cluster/config.js';
+import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';

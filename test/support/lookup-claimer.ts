@@ -2,7 +2,7 @@
 // of the commit — a cross-server transaction phase such as `prepare:start`, `decide:start` or `decide:done` — so
 // that its parent can kill it there with SIGKILL. Run: node lookup-claimer.js CONFIG_JSON KEY VALUE STEP
 import { createRouter } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 
 const [configText, key, value, step] = process.argv.slice(2);
 const config = validateConfig(JSON.parse(configText as string), 'claimer');

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import pg from 'pg';
 import { freePort } from '../../packages/embedded/src/embedded.js';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { useServers } from '../support/postgres.js';
 import { startReplica } from '../support/replicas.js';

@@ -2,17 +2,17 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
 import {
   type ClusterConfig,
   shardSchema,
   validateConfig,
-} from '../../packages/shardflake/src/cluster/config.js';
-import { FENCE_FUNCTION } from '../../packages/shardflake/src/cluster/fence.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
-import { isShardflakeError } from '../../packages/shardflake/src/errors.js';
+} from '../../packages/shardflake/src/config/config.js';
+import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
+import { FENCE_FUNCTION } from '../../packages/shardflake/src/fence/fence.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { sqlRows, useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 

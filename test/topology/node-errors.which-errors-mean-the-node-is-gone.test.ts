@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isNodeFailure } from '../../packages/shardflake/src/cluster/topology/node-errors.js';
-import { ShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { ShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
+import { isNodeFailure } from '../../packages/shardflake/src/topology/node-errors.js';
 
 test('errors that mean a node is gone or not the primary, and errors that are the operation’s own', () => {
   const gone = [

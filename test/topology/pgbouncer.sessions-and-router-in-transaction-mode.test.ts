@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
 import { startPgBouncer } from '../support/pgbouncer.js';
 import { useServers } from '../support/postgres.js';
 

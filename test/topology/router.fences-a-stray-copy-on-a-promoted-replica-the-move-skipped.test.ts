@@ -3,15 +3,15 @@ import { test } from 'node:test';
 import pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
 import { readPostmaster } from '../../packages/embedded/src/postmaster.js';
-import { readShardMap } from '../../packages/shardflake/src/cluster/catalog/shards.js';
-import { shardSchema, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { isFenced, unfenceSql } from '../../packages/shardflake/src/cluster/fence.js';
-import { checkNode } from '../../packages/shardflake/src/cluster/fence-strays.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import type { RouterEvent } from '../../packages/shardflake/src/cluster/router/events.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
-import { lockShard, unlockShard } from '../../packages/shardflake/src/cluster/shard-lock.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { readShardMap } from '../../packages/shardflake/src/catalog/shards.js';
+import { shardSchema, validateConfig } from '../../packages/shardflake/src/config/config.js';
+import { isFenced, unfenceSql } from '../../packages/shardflake/src/fence/fence.js';
+import { lockShard, unlockShard } from '../../packages/shardflake/src/fence/shard-lock.js';
+import { checkNode } from '../../packages/shardflake/src/fence/strays.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
+import type { RouterEvent } from '../../packages/shardflake/src/telemetry/events.js';
 import { sqlRows, useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';
 
@@ -21,7 +21,7 @@ import { caughtUp, startReplica } from '../support/replicas.js';
  * (--skip-replica host:port, as a config that does not list it), a shard moves a → b, a is killed -9 and the
  * replica promoted: it
  * holds the moved shard's old copy without the fence. A router whose config names the promoted node as a fences
- * that copy before it serves anything (cluster/fence-strays.ts), and leaves the shards whose home it is alone.
+ * that copy before it serves anything (fence/strays.ts), and leaves the shards whose home it is alone.
  */
 const [a, b] = (await useServers(2)) as [EmbeddedServer, EmbeddedServer];
 const replica = await startReplica(a);

@@ -11,11 +11,11 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
-import type { OperationEvent, RouterEvent } from '../../packages/shardflake/src/cluster/router/events.js';
-import { createRouter } from '../../packages/shardflake/src/cluster/router/router.js';
-import type { ClusterStatus } from '../../packages/shardflake/src/cluster/status.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import type { ClusterStatus } from '../../packages/shardflake/src/admin/status.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
+import { createRouter } from '../../packages/shardflake/src/router/router.js';
+import type { OperationEvent, RouterEvent } from '../../packages/shardflake/src/telemetry/events.js';
 import { CLI_MAIN } from '../support/cli.js';
 import { sqlRows, useServers } from '../support/postgres.js';
 import { caughtUp, startReplica } from '../support/replicas.js';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import pg from 'pg';
 import type { EmbeddedServer } from '../../packages/embedded/src/embedded.js';
-import { createServerNodes } from '../../packages/shardflake/src/cluster/topology/server-nodes.js';
+import { createServerNodes } from '../../packages/shardflake/src/topology/server-nodes.js';
 import { useServers } from '../support/postgres.js';
 import { caughtUp, type Replica, startReplica } from '../support/replicas.js';
 

@@ -7,9 +7,9 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import type { OperationEvent } from '../../packages/shardflake/src/cluster/router/events.js';
-import { telemetryHook, telemetryInstalled } from '../../packages/shardflake/src/cluster/router/telemetry.js';
-import { ShardflakeError } from '../../packages/shardflake/src/errors.js';
+import { ShardflakeError } from '../../packages/shardflake/src/errors/errors.js';
+import type { OperationEvent } from '../../packages/shardflake/src/telemetry/events.js';
+import { telemetryHook, telemetryInstalled } from '../../packages/shardflake/src/telemetry/telemetry.js';
 import { PullReader, testTelemetry } from '../support/telemetry.js';
 
 const base: OperationEvent = {

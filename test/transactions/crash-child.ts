@@ -3,7 +3,7 @@
 // POINT: after-first-prepare | after-decision | after-first-commit-prepared. At the point it prints one line
 // (`AT <point> <gid of the step> <server>`) and blocks its only thread, so nothing after the step is sent.
 import { createRouter, type TransactionEvent } from 'shardflake';
-import { loadConfig } from '../../packages/shardflake/src/cluster/config.js';
+import { loadConfig } from '../../packages/shardflake/src/config/config.js';
 
 const [configFile, point, shardList, tag] = process.argv.slice(2) as [string, string, string, string];
 const config = await loadConfig(configFile);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { migrateCluster } from '../../packages/shardflake/src/cluster/migrate.js';
+import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
 import { crashRouterAt, useMoveCluster } from './support.js';
 

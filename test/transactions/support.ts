@@ -13,8 +13,8 @@ import {
   stopEmbeddedServersOnSignals,
 } from '../../packages/embedded/src/embedded.js';
 import { isRunning, readPostmaster } from '../../packages/embedded/src/postmaster.js';
-import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { type ClusterConfig, validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router, type RouterEvent } from 'shardflake';
-import { validateConfig } from '../../packages/shardflake/src/cluster/config.js';
-import { initCluster } from '../../packages/shardflake/src/cluster/init.js';
+import { initCluster } from '../../packages/shardflake/src/admin/init.js';
+import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { useServers } from '../support/postgres.js';
 

@@ -4,7 +4,7 @@ import { chmod, chown, mkdir, mkdtemp, readFile, rm, rmdir, stat, unlink, writeF
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 import { unreachableBy, userIds } from './folder-access.js';

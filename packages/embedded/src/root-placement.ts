@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { cp, lstat, mkdir, readFile, realpath, rename, rm, stat, symlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { unreachableBy } from './folder-access.js';
 import { packagedBinaries, type ServerBinaries, type ServerUser } from './server-process.js';
 

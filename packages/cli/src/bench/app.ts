@@ -1,11 +1,11 @@
 import { cpus } from 'node:os';
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
-import { shardForKey } from 'shardflake/internal/cluster/shard-key.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { copyFrom } from 'shardflake/internal/postgres/copy-streams.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
+import { shardForKey } from 'shardflake/internal/routing/shard-key.js';
 import { startPhotosCluster } from './photos-cluster.js';
 import { median, tasksPerSecond } from './stats.js';
 

@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { startEmbeddedServers } from '@shardflake/embedded';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { validateConfig } from 'shardflake/internal/config/config.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
 
 /**
  * `bench app --memory`: how much a pooled connection's backend grows when it visits every shard of its server,

@@ -1,7 +1,7 @@
 import type pg from 'pg';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
-import { shardForKey } from 'shardflake/internal/cluster/shard-key.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
+import { shardForKey } from 'shardflake/internal/routing/shard-key.js';
 import { startPhotosCluster } from './photos-cluster.js';
 import { median, percentile, tasksPerSecond } from './stats.js';
 

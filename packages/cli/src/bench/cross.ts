@@ -1,7 +1,7 @@
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter, type Router } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { validateConfig } from 'shardflake/internal/config/config.js';
+import { createRouter, type Router } from 'shardflake/internal/router/router.js';
 import { median, percentile } from './stats.js';
 
 /**

@@ -1,13 +1,13 @@
 import type { ChildProcess } from 'node:child_process';
-import { readShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
-import { type ClusterConfig, shardSchema } from 'shardflake/internal/cluster/config.js';
-import { connectServer } from 'shardflake/internal/cluster/connections.js';
-import { isFenced } from 'shardflake/internal/cluster/fence.js';
-import type { RouterOptions } from 'shardflake/internal/cluster/router/router.js';
-import { isShardflakeError } from 'shardflake/internal/errors.js';
+import { readShardMap } from 'shardflake/internal/catalog/shards.js';
+import { type ClusterConfig, shardSchema } from 'shardflake/internal/config/config.js';
+import { isShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { isFenced } from 'shardflake/internal/fence/fence.js';
 import { isInterrupted, moveShard, moveShards } from 'shardflake/internal/move/move.js';
 import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
+import type { RouterOptions } from 'shardflake/internal/router/router.js';
+import { connectServer } from 'shardflake/internal/topology/connections.js';
 import type { Stage, StageOptions } from './faults-stage.js';
 
 /**

@@ -11,11 +11,11 @@ import {
 } from '@shardflake/embedded';
 import { type EmbeddedReplica, startEmbeddedReplica } from '@shardflake/embedded/replica';
 import type pg from 'pg';
-import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
-import { connectServer } from 'shardflake/internal/cluster/connections.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/config/config.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { qualified, quoteLiteral } from 'shardflake/internal/postgres/identifier.js';
+import { connectServer } from 'shardflake/internal/topology/connections.js';
 
 /**
  * The servers of one fault scenario (bench faults): embedded servers named a, b, c…, the catalog on b (server a

@@ -1,7 +1,7 @@
-import { readShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
-import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
-import { connectServer } from 'shardflake/internal/cluster/connections.js';
+import { readShardMap } from 'shardflake/internal/catalog/shards.js';
+import type { ClusterConfig } from 'shardflake/internal/config/config.js';
 import { qualified } from 'shardflake/internal/postgres/identifier.js';
+import { connectServer } from 'shardflake/internal/topology/connections.js';
 import type { AcknowledgedInsert } from './faults-writers.js';
 
 /**

@@ -1,5 +1,5 @@
-import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
-import { createRouter, type RouterOptions } from 'shardflake/internal/cluster/router/router.js';
+import type { ClusterConfig } from 'shardflake/internal/config/config.js';
+import { createRouter, type RouterOptions } from 'shardflake/internal/router/router.js';
 
 /**
  * The application's side of a fault scenario (bench faults): one router writer per shard inserting one row at a

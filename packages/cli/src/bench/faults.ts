@@ -1,5 +1,5 @@
 import { cpus } from 'node:os';
-import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
+import type { ClusterConfig } from 'shardflake/internal/config/config.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
 import { type DoubleWritable, type Probes, startProbes } from './faults-probe.js';
 import { SCENARIOS, type Scenario, type ScenarioContext, type ScenarioName } from './faults-scenarios.js';

@@ -1,5 +1,5 @@
 import mysql from 'mysql2/promise';
-import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors.js';
+import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 import { type Counters, type InsertTarget, type TableSizes, tableFor } from './inserts-target.js';
 import type { IdType } from './inserts-types.js';

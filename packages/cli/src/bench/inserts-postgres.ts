@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { connect, describeUrl, wrapPgError } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 import { installGenerator } from 'shardflake/internal/postgres/install.js';

@@ -1,5 +1,5 @@
 import { randomFillSync } from 'node:crypto';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { createGenerator } from 'shardflake/internal/ids/generator.js';
 import { lsid } from 'shardflake/internal/ids/lsid.js';
 import { ulidToUUID, ulid as ulidWith } from 'ulid';

@@ -1,6 +1,6 @@
 import { cpus, loadavg, totalmem } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServer } from '@shardflake/embedded';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { mariadbTarget } from './inserts-mariadb.js';
 import { postgresTarget } from './inserts-postgres.js';
 import { COUNTER_NAMES, type Counters, type InsertTarget } from './inserts-target.js';

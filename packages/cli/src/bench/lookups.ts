@@ -1,10 +1,10 @@
 import { cpus, loadavg } from 'node:os';
 import { startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { validateConfig } from 'shardflake/internal/config/config.js';
 import { createPool } from 'shardflake/internal/postgres/connect.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
 import { percentile } from './stats.js';
 
 /**

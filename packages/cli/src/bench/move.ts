@@ -1,10 +1,10 @@
 import { cpus } from 'node:os';
 import { startEmbeddedServers } from '@shardflake/embedded';
-import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
-import { connectServer } from 'shardflake/internal/cluster/connections.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/config/config.js';
 import { type MoveResult, moveShard, VERIFY_MODES, type VerifyMode } from 'shardflake/internal/move/move.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
+import { connectServer } from 'shardflake/internal/topology/connections.js';
 import type { ReportSection } from './report.js';
 
 /**

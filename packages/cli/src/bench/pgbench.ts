@@ -4,7 +4,7 @@ import { access, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { promisify } from 'node:util';
-import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors.js';
+import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors/errors.js';
 
 /*
  * Runs PostgreSQL's own load generator, `pgbench`, for `bench sql`: its client costs far less than node-postgres,

@@ -1,8 +1,8 @@
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { readShardMap, type ShardMap } from 'shardflake/internal/cluster/catalog/shards.js';
-import { type ClusterConfig, validateConfig } from 'shardflake/internal/cluster/config.js';
-import { type InitResult, initCluster } from 'shardflake/internal/cluster/init.js';
+import { type InitResult, initCluster } from 'shardflake/internal/admin/init.js';
+import { readShardMap, type ShardMap } from 'shardflake/internal/catalog/shards.js';
+import { type ClusterConfig, validateConfig } from 'shardflake/internal/config/config.js';
 import { connect, createPool } from 'shardflake/internal/postgres/connect.js';
 
 /**

@@ -2,16 +2,16 @@ import { cpus } from 'node:os';
 import { pipeline } from 'node:stream/promises';
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/cluster/config.js';
-import { connectServer } from 'shardflake/internal/cluster/connections.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { type ClusterConfig, shardSchema, validateConfig } from 'shardflake/internal/config/config.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
 import { moveSets, moveShard } from 'shardflake/internal/move/move.js';
 import type { MoveResult, VerifyMode } from 'shardflake/internal/move/options.js';
 import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import { copyFrom, copyTo } from 'shardflake/internal/postgres/copy-streams.js';
 import { qualified } from 'shardflake/internal/postgres/identifier.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
+import { connectServer } from 'shardflake/internal/topology/connections.js';
 
 /**
  * `bench rebalance`: moves at scale, measured side by side in one run with the one-at-a-time moves of before.

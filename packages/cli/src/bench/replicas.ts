@@ -1,11 +1,11 @@
 import { startEmbeddedServer } from '@shardflake/embedded';
 import { replicaCaughtUp, startEmbeddedReplica } from '@shardflake/embedded/replica';
 import type { ShardflakeId } from 'shardflake';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import type { OperationEvent } from 'shardflake/internal/cluster/router/events.js';
-import { createRouter, type Router } from 'shardflake/internal/cluster/router/router.js';
-import { telemetryHook } from 'shardflake/internal/cluster/router/telemetry.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { validateConfig } from 'shardflake/internal/config/config.js';
+import { createRouter, type Router } from 'shardflake/internal/router/router.js';
+import type { OperationEvent } from 'shardflake/internal/telemetry/events.js';
+import { telemetryHook } from 'shardflake/internal/telemetry/telemetry.js';
 import { median } from './stats.js';
 
 /**

@@ -1,10 +1,10 @@
 import { cpus, loadavg } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServer } from '@shardflake/embedded';
-import { validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { validateConfig } from 'shardflake/internal/config/config.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
 
 /**
  * `bench sql-across`: a grouped aggregate over every shard through `router.sql`, against the same rows in one

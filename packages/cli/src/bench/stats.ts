@@ -1,4 +1,4 @@
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 
 /**
  * The statistics the insert benchmark reports: an ordinary least-squares line through (insert count, latency),

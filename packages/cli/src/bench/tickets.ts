@@ -1,7 +1,7 @@
 import { cpus } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { createPool } from 'shardflake/internal/postgres/connect.js';
 import { installGenerator } from 'shardflake/internal/postgres/install.js';
 import type { ReportSection } from './report.js';

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 import { stopEmbeddedServersOnSignals } from '@shardflake/embedded';
 import { Command, CommanderError } from 'commander';
-import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors.js';
-import { VERSION } from 'shardflake/internal/version.js';
+import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { VERSION } from 'shardflake/internal/telemetry/version.js';
 
 /**
  * Each top-level command's module, loaded on demand: `shardflake id new` then loads the id code only, not the

@@ -1,5 +1,5 @@
-import { readMoveRows } from 'shardflake/internal/cluster/catalog/moves.js';
-import { redactSecrets } from 'shardflake/internal/errors.js';
+import { readMoveRows } from 'shardflake/internal/catalog/moves.js';
+import { redactSecrets } from 'shardflake/internal/errors/errors.js';
 import type { Queryable } from 'shardflake/internal/postgres/connect.js';
 
 /**

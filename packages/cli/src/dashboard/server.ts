@@ -1,11 +1,11 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { ClusterConfig } from 'shardflake/internal/cluster/config.js';
-import { primaryUrl } from 'shardflake/internal/cluster/connections.js';
-import { clusterStatus } from 'shardflake/internal/cluster/status.js';
-import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors.js';
+import { clusterStatus } from 'shardflake/internal/admin/status.js';
+import type { ClusterConfig } from 'shardflake/internal/config/config.js';
+import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
+import { primaryUrl } from 'shardflake/internal/topology/connections.js';
 import { readMoves } from './moves.js';
 import { dashboardPage } from './page.js';
 

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isRunning, readPostmaster } from '@shardflake/embedded';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 
 /**
  * Servers an earlier demo left running in the demo's folder. Ctrl-C stops them, but a demo killed hard (SIGKILL,

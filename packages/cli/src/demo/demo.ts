@@ -1,10 +1,10 @@
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
 import type { ShardflakeId } from 'shardflake';
-import { type ClusterConfig, validateConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { createRouter, type Router } from 'shardflake/internal/cluster/router/router.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { type ClusterConfig, validateConfig } from 'shardflake/internal/config/config.js';
 import { decodeId } from 'shardflake/internal/ids/codec.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
+import { createRouter, type Router } from 'shardflake/internal/router/router.js';
 import { stopLeftovers } from './demo-leftovers.js';
 
 /**

@@ -1,5 +1,5 @@
-import { expectObject, instantText, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { expectObject, instantText, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout } from './layout.js';
 
 /**

@@ -1,5 +1,5 @@
-import { optionsObject, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { optionsObject, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { type LayoutInput, tickOf } from './codec.js';
 import { type Layout, type LayoutField, resolveLayout } from './layout.js';
 

@@ -1,5 +1,5 @@
-import { expectString, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { expectString, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { base62Width, decodeBase62, encodeBase62 } from './base62.js';
 import { parseIdValue } from './codec.js';
 import { crockfordWidth, decodeCrockford, encodeCrockford } from './crockford.js';

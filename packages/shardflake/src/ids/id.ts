@@ -1,4 +1,4 @@
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 
 /**
  * The type of an id made by a shardflake cluster: a `bigint` at run time, branded at compile time.

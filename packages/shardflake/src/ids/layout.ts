@@ -1,5 +1,5 @@
-import { expectObject, expectString, kindOf, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { expectObject, expectString, kindOf, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 
 /**
  * A 64-bit id layout, written once as data: a custom epoch, a time unit and the fields from the most significant

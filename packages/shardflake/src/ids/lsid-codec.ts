@@ -1,5 +1,5 @@
-import { expectObject, kindOf, optionsObject, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { expectObject, kindOf, optionsObject, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { decodeCrockford, encodeCrockford, isCrockford } from './crockford.js';
 import {
   LSID_BITS,

@@ -1,4 +1,4 @@
-import { optionsObject, shown } from '../arguments.js';
+import { optionsObject, shown } from '../errors/arguments.js';
 import {
   compareLsid,
   type DecodedLsid,

@@ -1,4 +1,4 @@
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 
 /**
  * Fixed-width positional text for non-negative bigints, over an alphabet in ASCII order — so that text of one

@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { networkInterfaces } from 'node:os';
-import { expectObject, expectString } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { expectObject, expectString } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 
 /**
  * LSID's default worker id: a 20-bit hash of the machine's MAC address (seed 002 says "BLAKE2s of the MAC

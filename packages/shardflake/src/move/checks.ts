@@ -1,8 +1,8 @@
 import type pg from 'pg';
-import { expectOption } from '../arguments.js';
-import { type ClusterConfig, targetVersion } from '../cluster/config.js';
-import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
-import { ShardflakeError } from '../errors.js';
+import { MIGRATIONS_TABLE } from '../admin/shard-ddl.js';
+import { type ClusterConfig, targetVersion } from '../config/config.js';
+import { expectOption } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { qualified } from '../postgres/identifier.js';
 import { checkThrottle } from './copy-stream.js';
 import type { SetMoveOptions } from './options.js';

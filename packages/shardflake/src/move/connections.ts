@@ -1,8 +1,8 @@
 import type pg from 'pg';
-import type { ClusterConfig } from '../cluster/config.js';
-import { connectServer } from '../cluster/connections.js';
-import { ShardflakeError } from '../errors.js';
+import type { ClusterConfig } from '../config/config.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { type Queryable, wrapPgError } from '../postgres/connect.js';
+import { connectServer } from '../topology/connections.js';
 
 /**
  * The move's connections to the servers (each to a server's primary, failures naming the server), the way a test

@@ -1,5 +1,5 @@
 import { Transform, type TransformCallback } from 'node:stream';
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 
 /**
  * The stream between a source's `COPY … TO STDOUT (FORMAT binary)` and a target's `COPY … FROM STDIN (FORMAT

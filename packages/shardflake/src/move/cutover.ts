@@ -1,13 +1,13 @@
 import type pg from 'pg';
-import { recordSwitched } from '../cluster/catalog/moves.js';
-import { setShardsState } from '../cluster/catalog/shards.js';
-import { primaryUrl } from '../cluster/connections.js';
-import { fencedSchemas, fenceSql, unfenceSql } from '../cluster/fence.js';
-import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
-import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
-import { ShardflakeError } from '../errors.js';
+import { MIGRATIONS_TABLE } from '../admin/shard-ddl.js';
+import { recordSwitched } from '../catalog/moves.js';
+import { setShardsState } from '../catalog/shards.js';
+import { ShardflakeError } from '../errors/errors.js';
+import { fencedSchemas, fenceSql, unfenceSql } from '../fence/fence.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
+import { settlePreparedOnShards } from '../recovery/settle.js';
+import { primaryUrl } from '../topology/connections.js';
 import { inTransaction, openServer, sleep } from './connections.js';
 import { bypassGuardSql } from './ddl-guard.js';
 import { moveGeneratorStates } from './generator.js';
@@ -343,7 +343,7 @@ export async function cutoverGroup(s: Run, group: Member[]): Promise<void> {
   const checks = await openReplicaChecks(s);
   try {
     if (toFence.length > 0) {
-      // In-doubt prepared transactions hold the tables' locks until settled, by their decision (transactions/settle.ts).
+      // In-doubt prepared transactions hold the tables' locks until settled, by their decision (recovery/settle.ts).
       await settlePreparedOnShards(
         s.config,
         s.from,

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { requireOwnedSchema } from '../cluster/privileges.js';
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
+import { requireOwnedSchema } from '../fence/privileges.js';
 import type { Queryable } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 

@@ -1,3 +1,5 @@
+import { clusterHistory } from '../admin/migrations.js';
+import { shardsCreationSql } from '../admin/shard-ddl.js';
 import {
   createBatch,
   installMoves,
@@ -6,20 +8,18 @@ import {
   streamId,
   unfinishedBatch,
   unfinishedMoves,
-} from '../cluster/catalog/moves.js';
-import { recordServers } from '../cluster/catalog/servers.js';
-import { readPlacements, setShardsState } from '../cluster/catalog/shards.js';
-import type { ClusterConfig } from '../cluster/config.js';
-import { primaryUrl } from '../cluster/connections.js';
-import { fenceSql } from '../cluster/fence.js';
-import { clusterHistory } from '../cluster/migrations.js';
-import { ensureReferenceOn } from '../cluster/reference/before-move.js';
-import { shardsCreationSql } from '../cluster/shard-ddl.js';
-import { lockShard, unlockShard } from '../cluster/shard-lock.js';
-import { settlePreparedOnShards } from '../cluster/transactions/settle.js';
-import { isShardflakeError, ShardflakeError } from '../errors.js';
+} from '../catalog/moves.js';
+import { recordServers } from '../catalog/servers.js';
+import { readPlacements, setShardsState } from '../catalog/shards.js';
+import type { ClusterConfig } from '../config/config.js';
+import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
+import { fenceSql } from '../fence/fence.js';
+import { lockShard, unlockShard } from '../fence/shard-lock.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
+import { settlePreparedOnShards } from '../recovery/settle.js';
+import { ensureReferenceOn } from '../reference/before-move.js';
+import { primaryUrl } from '../topology/connections.js';
 import { checkMoveList, preflightSet } from './checks.js';
 import { inTransaction, MoveInterrupted, openServer, sleep } from './connections.js';
 import { cutoverGroup, cutoverGroups } from './cutover.js';

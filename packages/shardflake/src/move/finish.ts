@@ -1,5 +1,5 @@
-import { recordVerifiedDigests } from '../cluster/catalog/moves.js';
-import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../cluster/fence.js';
+import { recordVerifiedDigests } from '../catalog/moves.js';
+import { fencedSchemas, fenceSql, sealOldCopiesSql } from '../fence/fence.js';
 import { inTransaction } from './connections.js';
 import { movedMessage } from './cutover.js';
 import { ddlPastGuard, unguardSchemas } from './ddl-guard.js';

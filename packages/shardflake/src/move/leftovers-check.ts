@@ -1,7 +1,7 @@
-import { isFinal, listMoves } from '../cluster/catalog/moves.js';
-import { readShardMap } from '../cluster/catalog/shards.js';
-import { isFenced } from '../cluster/fence.js';
-import type { Problem, VerifyCheck } from '../cluster/verify-check.js';
+import { isFinal, listMoves } from '../catalog/moves.js';
+import { readShardMap } from '../catalog/shards.js';
+import type { Problem, VerifyCheck } from '../config/verify-check.js';
+import { isFenced } from '../fence/fence.js';
 import { conflictOf } from './leftovers.js';
 
 /**

@@ -1,4 +1,4 @@
-import type { MoveRecord } from '../cluster/catalog/moves.js';
+import type { MoveRecord } from '../catalog/moves.js';
 import type { Queryable } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { inTransaction } from './connections.js';
@@ -13,7 +13,7 @@ import { digestSchemas } from './verify.js';
  * an old copy that is writable, and a write acknowledged there exists nowhere else. So before anything is dropped:
  *
  * 1. Fence on discovery: an unfenced leftover is fenced at once (it is not the shard's home, so no write may land
- *    there), whatever happens next (cluster/fence.ts `fenceSchema`; routers do it too: cluster/fence-strays.ts).
+ *    there), whatever happens next (fence/fence.ts `fenceSchema`; routers do it too: fence/strays.ts).
  * 2. Compare with the move's verified state: the old copy of a finished move must still hold exactly what the move
  *    recorded when it finished (per table: rows and checksum; for moves recorded before digests, the row count).
  *    A copy that differs took writes after its fence (or is an older state, from a replica that was behind): it is

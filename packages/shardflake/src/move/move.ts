@@ -1,4 +1,11 @@
-import type { ClusterConfig } from '../cluster/config.js';
+/*
+ * move/: Online moves of logical shards between servers: one engine for a shard or a set (copy at a snapshot,
+ * logical replication, verify, fenced cutover, crash-safe settle), cleanup of old copies, and the rebalance
+ * planner.
+ *
+ * May import: errors, postgres, config, topology, catalog, fence, recovery, reference, admin.
+ */
+import type { ClusterConfig } from '../config/config.js';
 import { moveSets } from './engine.js';
 import type { MoveOptions, MoveResult, SetMoveOptions } from './options.js';
 

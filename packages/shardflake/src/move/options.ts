@@ -1,4 +1,4 @@
-import type { MovePhase } from '../cluster/catalog/moves.js';
+import type { MovePhase } from '../catalog/moves.js';
 import type { Throttle } from './copy-stream.js';
 import type { ReplicationLogin } from './replication.js';
 

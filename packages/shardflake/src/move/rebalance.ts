@@ -1,11 +1,11 @@
 import type pg from 'pg';
-import { finishedStreams } from '../cluster/catalog/moves.js';
-import { readShardMap, type ShardPlacement } from '../cluster/catalog/shards.js';
-import type { ClusterConfig } from '../cluster/config.js';
-import { connectServer } from '../cluster/connections.js';
-import { isShardflakeError, ShardflakeError } from '../errors.js';
+import { finishedStreams } from '../catalog/moves.js';
+import { readShardMap, type ShardPlacement } from '../catalog/shards.js';
+import type { ClusterConfig } from '../config/config.js';
+import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
+import { connectServer } from '../topology/connections.js';
 import { checkSetOptions } from './checks.js';
 import { moveSets } from './engine.js';
 import type { MoveResult, SetMoveOptions } from './options.js';

@@ -1,8 +1,8 @@
 import type pg from 'pg';
-import { serverNodeUrls } from '../cluster/connections.js';
-import { lsnToBigint } from '../cluster/topology/lsn.js';
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { connect, describeUrl } from '../postgres/connect.js';
+import { serverNodeUrls } from '../topology/connections.js';
+import { lsnToBigint } from '../topology/lsn.js';
 import { sleep } from './connections.js';
 import { currentLsn } from './replication.js';
 import type { Run } from './run.js';

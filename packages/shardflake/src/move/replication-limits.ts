@@ -1,7 +1,7 @@
-import type { ClusterConfig } from '../cluster/config.js';
-import { connectServer } from '../cluster/connections.js';
-import { ShardflakeError } from '../errors.js';
+import type { ClusterConfig } from '../config/config.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { wrapPgError } from '../postgres/connect.js';
+import { connectServer } from '../topology/connections.js';
 
 /**
  * Replication slots, WAL senders and logical replication workers are fixed at server start, and running out of

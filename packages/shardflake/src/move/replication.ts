@@ -1,4 +1,4 @@
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { type Queryable, wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 

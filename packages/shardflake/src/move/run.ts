@@ -1,7 +1,7 @@
 import type pg from 'pg';
-import type { MovePhase } from '../cluster/catalog/moves.js';
-import { type MoveRecord, recordPhases } from '../cluster/catalog/moves.js';
-import type { ClusterConfig } from '../cluster/config.js';
+import type { MovePhase } from '../catalog/moves.js';
+import { type MoveRecord, recordPhases } from '../catalog/moves.js';
+import type { ClusterConfig } from '../config/config.js';
 import { kill, MoveInterrupted } from './connections.js';
 import type { MoveStep, Options, SET_DEFAULTS, SetMoveOptions } from './options.js';
 import type { ReplicationNames } from './replication.js';

@@ -1,9 +1,9 @@
 import type pg from 'pg';
-import { type MoveRecord, reached, recordPhase, streamId } from '../cluster/catalog/moves.js';
-import { readPlacement, setShardsState } from '../cluster/catalog/shards.js';
-import type { ClusterConfig } from '../cluster/config.js';
-import { isFenced, unfenceSql } from '../cluster/fence.js';
-import { ShardflakeError } from '../errors.js';
+import { type MoveRecord, reached, recordPhase, streamId } from '../catalog/moves.js';
+import { readPlacement, setShardsState } from '../catalog/shards.js';
+import type { ClusterConfig } from '../config/config.js';
+import { ShardflakeError } from '../errors/errors.js';
+import { isFenced, unfenceSql } from '../fence/fence.js';
 import { inTransaction, openServer } from './connections.js';
 import { ddlPastGuard, unguardSchemas } from './ddl-guard.js';
 import { finishMembers } from './finish.js';

@@ -1,6 +1,6 @@
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { connect, loadPg, wrapPgError } from '../postgres/connect.js';
 import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { MIGRATIONS_TABLE } from '../cluster/shard-ddl.js';
-import { ShardflakeError } from '../errors.js';
+import { MIGRATIONS_TABLE } from '../admin/shard-ddl.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteLiteral } from '../postgres/identifier.js';
 import { compareDigests, digestTables, verificationError } from './verify.js';

@@ -1,4 +1,4 @@
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import type { Queryable } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
 

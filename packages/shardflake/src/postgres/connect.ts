@@ -1,8 +1,15 @@
+/*
+ * postgres/: Talking to one PostgreSQL server: connections and pools with ids as bigint (connect.ts), pipelined
+ * batches, COPY streams, identifier quoting, and the `next_id()` generator SQL with its installer. Knows nothing
+ * of clusters.
+ *
+ * May import: errors, ids.
+ */
 import { createRequire } from 'node:module';
 import type pg from 'pg';
-import { expectString } from '../arguments.js';
-import { redactSecrets, ShardflakeError } from '../errors.js';
-import { describeServerUrl } from '../redact.js';
+import { expectString } from '../errors/arguments.js';
+import { redactSecrets, ShardflakeError } from '../errors/errors.js';
+import { describeServerUrl } from '../errors/redact.js';
 
 /**
  * Connections with ids as `bigint` end to end. `pg` returns int8 as a string by default; shardflake maps it to
@@ -40,6 +47,13 @@ export const bigintTypes = {
 /** Anything with pg's `query`: a client, a pool, or a pool client. */
 export type Queryable = Pick<pg.ClientBase, 'query'>;
 
+/** A connection to each named server's primary, for work that visits every server (recovery, verify checks). */
+export interface ServerAccess {
+  readonly servers: readonly string[];
+  /** Runs `fn` on a connection to the server's primary (autocommit), giving the connection back after. */
+  use<T>(server: string, fn: (client: Queryable) => Promise<T>): Promise<T>;
+}
+
 /** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
 export function describeUrl(url: string): string {
   return describeServerUrl(expectString(url, 'a server URL'));
@@ -65,7 +79,7 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
     );
   }
   const message = redactSecrets(String(e?.message ?? error));
-  // SF020: the write guard of the reference tables (cluster/reference/sql.ts) refused a write outside withReference.
+  // SF020: the write guard of the reference tables (reference/sql.ts) refused a write outside withReference.
   const code = e?.code === 'SF020' ? 'REFERENCE_READ_ONLY' : 'DATABASE_ERROR';
   return new ShardflakeError(code, `PostgreSQL${where}: ${message}`, {
     sqlState: e?.code,

@@ -1,5 +1,5 @@
-import { expectObject, shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { expectObject, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout, withEpoch } from '../ids/layout.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './identifier.js';
 

@@ -1,5 +1,5 @@
-import { shown } from '../arguments.js';
-import { ShardflakeError } from '../errors.js';
+import { shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
 
 /**
  * The one place where names become SQL. A name must be a plain identifier (letter or underscore, then letters,

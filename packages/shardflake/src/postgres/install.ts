@@ -1,4 +1,4 @@
-import { ShardflakeError } from '../errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import { type Queryable, wrapPgError } from './connect.js';
 import {
   GENERATOR_MISMATCH_SQLSTATE,

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { AppWorkloadResult } from '../../bench/app.js';
-import { positiveInteger } from '../options.js';
-import { phasedProgress, toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { phasedProgress, toJson } from './output.js';
 
 /** `shardflake bench app`: shard sessions vs plain pg, insertMany vs single-row inserts, COPY vs INSERT. */
 export function registerBenchAppCommand(bench: Command): void {

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
-import { positiveInteger } from '../options.js';
-import { phasedProgress, toJson } from '../output.js';
-import { writeBenchReport } from '../report-option.js';
+import { positiveInteger } from './options.js';
+import { phasedProgress, toJson } from './output.js';
+import { writeBenchReport } from './report-option.js';
 
 /** `shardflake bench cluster`: init time for thousands of shards, router vs direct inserts, feed latency. */
 export function registerBenchClusterCommand(bench: Command): void {

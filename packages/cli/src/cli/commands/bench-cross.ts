@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import { benchCross, type SideResult } from '../../bench/cross.js';
 import { type ReferenceBenchResult, runReferenceBench } from '../../bench/reference.js';
-import { positiveInteger } from '../options.js';
-import { toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { toJson } from './output.js';
 
 export function registerBenchCrossCommand(bench: Command): void {
   bench

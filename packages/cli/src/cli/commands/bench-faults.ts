@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
-import { toJson } from '../output.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { toJson } from './output.js';
 
 /** `shardflake bench faults`: shard moves under failover, killed and frozen movers, routers behind on config. */
 export function registerBenchFaultsCommand(bench: Command): void {

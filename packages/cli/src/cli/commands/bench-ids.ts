@@ -1,8 +1,8 @@
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { type IdsBenchResult, runIdsBench } from '../../bench/ids.js';
-import { positiveInteger } from '../options.js';
-import { writeBenchReport } from '../report-option.js';
+import { positiveInteger } from './options.js';
+import { writeBenchReport } from './report-option.js';
 
 function table(result: IdsBenchResult): string {
   const rows = result.entries.map((e) => [

@@ -1,11 +1,11 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import type { Command } from 'commander';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import type { EngineResult, InsertBenchResult, InsertMode } from '../../bench/inserts.js';
 import type { ReportSection } from '../../bench/report.js';
 import type { TicketBenchResult } from '../../bench/tickets.js';
-import { progressBar, toJson } from '../output.js';
+import { progressBar, toJson } from './output.js';
 
 const integer = (v: string) => Number.parseInt(v, 10);
 const collect = (v: string, previous: string[]) => [...previous, v];

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { Latency } from '../../bench/lookups.js';
-import { positiveInteger } from '../options.js';
-import { phasedProgress, toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { phasedProgress, toJson } from './output.js';
 
 const show = (l: Latency) => `p50 ${l.p50Ms.toFixed(3)} ms, p99 ${l.p99Ms.toFixed(3)} ms`;
 

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { positiveInteger } from '../options.js';
-import { progressBar, toJson } from '../output.js';
-import { writeBenchReport } from '../report-option.js';
 import { registerBenchRebalanceCommand } from './bench-rebalance.js';
+import { positiveInteger } from './options.js';
+import { progressBar, toJson } from './output.js';
+import { writeBenchReport } from './report-option.js';
 
 /** `shardflake bench move`: copy speed and the longest write pause of an online shard move. */
 export function registerBenchMoveCommand(bench: Command): void {

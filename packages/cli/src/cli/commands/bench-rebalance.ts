@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { positiveInteger } from '../options.js';
-import { progressBar, toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { progressBar, toJson } from './output.js';
 
 /** `shardflake bench rebalance`: moves at scale (sets, pairs side by side) against one-at-a-time moves, same run. */
 export function registerBenchRebalanceCommand(bench: Command): void {

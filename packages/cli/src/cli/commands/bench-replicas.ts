@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { benchReplicas } from '../../bench/replicas.js';
-import { positiveInteger } from '../options.js';
-import { toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { toJson } from './output.js';
 
 export function registerBenchReplicasCommand(bench: Command): void {
   bench

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { positiveInteger } from '../options.js';
-import { toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { toJson } from './output.js';
 
 /** `shardflake bench sql-across`: router.sql's grouped aggregate over every shard vs one table. */
 export function registerBenchSqlAcrossCommand(bench: Command): void {

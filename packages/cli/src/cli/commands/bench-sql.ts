@@ -6,8 +6,8 @@ import {
   type SqlBenchSide,
   type SqlBenchVariantResult,
 } from '../../bench/sql.js';
-import { positiveInteger } from '../options.js';
-import { writeBenchReport } from '../report-option.js';
+import { positiveInteger } from './options.js';
+import { writeBenchReport } from './report-option.js';
 
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 

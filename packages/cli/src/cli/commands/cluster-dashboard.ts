@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
 import { serveDashboard } from '../../dashboard/server.js';
 
 /** The port `cluster dashboard` listens on when --port is not given. */

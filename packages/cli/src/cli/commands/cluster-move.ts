@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { MOVE_PHASES } from 'shardflake/internal/cluster/catalog/moves.js';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { MOVE_PHASES } from 'shardflake/internal/catalog/moves.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
 import { checkShardList } from 'shardflake/internal/move/checks.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
 import { parseThrottle } from 'shardflake/internal/move/copy-stream.js';
@@ -16,8 +16,8 @@ import {
   type VerifyMode,
 } from 'shardflake/internal/move/options.js';
 import { BALANCE_BY, type BalanceBy, rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
-import { positiveInteger } from '../options.js';
-import { progressBar, toJson } from '../output.js';
+import { positiveInteger } from './options.js';
+import { progressBar, toJson } from './output.js';
 
 interface Flags {
   config: string;

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { recoverCluster } from 'shardflake/internal/cluster/transactions/cluster-access.js';
-import type { RecoveryReport } from 'shardflake/internal/cluster/transactions/recovery.js';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
-import { positiveInteger } from '../options.js';
-import { toJson } from '../output.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { recoverCluster } from 'shardflake/internal/recovery/cluster-access.js';
+import type { RecoveryReport } from 'shardflake/internal/recovery/recovery.js';
+import { positiveInteger } from './options.js';
+import { toJson } from './output.js';
 
 /**
  * `shardflake cluster recover`: settles the cluster's in-doubt transactions now (every router also does it by

@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
-import { createRouter } from 'shardflake/internal/cluster/router/router.js';
-import type { Row } from 'shardflake/internal/cluster/router/rows.js';
-import type { SqlColumn } from 'shardflake/internal/cluster/sql/index.js';
-import { toJson } from '../output.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
+import { createRouter } from 'shardflake/internal/router/router.js';
+import type { Row } from 'shardflake/internal/routing/rows.js';
+import type { SqlColumn } from 'shardflake/internal/sql/index.js';
+import { toJson } from './output.js';
 
 /** Type OIDs psql right-aligns (numbers). */
 const NUMERIC_TYPES = new Set([20, 21, 23, 26, 700, 701, 790, 1700]);

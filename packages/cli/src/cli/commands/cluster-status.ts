@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
-import { type ClusterStatus, clusterStatus } from 'shardflake/internal/cluster/status.js';
-import { positiveInteger } from '../options.js';
-import { toJson } from '../output.js';
+import { type ClusterStatus, clusterStatus } from 'shardflake/internal/admin/status.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
+import { positiveInteger } from './options.js';
+import { toJson } from './output.js';
 
 /** `shardflake cluster status`: the library's clusterStatus, printed as text or JSON, once or every N seconds. */
 export function registerStatusCommand(cluster: Command): void {

@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { repairLookups } from 'shardflake/internal/cluster/lookups/verify.js';
-import { VERIFY_CHECKS, type VerifyReport, verifyCluster } from 'shardflake/internal/cluster/verify.js';
+import { VERIFY_CHECKS, type VerifyReport, verifyCluster } from 'shardflake/internal/admin/verify.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { repairLookups } from 'shardflake/internal/lookups/verify.js';
 import { leftoversCheck } from 'shardflake/internal/move/leftovers-check.js';
-import { toJson } from '../output.js';
+import { toJson } from './output.js';
 
 /**
- * `shardflake cluster verify`: runs every consistency check (src/cluster/verify.ts) and prints each problem with
+ * `shardflake cluster verify`: runs every consistency check (src/admin/verify.ts) and prints each problem with
  * where it is. Exit 0 when nothing is wrong, 1 when something is (a one-line count on stderr), like a test run.
  */
 export function registerVerifyCommand(cluster: Command): void {

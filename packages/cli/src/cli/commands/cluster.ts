@@ -1,21 +1,21 @@
 import type { Command } from 'commander';
-import { loadConfig } from 'shardflake/internal/cluster/config.js';
-import { initCluster } from 'shardflake/internal/cluster/init.js';
-import { migrateCluster } from 'shardflake/internal/cluster/migrate.js';
-import { checkPrivileges } from 'shardflake/internal/cluster/privileges.js';
-import type { ReferenceInstallResult } from 'shardflake/internal/cluster/reference/install.js';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { migrateCluster } from 'shardflake/internal/admin/migrate.js';
+import { loadConfig } from 'shardflake/internal/config/config.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
-import { positiveInteger } from '../options.js';
-// Kept for commands that imported them from here; new code imports src/cli/output.ts (a command module
-// importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
-import { progressBar, toJson } from '../output.js';
+import type { ReferenceInstallResult } from 'shardflake/internal/reference/install.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 import { registerRecoverCommand } from './cluster-recover.js';
 import { registerSqlQueryCommand } from './cluster-sql.js';
 import { registerStatusCommand } from './cluster-status.js';
 import { registerVerifyCommand } from './cluster-verify.js';
+import { positiveInteger } from './options.js';
+// Kept for commands that imported them from here; new code imports src/cli/commands/output.ts (a command module
+// importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
+import { progressBar, toJson } from './output.js';
 
 export { progressBar, toJson };
 

@@ -2,8 +2,8 @@ import { chmod, writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import type { EmbeddedServer } from '@shardflake/embedded';
 import type { Command } from 'commander';
-import { positiveInteger } from '../options.js';
-import { progressBar } from '../output.js';
+import { positiveInteger } from './options.js';
+import { progressBar } from './output.js';
 
 /** `shardflake demo` (= `npm start`): the whole design on two local PostgreSQL servers, in under a minute. */
 export function registerDemoCommand(program: Command): void {

@@ -1,6 +1,6 @@
 import { ObjectId } from 'bson';
 import type { Command } from 'commander';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { capPerSecond, createGenerator } from 'shardflake/internal/ids/generator.js';
 import { assertIdEncoding, formatId, type IdEncoding } from 'shardflake/internal/ids/id-text.js';
 import {
@@ -20,7 +20,7 @@ import {
 import { createLsidGenerator } from 'shardflake/internal/ids/lsid-generator.js';
 import { monotonicFactory } from 'ulid';
 import { v4 as uuidv4, v7 as uuidv7 } from 'uuid';
-import { epochOption } from '../options.js';
+import { epochOption } from './options.js';
 
 /** `id new --format`: 64-bit ids of the chosen layout, or one of the other formats. */
 export const NEW_FORMATS = ['int64', 'lsid', 'ulid', 'uuidv7', 'uuidv4', 'objectid'] as const;

@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
-import { ShardflakeError } from 'shardflake/internal/errors.js';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import {
   DEFAULT_GENERATOR_LANGUAGE,
   GENERATOR_LANGUAGES,
   type GeneratorLanguage,
   generatorSql,
 } from 'shardflake/internal/postgres/generator-sql.js';
-import { epochOption } from '../options.js';
+import { epochOption } from './options.js';
 
 /** `--shard`: a whole number (the layout decides the range, and says OUT_OF_RANGE). */
 function shardNumber(value: string): number {

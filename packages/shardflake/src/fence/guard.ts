@@ -1,0 +1,97 @@
+import { FENCE_FUNCTION, FENCED_ROLE } from './names.js';
+import { TRUSTED_OWNER } from './privileges.js';
+
+/**
+ * The guard of sealed old copies against a superuser's tools. A seal (fence.ts) takes the old copy away from
+ * every login role, but a superuser may still, without meaning to, undo it: `pg_restore --disable-triggers` runs
+ * `ALTER TABLE … DISABLE TRIGGER ALL`, a cleanup script drops "stray" triggers, an admin gives a table back to the
+ * application's role. Two event triggers, `ENABLE ALWAYS` (so replica mode does not skip them either), refuse
+ * any DDL that leaves a sealed schema (one owned by `shardflake_fenced`) with a table whose fence trigger is
+ * missing or not `ENABLE ALWAYS`, or with an object owned by someone else (ddl_command_end), and any drop of an
+ * object inside a sealed schema that does not drop the schema itself (sql_drop; `cluster cleanup` drops whole
+ * schemas). The switch of the move's DDL guard (`shardflake.move_ddl`, only for the role that installed it)
+ * lets shardflake's own statements through. A superuser who drops these event triggers first can still lift a
+ * seal: that takes intent, and nothing inside PostgreSQL can stop it.
+ *
+ * Cost: each DDL statement on the server joins its commands' schemas with pg_namespace (an index lookup); the
+ * triggers exist only while a sealed copy does (`dropFenceGuardIfUnusedSql`, run by cleanup), so `cluster init`
+ * of thousands of shards between moves pays nothing.
+ */
+export const FENCE_GUARD_TRIGGERS = ['shardflake_fence_guard_end', 'shardflake_fence_guard_drop'] as const;
+/** The DDL guard's switch (move/ddl-guard.ts DDL_BYPASS_SETTING; the name is part of installed SQL). */
+const BYPASS_SETTING = 'shardflake.move_ddl';
+const GUARD_SCHEMA = 'shardflake_move';
+
+/** Idempotent statements that install the guard; refused when `shardflake_move` is another role's. */
+export function fenceGuardSql(): string {
+  const refuse = `RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = format('schema %s is the sealed old copy of a moved shard: its fence, owners and objects stay as they are until shardflake cluster cleanup drops it', hit)`;
+  return `DO $owned$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname = '${GUARD_SCHEMA}' AND NOT ${TRUSTED_OWNER}) THEN
+    RAISE EXCEPTION USING ERRCODE = '42501',
+      MESSAGE = 'schema ${GUARD_SCHEMA} belongs to another role; shardflake will not install its guard there';
+  END IF;
+END
+$owned$;
+CREATE SCHEMA IF NOT EXISTS ${GUARD_SCHEMA};
+CREATE OR REPLACE FUNCTION ${GUARD_SCHEMA}.keep_seals() RETURNS event_trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $keep$
+DECLARE
+  fenced oid := (SELECT oid FROM pg_roles WHERE rolname = '${FENCED_ROLE}');
+  hit text;
+BEGIN
+  IF fenced IS NULL THEN
+    RETURN;
+  END IF;
+  IF coalesce(current_setting('${BYPASS_SETTING}', true), '') = 'on'
+     AND pg_has_role(current_user, (SELECT nspowner FROM pg_namespace WHERE nspname = '${GUARD_SCHEMA}'), 'USAGE') THEN
+    RETURN;
+  END IF;
+  IF TG_EVENT = 'sql_drop' THEN
+    -- A sealed schema still there after the drop lost something of its own.
+    SELECT n.nspname INTO hit
+      FROM pg_event_trigger_dropped_objects() d JOIN pg_namespace n ON n.nspname = d.schema_name
+     WHERE n.nspowner = fenced LIMIT 1;
+  ELSE
+    SELECT n.nspname INTO hit
+      FROM pg_event_trigger_ddl_commands() c JOIN pg_namespace n ON n.nspname = c.schema_name
+     WHERE n.nspowner = fenced
+       AND (EXISTS (SELECT 1 FROM pg_class t WHERE t.relnamespace = n.oid AND t.relkind IN ('r', 'p')
+                      AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.oid
+                                         AND g.tgname = '${FENCE_FUNCTION}' AND g.tgenabled = 'A'))
+            OR EXISTS (SELECT 1 FROM pg_class t WHERE t.relnamespace = n.oid AND t.relowner <> fenced
+                         AND t.relkind IN ('r', 'p', 'S', 'v', 'm', 'f'))
+            OR EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = n.oid AND p.proowner <> fenced))
+     LIMIT 1;
+  END IF;
+  IF hit IS NOT NULL THEN
+    ${refuse};
+  END IF;
+END
+$keep$;
+DO $install$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = '${FENCE_GUARD_TRIGGERS[0]}') THEN
+    CREATE EVENT TRIGGER ${FENCE_GUARD_TRIGGERS[0]} ON ddl_command_end EXECUTE FUNCTION ${GUARD_SCHEMA}.keep_seals();
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = '${FENCE_GUARD_TRIGGERS[1]}') THEN
+    CREATE EVENT TRIGGER ${FENCE_GUARD_TRIGGERS[1]} ON sql_drop EXECUTE FUNCTION ${GUARD_SCHEMA}.keep_seals();
+  END IF;
+END
+$install$;
+ALTER EVENT TRIGGER ${FENCE_GUARD_TRIGGERS[0]} ENABLE ALWAYS;
+ALTER EVENT TRIGGER ${FENCE_GUARD_TRIGGERS[1]} ENABLE ALWAYS`;
+}
+
+/** Drops the guard when no sealed copy is left on the server (cleanup runs it after dropping old copies). */
+export function dropFenceGuardIfUnusedSql(): string {
+  return `DO $unused$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE r.rolname = '${FENCED_ROLE}') THEN
+    DROP EVENT TRIGGER IF EXISTS ${FENCE_GUARD_TRIGGERS[0]};
+    DROP EVENT TRIGGER IF EXISTS ${FENCE_GUARD_TRIGGERS[1]};
+  END IF;
+END
+$unused$`;
+}

@@ -1,0 +1,21 @@
+import { installLookupCatalog, readLookups, recordLookup } from '../catalog/lookups.js';
+import type { ClusterConfig } from '../config/config.js';
+import type { Queryable } from '../postgres/connect.js';
+
+/**
+ * `cluster init`'s part: shards made by init carry the config's lookups from the start (shard-ddl.ts), so a
+ * cluster whose every shard this run created has its lookups built and ready. A lookup added to the config of a
+ * cluster that already had shards is left unrecorded: `cluster migrate` builds it (build.ts).
+ */
+export async function recordLookupsAfterInit(
+  catalog: Queryable,
+  config: Pick<ClusterConfig, 'lookups'>,
+  createdEveryShard: boolean,
+): Promise<void> {
+  const lookups = config.lookups ?? [];
+  if (lookups.length === 0) return;
+  await installLookupCatalog(catalog);
+  if (!createdEveryShard) return;
+  const known = await readLookups(catalog);
+  for (const lookup of lookups) if (!known.has(lookup.name)) await recordLookup(catalog, lookup, 'ready');
+}

@@ -1,0 +1,143 @@
+import type pg from 'pg';
+import type { ShardPlacement } from '../catalog/shards.js';
+import { expectObject } from '../errors/arguments.js';
+import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
+import type { ShardflakeId } from '../ids/id.js';
+import type { InsertManyOptions } from '../routing/bulk.js';
+import type { RouterContext } from '../routing/context.js';
+import { type MapState, placementIn } from '../routing/map.js';
+import type { Row } from '../routing/rows.js';
+import type { ShardSession, ShardTarget } from '../routing/session.js';
+import { type ShardKey, shardForKey } from '../routing/shard-key.js';
+import { insertRowsSql } from '../routing/statements.js';
+import type { Operation } from '../telemetry/events.js';
+import { inCrossTransaction, withShards } from '../transactions/with-shards.js';
+import { keepLookups } from './cross.js';
+
+/**
+ * A write session of a router that has lookups: a cross transaction of one shard to start with, so the commit can
+ * join the entry shards on other servers (lookups/cross.ts). On one server it costs what withShard costs.
+ */
+export function withShardKept<T>(
+  ctx: RouterContext,
+  target: ShardTarget,
+  fn: (session: ShardSession) => Promise<T> | T,
+): Promise<T> {
+  // A rejection, as withShard's own check gives (this function is not async).
+  if (typeof fn !== 'function')
+    return Promise.reject(
+      new ShardflakeError('INVALID_ARGUMENT', 'withShard needs a callback that receives the session'),
+    );
+  return withShardsKept(ctx, [target], (sessions) => fn(sessions[0] as ShardSession));
+}
+
+/** `router.withShards`: the transaction keeps the lookups of every shard it writes (cross.ts). */
+export function withShardsKept<T>(
+  ctx: RouterContext,
+  targets: readonly ShardTarget[],
+  fn: (sessions: ShardSession[]) => Promise<T> | T,
+): Promise<T> {
+  return withShards(ctx, targets, fn, (tx) => keepLookups(ctx, tx));
+}
+
+/**
+ * The router's single-row calls on a table with a lookup (routing/rows.ts asks for this through
+ * `ctx.keptWrite`). A plain call is one statement in autocommit, which would commit the row without its entry
+ * (and so fails with SF010, ddl.ts): here the statement runs in a transaction that keeps the lookup. Round trips
+ * on the common path: the statement goes out with the transaction's BEGIN and the read of the change table (one),
+ * and the entry writes with the commit (one more; on another server: its PREPARE, then the decision's COMMIT and
+ * COMMIT PREPARED, cross.ts).
+ */
+export function writeKept(
+  ctx: RouterContext,
+  operation: Operation,
+  shardOf: (map: MapState) => number,
+  text: (schema: string) => string,
+  values: unknown[],
+): Promise<pg.QueryResult> {
+  return inCrossTransaction(
+    ctx,
+    operation,
+    (map) => [placementIn(map, shardOf(map))],
+    (tx) => keepLookups(ctx, tx),
+    (tx, [placement]) => {
+      const p = placement as ShardPlacement;
+      return tx.writeKept(p, text(p.schema), values);
+    },
+  );
+}
+
+/** Rows per INSERT statement at most (and within PostgreSQL's 65,535 bind parameters). */
+const ROWS_PER_STATEMENT = 500;
+
+/**
+ * `insertMany` on a table with a lookup: rows split by shard, each shard's rows inserted in one session (one
+ * multi-row INSERT per 500 rows) that keeps the lookup at its commit, shards in parallel a few at a time. All rows
+ * of one shard commit together or not at all; shards commit independently (see bulk.ts for the plain table's
+ * per-server rule), and an error says which rows did not land.
+ */
+export async function insertManyKept<R extends Row>(
+  ctx: RouterContext,
+  table: string,
+  rows: readonly R[],
+  options: InsertManyOptions<R>,
+): Promise<ShardflakeId[]> {
+  if (!Array.isArray(rows))
+    throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
+  if (rows.length === 0) return [];
+  const hasKey = typeof options?.key === 'function';
+  if (hasKey === (options?.shard !== undefined))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insertMany needs either { key: (row) => shard key } or { shard }, not both',
+    );
+  const columns = Object.keys(expectObject(rows[0], 'row 0'));
+  const map = await ctx.map.fresh();
+  const byShard = new Map<number, number[]>();
+  rows.forEach((row, i) => {
+    const keys = Object.keys(expectObject(row, `row ${i}`));
+    if (keys.length !== columns.length || !columns.every((c) => c in row))
+      throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} does not have the columns of row 0`);
+    const shard = hasKey
+      ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
+      : (options.shard as number);
+    byShard.set(shard, [...(byShard.get(shard) ?? []), i]);
+  });
+  const ids: ShardflakeId[] = new Array(rows.length);
+  const queue = [...byShard];
+  const failed: number[] = [];
+  let firstError: unknown;
+  const worker = async () => {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const [shard, list] = next;
+      try {
+        await withShardKept(ctx, { shard }, async (session) => {
+          for (let i = 0; i < list.length; i += ROWS_PER_STATEMENT) {
+            const part = list.slice(i, i + ROWS_PER_STATEMENT);
+            const { rows: got } = await session.query(
+              insertRowsSql(session.schema, table, columns, part.length),
+              part.flatMap((r) => columns.map((c) => (rows[r] as R)[c])),
+            );
+            got.forEach((g, j) => {
+              ids[part[j] as number] = BigInt((g as { id: bigint }).id) as ShardflakeId;
+            });
+          }
+        });
+      } catch (error) {
+        firstError ??= error;
+        failed.push(...list);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(4, byShard.size) }, worker));
+  if (firstError !== undefined) {
+    const e = firstError as { code?: string; message?: string };
+    failed.sort((x, y) => x - y);
+    throw new ShardflakeError(
+      isShardflakeError(firstError) ? firstError.code : 'DATABASE_ERROR',
+      `insertMany into ${table}: ${failed.length} rows did not land (first: row ${failed[0]}): ${e.message ?? String(firstError)}`,
+      { detail: `not written: rows ${failed.slice(0, 20).join(', ')}${failed.length > 20 ? ' …' : ''}` },
+    );
+  }
+  return ids;
+}

@@ -1,0 +1,44 @@
+import type pg from 'pg';
+import { ShardflakeError } from '../errors/errors.js';
+import { loadPg, wrapPgError } from '../postgres/connect.js';
+import type { AcquireOptions, NodeLease } from '../topology/nodes.js';
+import type { RouterContext } from './context.js';
+
+/**
+ * Getting a connection from a server's nodes, and telling a lost connection from an error PostgreSQL reported on
+ * a connection that still works (the difference decides whether a write may have committed).
+ */
+export async function acquireOn(
+  ctx: RouterContext,
+  server: string,
+  options: AcquireOptions,
+  /** From the commit pools (RouterContext.commitNodes), for a participant joined while committing. */
+  committing = false,
+): Promise<NodeLease> {
+  try {
+    const nodes = committing && ctx.commitNodes ? ctx.commitNodes(server) : ctx.nodes(server);
+    return await nodes.acquire(options);
+  } catch (error) {
+    const wrapped = wrapPgError(error);
+    throw new ShardflakeError(wrapped.code, `server ${server}: ${wrapped.message}`, {
+      sqlState: wrapped.sqlState,
+      detail: wrapped.detail,
+      cause: error,
+    });
+  }
+}
+
+const NETWORK_CODES = ['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED', 'EHOSTUNREACH'];
+
+/** A lost connection, as opposed to an error PostgreSQL reported on a connection that still works. */
+export function isConnectionLost(error: unknown, client?: pg.ClientBase): boolean {
+  // pg marks a client whose connection failed or ended as no longer queryable (not in its typings).
+  const state = client as unknown as { _queryable?: boolean; _ending?: boolean } | undefined;
+  if (state && (state._queryable === false || state._ending === true)) return true;
+  // pg is loaded on first connect (connect.ts); an error from a client means it is loaded already.
+  if (error instanceof loadPg().DatabaseError)
+    return error.severity === 'FATAL' || error.severity === 'PANIC' || error.code?.startsWith('08') === true;
+  const e = error as { code?: unknown; message?: unknown } | null;
+  if (typeof e?.code === 'string' && NETWORK_CODES.includes(e.code)) return true;
+  return typeof e?.message === 'string' && /Connection terminated|not queryable/i.test(e.message);
+}

@@ -1,0 +1,310 @@
+import type pg from 'pg';
+import { readServers } from '../catalog/servers.js';
+import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
+import { shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
+import type { ShardflakeId } from '../ids/id.js';
+import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../ids/layout.js';
+import { connect, createPool, type Queryable, wrapPgError } from '../postgres/connect.js';
+import { quoteIdent } from '../postgres/identifier.js';
+import type { RouterEvent } from '../telemetry/events.js';
+
+/**
+ * The router's copy of the shard map, and how it stays current.
+ *
+ * It reads the map from the catalog once, then keeps it current by LISTENing on `shardflake_map`: a notification
+ * newer than the map marks it stale and every operation waits for the refresh, so the router never acts on a map
+ * older than the catalog's while the catalog answers. If the LISTEN connection drops, the map is re-read (and
+ * LISTEN set up again) at once.
+ *
+ * When the catalog does not answer (a refresh fails and a map is already loaded), the router keeps serving from its
+ * last map and reports `catalog-down`; a timer retries every `reconnectMs` and, once the catalog answers, LISTENs and
+ * re-reads the map and reports `catalog-up`. Serving from an old map is safe because of how shards move: a move
+ * needs the catalog to switch the map, and it fences the old copy (a trigger raising SF001 on every write) in the
+ * same transaction that pauses writes, before the switch. So during an outage either no move has finished, and
+ * the last map is still right, or a move finished just before it, and a write routed by the old map reaches the
+ * fenced copy, fails with SF001 without changing a row, and is retried (up to `writeRetryMs`) or reported as
+ * SHARD_FENCED. A stale map can misdirect a read to the old copy (which holds the rows as of the cutover), but
+ * it can never place a row where no one will find it, or lose one.
+ */
+export interface MapState {
+  version: bigint;
+  logicalShards: number;
+  layout: Layout;
+  shardField: LayoutField;
+  shards: ShardPlacement[];
+  /** The prefix of the shards' schema names (`shard_`). */
+  schemaPrefix: string;
+  /** The servers the catalog knows (catalog/servers.ts): node addresses without passwords. */
+  servers: Map<string, string[]>;
+}
+
+export interface ShardMapOptions {
+  listen: boolean;
+  /** How often to try the catalog again while it is down (ms). */
+  reconnectMs: number;
+  catalogServer: string;
+  emit: ((event: RouterEvent) => void) | undefined;
+  onMapChange: ((version: bigint) => void) | undefined;
+  /**
+   * Finds the catalog server's primary again (a catalog server with replicas): asked when the LISTEN connection
+   * was lost and while the catalog is down, so after a failover the map is read from, and listened to on, the
+   * promoted node.
+   */
+  locateCatalog?: () => Promise<string>;
+}
+
+export interface ShardMapCache {
+  /** The loaded map (undefined only before the first load). */
+  readonly state: MapState | undefined;
+  /** True while the catalog does not answer and the router serves from its last map. */
+  readonly catalogDown: boolean;
+  /** The map, at least as new as the catalog's last announced version (or the last one, while the catalog is down). */
+  fresh(): Promise<MapState>;
+  /** Re-reads the map now; throws when the catalog does not answer. */
+  reload(): Promise<MapState>;
+  /** The catalog server's pool (reads only: the map's module owns it and follows a catalog failover). */
+  readonly catalog: Queryable;
+  /** Marks the map as possibly old: the next `fresh()` re-reads it (unless the catalog is down). */
+  markStale(): void;
+  /** Resolves 'map' once the loaded map is newer than `version`, or 'timeout' after `ms`. */
+  newerMap(version: bigint, ms: number): Promise<'map' | 'timeout'>;
+  close(): Promise<void>;
+}
+
+export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions): ShardMapCache {
+  let catalogUrl = firstCatalogUrl;
+  let catalogPool: pg.Pool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
+  let state: MapState | undefined;
+  let stale = true;
+  let refreshing: Promise<void> | undefined;
+  let listener: pg.Client | undefined;
+  let closed = false;
+  let down: ShardflakeError | undefined;
+  let reconnectTimer: NodeJS.Timeout | undefined;
+  // Operations waiting to retry: each is woken by the first map newer than the one its attempt used.
+  const mapWaiters = new Map<() => void, bigint>();
+
+  async function load(): Promise<void> {
+    try {
+      const info = await readClusterInfo(catalogPool);
+      if (!info)
+        throw new ShardflakeError(
+          'INVALID_CONFIG',
+          `no cluster on catalog server ${options.catalogServer}; run cluster init first`,
+        );
+      const map = await readShardMap(catalogPool);
+      const servers = await readServers(catalogPool);
+      const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
+      const shardField = layout.fields.find((f) => f.kind === 'shard');
+      if (!shardField)
+        throw new ShardflakeError('INVALID_LAYOUT', `layout ${info.layout} has no shard field`);
+      const shards: ShardPlacement[] = [];
+      for (const s of map.shards) shards[s.shard] = s;
+      const previous = state?.version ?? 0n;
+      state = {
+        version: map.version,
+        logicalShards: info.logicalShards,
+        layout,
+        shardField,
+        shards,
+        schemaPrefix: info.schemaPrefix,
+        servers,
+      };
+      options.onMapChange?.(map.version);
+      if (options.emit && map.version !== previous)
+        options.emit({ type: 'map', version: map.version, previous });
+      for (const [wake, version] of mapWaiters) if (map.version > version) wake();
+    } catch (error) {
+      throw wrapPgError(error);
+    }
+  }
+
+  async function listen(): Promise<void> {
+    if (!options.listen || closed) return;
+    const client = await connect(catalogUrl, { applicationName: 'shardflake router listen' });
+    client.on('notification', (msg) => {
+      if (msg.channel !== MAP_CHANNEL) return;
+      const version = msg.payload ? BigInt(msg.payload) : undefined;
+      if (!state || version === undefined || version > state.version) {
+        stale = true;
+        // Refresh at once, so the next operation rarely has to wait; a failure is an outage (see fresh()).
+        cache.fresh().catch(() => {});
+      }
+    });
+    const lost = () => {
+      if (listener !== client) return;
+      listener = undefined;
+      stale = true;
+      // The catalog may be going away: find out now rather than on the next operation.
+      if (!closed) cache.fresh().catch(() => {});
+    };
+    client.on('error', lost);
+    client.on('end', lost);
+    try {
+      await client.query(`LISTEN ${quoteIdent(MAP_CHANNEL)}`);
+    } catch (error) {
+      await client.end().catch(() => {});
+      throw wrapPgError(error, catalogUrl);
+    }
+    if (closed) {
+      await client.end().catch(() => {});
+      return;
+    }
+    listener = client;
+  }
+
+  /** Moves to the catalog server's current primary when it is another node than the one in use. */
+  async function followCatalog(): Promise<void> {
+    if (!options.locateCatalog) return;
+    const found = await options.locateCatalog().catch(() => catalogUrl);
+    if (found === catalogUrl) return;
+    const old = catalogPool;
+    catalogUrl = found;
+    catalogPool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
+    await old.end().catch(() => {});
+  }
+
+  /** One refresh at a time; concurrent callers share it. */
+  function refreshOnce(): Promise<void> {
+    if (!refreshing) {
+      refreshing = (async () => {
+        // Clear the flag first: a notification that arrives during the read sets it again.
+        stale = false;
+        if (down || (options.listen && !listener)) await followCatalog();
+        if (options.listen && !listener) await listen();
+        await load();
+      })().finally(() => {
+        refreshing = undefined;
+      });
+    }
+    return refreshing;
+  }
+
+  function enterOutage(error: unknown): void {
+    stale = false;
+    if (down) return;
+    down = error instanceof ShardflakeError ? error : wrapPgError(error);
+    options.emit?.({ type: 'catalog-down', server: options.catalogServer, error: down });
+    scheduleReconnect();
+  }
+
+  function scheduleReconnect(): void {
+    if (closed || reconnectTimer) return;
+    reconnectTimer = setTimeout(async () => {
+      reconnectTimer = undefined;
+      try {
+        await refreshOnce();
+        down = undefined;
+        options.emit?.({ type: 'catalog-up', server: options.catalogServer });
+      } catch {
+        scheduleReconnect();
+      }
+    }, options.reconnectMs);
+    // A router must never keep its process alive on its own.
+    reconnectTimer.unref();
+  }
+
+  const cache: ShardMapCache = {
+    get state() {
+      return state;
+    },
+    get catalogDown() {
+      return down !== undefined;
+    },
+    get catalog() {
+      return catalogPool;
+    },
+
+    async fresh() {
+      while (stale || !state) {
+        if (closed) throw new ShardflakeError('INVALID_ARGUMENT', 'the router is closed');
+        // While the catalog is down only the reconnect timer asks it: operations serve from the last map at once.
+        if (down && state) return state;
+        try {
+          await refreshOnce();
+        } catch (error) {
+          if (!state) {
+            stale = true;
+            throw error;
+          }
+          enterOutage(error);
+        }
+      }
+      return state;
+    },
+
+    async reload() {
+      stale = true;
+      await refreshOnce();
+      if (down) {
+        down = undefined;
+        options.emit?.({ type: 'catalog-up', server: options.catalogServer });
+      }
+      return state as MapState;
+    },
+
+    markStale() {
+      stale = true;
+    },
+
+    newerMap(version, ms) {
+      if (state && state.version > version) return Promise.resolve('map');
+      return new Promise((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          mapWaiters.delete(wake);
+          resolve('map');
+        };
+        const timer = setTimeout(() => {
+          mapWaiters.delete(wake);
+          resolve('timeout');
+        }, ms);
+        mapWaiters.set(wake, version);
+      });
+    },
+
+    async close() {
+      closed = true;
+      clearTimeout(reconnectTimer);
+      for (const wake of [...mapWaiters.keys()]) wake();
+      const client = listener;
+      listener = undefined;
+      await client?.end().catch(() => {});
+      await catalogPool.end().catch(() => {});
+    },
+  };
+  return cache;
+}
+
+/** Where a shard lives in `map`; UNKNOWN_SHARD when the map has no such shard. */
+export function placementIn(map: MapState, shard: number): ShardPlacement {
+  const p = Number.isInteger(shard) ? map.shards[shard] : undefined;
+  if (!p) {
+    throw new ShardflakeError(
+      'UNKNOWN_SHARD',
+      Number.isInteger(shard) && shard >= 0 && shard < map.logicalShards
+        ? `shard ${shard} is not in the map yet; finish cluster init`
+        : `shard ${shown(shard)} is outside the cluster's ${map.logicalShards} logical shards`,
+    );
+  }
+  return p;
+}
+
+/**
+ * The shard named in an id's shard bits. Where types cannot reach (JavaScript callers, a value cast to an id), the
+ * bits are checked: an id whose shard bits name a shard outside the cluster is not an id of this cluster — most
+ * often a shard key or another system's number passed as an id — and routing it would read nothing or fail later.
+ */
+export function shardOfIdIn(map: MapState, id: ShardflakeId): number {
+  if (typeof id !== 'bigint') throw new ShardflakeError('INVALID_ID', `ids are bigint, not ${typeof id}`);
+  if (id < 0n)
+    throw new ShardflakeError('INVALID_ID', `${id} is not an id of this cluster: ids are not negative`);
+  const shard = Number((id >> BigInt(map.shardField.shift)) & map.shardField.max);
+  if (shard >= map.logicalShards)
+    throw new ShardflakeError(
+      'INVALID_ID',
+      `${id} is not an id of this cluster: its shard bits name shard ${shard}, and the cluster has ${map.logicalShards} logical shards (a shard key passed as an id?)`,
+    );
+  return shard;
+}
