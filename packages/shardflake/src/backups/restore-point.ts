@@ -17,7 +17,7 @@ import {
 import { readShardMap } from '../catalog/shards.js';
 import { catalogHasCluster } from '../catalog/transactions.js';
 import type { ClusterConfig } from '../config/config.js';
-import { expectOption } from '../errors/arguments.js';
+import { expectKind, expectOption, optionsObject } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { closeAll, connectAll, type ServerClients } from '../topology/connections.js';
@@ -73,6 +73,7 @@ import { closeAll, connectAll, type ServerClients } from '../topology/connection
  * point, in parallel. The locks are requested on every server at once rather than in a fixed order: the pause is
  * the longest wait, not the sum, and two restore points that meet end each other's wait by the same timeout.
  */
+/** Options of `createRestorePoint`. */
 export interface RestorePointOptions {
   /**
    * How long each attempt waits, on every server at once, for decisions that hold the lock to commit (default 50
@@ -85,10 +86,12 @@ export interface RestorePointOptions {
   onLocked?: () => Promise<void>;
 }
 
+/** The defaults of `RestorePointOptions`. */
 export const RESTORE_POINT_DEFAULTS = { lockTimeoutMs: 50, attempts: 20 };
 
 /** What `createRestorePoint` wrote. */
 export interface RestorePoint {
+  /** The name given, as `recovery_target_name` will name it. */
   name: string;
   /** When it was recorded as taken (the catalog's clock, ISO 8601). */
   takenAt: string;
@@ -125,6 +128,8 @@ export async function createRestorePoint(
   options: RestorePointOptions = {},
 ): Promise<RestorePoint> {
   checkRestorePointName(name);
+  optionsObject(options, 'createRestorePoint options');
+  expectKind(options.onLocked, 'onLocked', 'function');
   const lockTimeoutMs =
     expectOption(options.lockTimeoutMs, 'lockTimeoutMs', 1) ?? RESTORE_POINT_DEFAULTS.lockTimeoutMs;
   const attempts = expectOption(options.attempts, 'attempts', 1) ?? RESTORE_POINT_DEFAULTS.attempts;

@@ -2,7 +2,7 @@ import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
 import { readPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config/config.js';
-import { expectString, expectWholeNumber } from '../errors/arguments.js';
+import { expectString, expectWholeNumber, optionsObject } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { isFenced } from '../fence/fence.js';
 import { connect, describeUrl, wrapPgError } from '../postgres/connect.js';
@@ -13,32 +13,37 @@ import { connectServer } from '../topology/connections.js';
 
 /**
  * One shard's rows back from a backup (an application bug deleted a user's data): the operator restores a server
- * beside the cluster — from its base backup and WAL archive, to a restore point or a time, left paused in recovery
- * or promoted — and this copies the shard's tables from there into a side schema on the shard's live home, where
- * the application (or an operator's SQL) takes back what it needs. The live shard is never written.
+ * beside the cluster, from its base backup and WAL archive to a restore point or a time, and this copies the
+ * shard's tables from there into a side schema on the shard's live home, where the application (or an operator's
+ * SQL) takes back what it needs. The live shard is never written.
  *
- * In one transaction on the live home: the side schema, each table as the restored server has it (columns, their
- * types, the primary key; no defaults, triggers or other indexes), every row by binary COPY from one snapshot of
- * the restored server, then per table the row count and checksum on both sides (move/verify.ts) — equal, or
- * nothing is kept. A restored copy that is fenced (the shard had moved away by then) is refused: its rows are not
- * the shard's at that moment.
+ * In one transaction on the live home: the side schema; each of the application's tables (not shardflake's own
+ * `_shardflake…` ones) as the restored server has it — columns, their types, the primary key; no defaults,
+ * triggers or other indexes; every row by binary COPY from one snapshot of the restored server; then per table the
+ * row count and checksum on both sides (move/verify.ts) — equal, or nothing is kept. A restored copy that is fenced
+ * (the shard had moved away by then) is refused: its rows are not the shard's at that moment.
  */
+/** Options of `restoreShard`. */
 export interface RestoreShardOptions {
   /** The side schema to create on the live home (default `<shard schema>_restored`); it must not exist. */
   into?: string;
 }
 
+/** What `restoreShard` copied and verified. */
 export interface RestoredShard {
+  /** The logical shard. */
   shard: number;
   /** The shard's schema (on the restored server and on the live home). */
   schema: string;
   /** The live home, where the side schema was made. */
   server: string;
+  /** The side schema that holds the restored rows. */
   into: string;
   /** The restored server, password hidden. */
   from: string;
-  /** Per table, the rows and checksum found equal on both sides. */
+  /** Per table, the rows and checksum (sum of hash_record) found equal on both sides. */
   tables: { table: string; rows: bigint; checksum: bigint }[];
+  /** How long it took, in ms. */
   ms: number;
 }
 
@@ -60,6 +65,7 @@ const TABLES_SQL = `SELECT c.relname::text AS name,
                   WHERE i.indrelid = c.oid AND i.indisprimary), '{}') AS pk
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+   AND c.relname NOT LIKE '\\_shardflake%'
  ORDER BY c.relname`;
 
 /** `shardflake cluster restore-shard`: see above. */
@@ -73,6 +79,8 @@ export async function restoreShard(
   if (shard === undefined) throw new ShardflakeError('INVALID_ARGUMENT', 'restoreShard needs a shard number');
   expectWholeNumber(shard, 'shard', 0);
   expectString(fromUrl, 'the restored server URL');
+  optionsObject(options, 'restoreShard options');
+  if (options.into !== undefined) expectString(options.into, 'into');
   const from = describeUrl(fromUrl);
   const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake restore-shard' });
   let placement: Awaited<ReturnType<typeof readPlacement>>;

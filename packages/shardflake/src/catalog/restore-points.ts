@@ -37,6 +37,7 @@ export async function lockOutDecisions(client: Queryable, lockTimeoutMs: number)
  * on some servers only — never restore to it.
  */
 export const RESTORE_POINT_STATES = ['taking', 'taken', 'partial'] as const;
+/** One of `RESTORE_POINT_STATES`. */
 export type RestorePointState = (typeof RESTORE_POINT_STATES)[number];
 
 export const RESTORE_POINTS_SQL_VERSION = 1;
@@ -58,7 +59,9 @@ COMMENT ON TABLE shardflake.restore_points IS 'shardflake restore points v${REST
 
 /** One restore point as the catalog records it. */
 export interface RestorePointRecord {
+  /** The restore point's name. */
   name: string;
+  /** `taken`, `taking` or `partial` (see RESTORE_POINT_STATES). */
   state: RestorePointState;
   /** When the command reserved the name (ISO 8601). */
   startedAt: string;
