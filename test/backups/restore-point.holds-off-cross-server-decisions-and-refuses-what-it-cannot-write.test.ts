@@ -7,7 +7,10 @@ import { after, before, describe, it } from 'node:test';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { createRestorePoint } from '../../packages/shardflake/src/backups/restore-point.js';
-import { findRestorePoint, RESTORE_POINT_LOCK } from '../../packages/shardflake/src/catalog/restore-points.js';
+import {
+  findRestorePoint,
+  RESTORE_POINT_LOCK,
+} from '../../packages/shardflake/src/catalog/restore-points.js';
 import { INSERT_DECISION_SQL } from '../../packages/shardflake/src/catalog/transactions.js';
 import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
@@ -93,7 +96,9 @@ describe('while a restore point is written', () => {
           await x?.query(`UPDATE accounts SET balance = balance - 5 WHERE name = 'y'`);
           await y?.query(`UPDATE accounts SET balance = balance + 5 WHERE name = 'y'`);
         });
-        await router.withShard({ shard: 1 }, (s) => s.query(`UPDATE accounts SET balance = balance + 1 WHERE name = 'y'`));
+        await router.withShard({ shard: 1 }, (s) =>
+          s.query(`UPDATE accounts SET balance = balance + 1 WHERE name = 'y'`),
+        );
         assert.equal(crossDone, false, 'the cross-server commit waited for the restore point');
       },
     });
@@ -109,7 +114,8 @@ describe('while a restore point is written', () => {
       onLocked: async () => {
         moved = moveShard(config, 1, 'b');
         await until(
-          async () => (await waitingForTheLock(a?.url as string)).some((app) => app.startsWith('shardflake move')),
+          async () =>
+            (await waitingForTheLock(a?.url as string)).some((app) => app.startsWith('shardflake move')),
           60_000,
           "the move's switch to wait",
         );
@@ -121,7 +127,10 @@ describe('while a restore point is written', () => {
       },
     });
     await moved;
-    const [row] = await sqlRows<{ server: string }>(a?.url as string, 'SELECT server FROM shardflake.shards WHERE shard = 1');
+    const [row] = await sqlRows<{ server: string }>(
+      a?.url as string,
+      'SELECT server FROM shardflake.shards WHERE shard = 1',
+    );
     assert.equal(row?.server, 'b');
     assert.equal(await total(), 400n);
   });
@@ -155,7 +164,8 @@ describe('a decision in flight', () => {
       await assert.rejects(
         createRestorePoint(config, 'busy-1', { lockTimeoutMs: 20, attempts: 3 }),
         (e: unknown) =>
-          isShardflakeError(e, 'RESTORE_POINT_FAILED') && /server b kept deciding .* 3 attempts; no restore point was written/.test(e.message),
+          isShardflakeError(e, 'RESTORE_POINT_FAILED') &&
+          /server b kept deciding .* 3 attempts; no restore point was written/.test(e.message),
       );
       assert.equal(await findRestorePoint(await catalogClient(), 'busy-1'), null);
       await c.query('ROLLBACK');
@@ -190,20 +200,29 @@ describe('the command', () => {
     assert.deepEqual(Object.keys(point.servers[0]), ['server', 'lsn']);
     const text = cli('restore-point', '--name', 'cli-2');
     assert.equal(text.status, 0, text.stderr);
-    assert.match(text.stdout, /^cluster restore-point: cli-2 taken \S+ on 2 servers; cross-server commits held off [\d.]+ ms \(1 attempt\)\n {2}a {2}[0-9A-F]+\/[0-9A-F]+\n {2}b {2}[0-9A-F]+\/[0-9A-F]+\n/);
+    assert.match(
+      text.stdout,
+      /^cluster restore-point: cli-2 taken \S+ on 2 servers; cross-server commits held off [\d.]+ ms \(1 attempt\)\n {2}a {2}[0-9A-F]+\/[0-9A-F]+\n {2}b {2}[0-9A-F]+\/[0-9A-F]+\n/,
+    );
     const status = cli('status', '--json');
     assert.equal(status.status, 0, status.stderr);
     const last = JSON.parse(status.stdout).lastRestorePoint;
     assert.equal(last.name, 'cli-2');
     assert.equal(last.state, 'taken');
     assert.deepEqual(Object.keys(last.lsns), ['a', 'b']);
-    assert.match(cli('status').stdout, /^last restore point: cli-2, taken \S+ \(a [0-9A-F/]+, b [0-9A-F/]+\)$/m);
+    assert.match(
+      cli('status').stdout,
+      /^last restore point: cli-2, taken \S+ \(a [0-9A-F/]+, b [0-9A-F/]+\)$/m,
+    );
   });
 
   it('refuses a name used before, and a bad name, in one line (exit 2)', () => {
     const again = cli('restore-point', '--name', 'cli-1');
     assert.equal(again.status, 2);
-    assert.match(again.stderr, /^shardflake: error \[RESTORE_POINT_EXISTS\]: restore point cli-1 was taken before \(taken, started \S+\); a name means one moment, choose another\n$/);
+    assert.match(
+      again.stderr,
+      /^shardflake: error \[RESTORE_POINT_EXISTS\]: restore point cli-1 was taken before \(taken, started \S+\); a name means one moment, choose another\n$/,
+    );
     const bad = cli('restore-point', '--name', "x'; DROP TABLE y");
     assert.equal(bad.status, 2);
     assert.match(bad.stderr, /^shardflake: error \[INVALID_ARGUMENT\]: a restore point name is/);
@@ -211,12 +230,25 @@ describe('the command', () => {
 
   it('refuses, naming the server, when a primary does not answer, and writes nothing', async () => {
     const down = join(dir, 'down.json');
-    writeFileSync(down, JSON.stringify({ ...raw, servers: { a: raw.servers.a, b: 'postgres://postgres:secret@127.0.0.1:1/postgres' } }));
-    const r = spawnSync(process.execPath, [CLI_MAIN, 'cluster', 'restore-point', '--config', down, '--name', 'down-1'], {
-      encoding: 'utf8',
-    });
+    writeFileSync(
+      down,
+      JSON.stringify({
+        ...raw,
+        servers: { a: raw.servers.a, b: 'postgres://postgres:secret@127.0.0.1:1/postgres' },
+      }),
+    );
+    const r = spawnSync(
+      process.execPath,
+      [CLI_MAIN, 'cluster', 'restore-point', '--config', down, '--name', 'down-1'],
+      {
+        encoding: 'utf8',
+      },
+    );
     assert.equal(r.status, 3);
-    assert.match(r.stderr, /^shardflake: error \[SERVER_UNREACHABLE\]: server b: .*; no restore point was written\n$/);
+    assert.match(
+      r.stderr,
+      /^shardflake: error \[SERVER_UNREACHABLE\]: server b: .*; no restore point was written\n$/,
+    );
     assert.doesNotMatch(r.stderr, /secret/);
     assert.equal(await findRestorePoint(await catalogClient(), 'down-1'), null);
   });
@@ -234,13 +266,21 @@ describe('the command', () => {
       }),
       (e: unknown) =>
         isShardflakeError(e, 'RESTORE_POINT_FAILED') &&
-        /^restore point partial-1 was written on a but not on b \(server b: .*\): do not restore to partial-1/.test(e.message),
+        /^restore point partial-1 was written on a but not on b \(server b: .*\): do not restore to partial-1/.test(
+          e.message,
+        ),
     );
     const record = await findRestorePoint(await catalogClient(), 'partial-1');
     assert.equal(record?.state, 'partial');
     assert.deepEqual(Object.keys(record?.lsns ?? {}), ['a']);
     const status = cli('status');
-    assert.match(status.stdout, /^last restore point: partial-1, PARTIAL \(written on a \S+\): never restore to it$/m);
-    assert.match(status.stdout, /warning: the latest restore point, partial-1, was not written on every server/);
+    assert.match(
+      status.stdout,
+      /^last restore point: partial-1, PARTIAL \(written on a \S+\): never restore to it$/m,
+    );
+    assert.match(
+      status.stdout,
+      /warning: the latest restore point, partial-1, was not written on every server/,
+    );
   });
 });

@@ -26,7 +26,12 @@ it('bench restore-point: a tiny run times cross-server and same-server transfers
 });
 
 it('bench restore-point refuses a cluster of one server in one line', () => {
-  const r = spawnSync(process.execPath, [CLI_MAIN, 'bench', 'restore-point', '--servers', '1,2'], { encoding: 'utf8' });
+  const r = spawnSync(process.execPath, [CLI_MAIN, 'bench', 'restore-point', '--servers', '1,2'], {
+    encoding: 'utf8',
+  });
   assert.equal(r.status, 2);
-  assert.match(r.stderr, /^shardflake: error \[INVALID_ARGUMENT\]: --servers must be a list of server counts from 2 to 26 such as 2,4, not "1,2"\n$/);
+  assert.match(
+    r.stderr,
+    /^shardflake: error \[INVALID_ARGUMENT\]: --servers must be a list of server counts from 2 to 26 such as 2,4, not "1,2"\n$/,
+  );
 });

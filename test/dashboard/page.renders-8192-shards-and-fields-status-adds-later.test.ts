@@ -107,7 +107,10 @@ test('8192 shards in one compact map, a column for every server field status add
   );
   status.lastRestorePoint = { ...status.lastRestorePoint, state: 'partial', lsns: { a: '0/3000158' } };
   await page.waitForSelector('#restore-point.bad');
-  assert.match((await page.textContent('#restore-point')) ?? '', /PARTIAL \(written on a 0\/3000158\): never restore to it/);
+  assert.match(
+    (await page.textContent('#restore-point')) ?? '',
+    /PARTIAL \(written on a 0\/3000158\): never restore to it/,
+  );
 
   failing = true;
   await page.waitForSelector('#error:not([hidden])');

@@ -95,7 +95,11 @@ export async function restoreServer(
   giveToServerUser(data);
   await chmod(data, 0o700);
   // The archive of the destroyed server is read, never written: the restored one starts a new timeline.
-  return startEmbeddedServer(name, { dir, persistent: false, settings: { ...recovery, archive_mode: 'off' } });
+  return startEmbeddedServer(name, {
+    dir,
+    persistent: false,
+    settings: { ...recovery, archive_mode: 'off' },
+  });
 }
 
 /** Switches every server to a new WAL segment and waits until the finished ones are archived. */

@@ -88,7 +88,11 @@ function summary(values: number[]): { count: number; p50: number; p99: number; m
 }
 
 /** One cluster of `n` servers: workers, a baseline stretch, then the restore points. */
-async function runSize(n: number, o: Required<Omit<RestorePointBenchOptions, 'onProgress' | 'servers'>>, say: (m: string) => void): Promise<RestorePointSizeResult> {
+async function runSize(
+  n: number,
+  o: Required<Omit<RestorePointBenchOptions, 'onProgress' | 'servers'>>,
+  say: (m: string) => void,
+): Promise<RestorePointSizeResult> {
   say(`starting ${n} embedded servers`);
   const servers: EmbeddedServer[] = await startEmbeddedServers(n, { settings: { fsync: 'on' } });
   try {
@@ -110,7 +114,9 @@ async function runSize(n: number, o: Required<Omit<RestorePointBenchOptions, 'on
     try {
       for (let shard = 0; shard < 2 * n; shard++)
         await router.withShard({ shard }, (s) =>
-          s.query('INSERT INTO accounts SELECT g, 1000000 FROM generate_series(0, $1::int - 1) g', [o.accounts]),
+          s.query('INSERT INTO accounts SELECT g, 1000000 FROM generate_series(0, $1::int - 1) g', [
+            o.accounts,
+          ]),
         );
       const timed: Timed[] = [];
       let stop = false;
@@ -190,7 +196,9 @@ async function runSize(n: number, o: Required<Omit<RestorePointBenchOptions, 'on
   }
 }
 
-export async function benchRestorePoint(options: RestorePointBenchOptions = {}): Promise<RestorePointBenchResult> {
+export async function benchRestorePoint(
+  options: RestorePointBenchOptions = {},
+): Promise<RestorePointBenchResult> {
   const o = {
     rounds: options.rounds ?? 20,
     intervalMs: options.intervalMs ?? 300,

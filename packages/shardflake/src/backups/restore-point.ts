@@ -134,11 +134,13 @@ export async function createRestorePoint(
     expectOption(options.lockTimeoutMs, 'lockTimeoutMs', 1) ?? RESTORE_POINT_DEFAULTS.lockTimeoutMs;
   const attempts = expectOption(options.attempts, 'attempts', 1) ?? RESTORE_POINT_DEFAULTS.attempts;
   // Every primary answers, or nothing is written (connectAll names the server that did not).
-  const clients = await connectAll(config, { applicationName: 'shardflake restore-point', connectTimeoutMs: 5000 })
-    .catch((error: unknown) => {
-      const e = wrapPgError(error);
-      throw new ShardflakeError(e.code, `${e.message}; no restore point was written`, { cause: error });
-    });
+  const clients = await connectAll(config, {
+    applicationName: 'shardflake restore-point',
+    connectTimeoutMs: 5000,
+  }).catch((error: unknown) => {
+    const e = wrapPgError(error);
+    throw new ShardflakeError(e.code, `${e.message}; no restore point was written`, { cause: error });
+  });
   try {
     const servers = Object.keys(config.servers);
     const warnings = await checkServers(clients, servers);
@@ -224,9 +226,13 @@ async function checkServers(clients: ServerClients, servers: readonly string[]):
                   has_function_privilege('pg_catalog.pg_create_restore_point(text)', 'EXECUTE') AS allowed`,
         )
         .catch((error: unknown) => {
-          throw new ShardflakeError(wrapPgError(error).code, `server ${server}: ${wrapPgError(error).message}`, {
-            cause: error,
-          });
+          throw new ShardflakeError(
+            wrapPgError(error).code,
+            `server ${server}: ${wrapPgError(error).message}`,
+            {
+              cause: error,
+            },
+          );
         });
       return { server, ...(rows[0] as { wal_level: string; archive_mode: string; allowed: boolean }) };
     }),

@@ -5,10 +5,10 @@ import type { ClusterConfig } from '../config/config.js';
 import { expectString, expectWholeNumber, optionsObject } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { isFenced } from '../fence/fence.js';
+import { compareDigests, digestSchemas, type TableDigest } from '../move/verify.js';
 import { connect, describeUrl, wrapPgError } from '../postgres/connect.js';
 import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
-import { compareDigests, digestSchemas, type TableDigest } from '../move/verify.js';
 import { connectServer } from '../topology/connections.js';
 
 /**
@@ -82,7 +82,9 @@ export async function restoreShard(
   optionsObject(options, 'restoreShard options');
   if (options.into !== undefined) expectString(options.into, 'into');
   const from = describeUrl(fromUrl);
-  const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake restore-shard' });
+  const catalog = await connectServer(config, config.catalog, {
+    applicationName: 'shardflake restore-shard',
+  });
   let placement: Awaited<ReturnType<typeof readPlacement>>;
   try {
     placement = await readPlacement(catalog, shard);
@@ -97,11 +99,16 @@ export async function restoreShard(
   const into = options.into ?? `${placement.schema}_restored`;
   quoteIdent(into, 'schema');
   if (into === placement.schema)
-    throw new ShardflakeError('INVALID_ARGUMENT', `--into must name a new schema, not the shard's own ${into}`);
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--into must name a new schema, not the shard's own ${into}`,
+    );
 
   const restored = await connect(fromUrl, { applicationName: 'shardflake restore-shard' }).catch(
     (error: ShardflakeError) => {
-      throw new ShardflakeError(error.code, `the restored server ${from}: ${error.message}`, { cause: error });
+      throw new ShardflakeError(error.code, `the restored server ${from}: ${error.message}`, {
+        cause: error,
+      });
     },
   );
   let home: pg.Client | undefined;
@@ -121,7 +128,9 @@ export async function restoreShard(
     try {
       await home.query(`CREATE SCHEMA ${quoteIdent(into, 'schema')}`);
       for (const t of tables) {
-        const key = t.primaryKey.length ? `, PRIMARY KEY (${t.primaryKey.map((c) => quoteIdent(c)).join(', ')})` : '';
+        const key = t.primaryKey.length
+          ? `, PRIMARY KEY (${t.primaryKey.map((c) => quoteIdent(c)).join(', ')})`
+          : '';
         await home.query(`CREATE TABLE ${qualified(into, t.name)} (${t.columns}${key})`);
       }
       for (const t of tables) {

@@ -78,7 +78,10 @@ export interface RestorePointRecord {
 function toRecord(row: Record<string, unknown>): RestorePointRecord {
   const state = row.state as string;
   if (!(RESTORE_POINT_STATES as readonly string[]).includes(state))
-    throw new ShardflakeError('DATABASE_ERROR', `restore point ${String(row.name)} has an unknown state ${state}`);
+    throw new ShardflakeError(
+      'DATABASE_ERROR',
+      `restore point ${String(row.name)} has an unknown state ${state}`,
+    );
   return {
     name: row.name as string,
     state: state as RestorePointState,
@@ -93,9 +96,7 @@ function toRecord(row: Record<string, unknown>): RestorePointRecord {
 const COLUMNS = 'name, state, started_at, taken_at, lsns, held_ms, error';
 
 async function tableExists(catalog: Queryable): Promise<boolean> {
-  const { rows } = await catalog.query(
-    "SELECT to_regclass('shardflake.restore_points') IS NOT NULL AS ok",
-  );
+  const { rows } = await catalog.query("SELECT to_regclass('shardflake.restore_points') IS NOT NULL AS ok");
   return (rows[0] as { ok: boolean }).ok;
 }
 

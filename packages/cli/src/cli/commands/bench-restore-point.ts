@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { benchRestorePoint, type KindResult } from '../../bench/restore-point.js';
 import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { benchRestorePoint, type KindResult } from '../../bench/restore-point.js';
 import { positiveInteger } from './options.js';
 import { toJson } from './output.js';
 

@@ -33,7 +33,13 @@ export function registerBackupCommands(cluster: Command): void {
     )
     .option('--json', 'print the result as JSON')
     .action(
-      async (flags: { config: string; name: string; lockTimeout?: number; attempts?: number; json?: boolean }) => {
+      async (flags: {
+        config: string;
+        name: string;
+        lockTimeout?: number;
+        attempts?: number;
+        json?: boolean;
+      }) => {
         const config = await loadConfig(flags.config);
         const point = await createRestorePoint(config, flags.name, {
           lockTimeoutMs: flags.lockTimeout,
