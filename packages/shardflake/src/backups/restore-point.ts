@@ -87,7 +87,12 @@ export interface RestorePointOptions {
 }
 
 /** The defaults of `RestorePointOptions`. */
-export const RESTORE_POINT_DEFAULTS = { lockTimeoutMs: 50, attempts: 20 };
+export const RESTORE_POINT_DEFAULTS = {
+  /** How long each attempt waits for decisions holding the lock, in ms. */
+  lockTimeoutMs: 50,
+  /** Attempts before RESTORE_POINT_FAILED. */
+  attempts: 20,
+};
 
 /** What `createRestorePoint` wrote. */
 export interface RestorePoint {
@@ -95,8 +100,13 @@ export interface RestorePoint {
   name: string;
   /** When it was recorded as taken (the catalog's clock, ISO 8601). */
   takenAt: string;
-  /** Each server's LSN of the point, by server name in config order. */
-  servers: { server: string; lsn: string }[];
+  /** Each server's LSN of the point, in config order. */
+  servers: {
+    /** The server's name in the config. */
+    server: string;
+    /** Where its point is in its WAL (`pg_create_restore_point`'s answer). */
+    lsn: string;
+  }[];
   /** How long cross-server commits were held off: from the exclusive requests to their release, in ms. */
   heldMs: number;
   /** Attempts it took (a decision that held the lock past `lockTimeoutMs` costs one). */

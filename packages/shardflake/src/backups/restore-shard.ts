@@ -42,7 +42,14 @@ export interface RestoredShard {
   /** The restored server, password hidden. */
   from: string;
   /** Per table, the rows and checksum (sum of hash_record) found equal on both sides. */
-  tables: { table: string; rows: bigint; checksum: bigint }[];
+  tables: {
+    /** The table's name. */
+    table: string;
+    /** Its rows, on both sides. */
+    rows: bigint;
+    /** The sum of its rows' hashes, on both sides. */
+    checksum: bigint;
+  }[];
   /** How long it took, in ms. */
   ms: number;
 }
