@@ -19,8 +19,8 @@ import { catalogHasCluster } from '../catalog/transactions.js';
 import type { ClusterConfig } from '../config/config.js';
 import { expectKind, expectOption, optionsObject } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { wrapPgError } from '../postgres/connect.js';
-import { closeAll, connectAll, type ServerClients } from '../topology/connections.js';
+import { connect, wrapPgError } from '../postgres/connect.js';
+import { closeAll, primaryUrl, type ServerClients } from '../topology/connections.js';
 
 /**
  * A restore point of the cluster: `pg_create_restore_point(name)` on every server's primary, at one logical moment,
@@ -143,16 +143,9 @@ export async function createRestorePoint(
   const lockTimeoutMs =
     expectOption(options.lockTimeoutMs, 'lockTimeoutMs', 1) ?? RESTORE_POINT_DEFAULTS.lockTimeoutMs;
   const attempts = expectOption(options.attempts, 'attempts', 1) ?? RESTORE_POINT_DEFAULTS.attempts;
-  // Every primary answers, or nothing is written (connectAll names the server that did not).
-  const clients = await connectAll(config, {
-    applicationName: 'shardflake restore-point',
-    connectTimeoutMs: 5000,
-  }).catch((error: unknown) => {
-    const e = wrapPgError(error);
-    throw new ShardflakeError(e.code, `${e.message}; no restore point was written`, { cause: error });
-  });
+  const servers = Object.keys(config.servers);
+  const clients = await connectPrimaries(config, servers);
   try {
-    const servers = Object.keys(config.servers);
     const warnings = await checkServers(clients, servers);
     const catalog = clients.get(config.catalog) as pg.Client;
     await checkCatalog(catalog, config);
@@ -200,7 +193,14 @@ export async function createRestorePoint(
         `restore point ${name} was written on ${written.join(', ')} but not on ${failures.map((f) => f.server).join(', ')} (${reason}): do not restore to ${name}, its servers would not stop at one moment; take a new restore point under another name`,
       );
     }
-    const record = await recordRestorePoint(catalog, name, { lsns, heldMs });
+    const record = await recordRestorePoint(catalog, name, { lsns, heldMs }).catch((error: unknown) => {
+      const e = wrapPgError(error);
+      throw new ShardflakeError(
+        'RESTORE_POINT_FAILED',
+        `restore point ${name} was written on every server (${servers.map((s) => `${s} ${lsns[s]}`).join(', ')}) but the catalog did not record it (${e.message}); it can be restored to, and the catalog lists it as taking`,
+        { sqlState: e.sqlState, cause: error },
+      );
+    });
     return {
       name,
       takenAt: record.takenAt as string,
@@ -212,6 +212,35 @@ export async function createRestorePoint(
   } finally {
     await closeAll(clients);
   }
+}
+
+/**
+ * A client on every server's primary, or none: a server whose primary does not answer is refused by name before
+ * anything is written. Replicas need not answer (a restore point is written on primaries only).
+ */
+async function connectPrimaries(config: ClusterConfig, servers: readonly string[]): Promise<ServerClients> {
+  const clients: ServerClients = new Map();
+  const settled = await Promise.allSettled(
+    servers.map(async (server) => {
+      const url = await primaryUrl(config, server, { connectTimeoutMs: 5000, requireAll: false });
+      clients.set(
+        server,
+        await connect(url, { applicationName: 'shardflake restore-point', connectTimeoutMs: 5000 }),
+      );
+    }),
+  );
+  const failedAt = settled.findIndex((r) => r.status === 'rejected');
+  if (failedAt === -1) return clients;
+  await closeAll(clients);
+  const error = (settled[failedAt] as PromiseRejectedResult).reason;
+  const e = wrapPgError(error);
+  const server = servers[failedAt] as string;
+  // The topology's messages already name their server.
+  const message = e.message.startsWith(`server ${server}`) ? e.message : `server ${server}: ${e.message}`;
+  throw new ShardflakeError(e.code, `${message}; no restore point was written`, {
+    sqlState: e.sqlState,
+    cause: error,
+  });
 }
 
 function nameTaken(name: string, earlier: RestorePointRecord | null): ShardflakeError {
