@@ -327,9 +327,7 @@ async function lockEverywhere(
     const since = performance.now();
     const results = await Promise.allSettled(
       servers.map(async (server) => {
-        const client = clients.get(server) as pg.Client;
-        await client.query('BEGIN');
-        await lockOutDecisions(client, lockTimeoutMs);
+        await lockOutDecisions(clients.get(server) as pg.Client, lockTimeoutMs);
       }),
     );
     const failed = results.findIndex((r) => r.status === 'rejected');

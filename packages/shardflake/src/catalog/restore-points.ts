@@ -24,10 +24,14 @@ export async function holdOffRestorePoints(client: Queryable): Promise<void> {
   await client.query(`SELECT ${HOLD_OFF_RESTORE_POINTS}`);
 }
 
-/** Takes the lock exclusive for the rest of the caller's transaction, waiting at most `lockTimeoutMs`. */
+/**
+ * Opens a transaction and takes the lock exclusive in it, waiting at most `lockTimeoutMs`: one round trip, so the
+ * request is queued (and new decisions queue behind it) as soon as it arrives. On an error the transaction is left
+ * open and aborted: the caller rolls it back.
+ */
 export async function lockOutDecisions(client: Queryable, lockTimeoutMs: number): Promise<void> {
   await client.query(
-    `SET LOCAL lock_timeout = ${Math.max(1, Math.round(lockTimeoutMs))}; SELECT pg_catalog.pg_advisory_xact_lock(${RESTORE_POINT_LOCK[0]}, ${RESTORE_POINT_LOCK[1]})`,
+    `BEGIN; SET LOCAL lock_timeout = ${Math.max(1, Math.round(lockTimeoutMs))}; SELECT pg_catalog.pg_advisory_xact_lock(${RESTORE_POINT_LOCK[0]}, ${RESTORE_POINT_LOCK[1]})`,
   );
 }
 
