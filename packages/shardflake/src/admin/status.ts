@@ -3,7 +3,7 @@ import { readClusterInfo, readShardMap, readShardVersions, type ShardState } fro
 import { type ClusterConfig, targetVersion } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { resolveLayout, withEpoch } from '../ids/layout.js';
-import { connect, describeUrl } from '../postgres/connect.js';
+import { connect, describeUrl, wrapPgError } from '../postgres/connect.js';
 import { readTransactionsStatus, type TransactionsStatus } from '../recovery/cluster-access.js';
 import { TRANSACTION_DEFAULTS } from '../recovery/state.js';
 import { serverNodeUrls } from '../topology/connections.js';
@@ -207,7 +207,11 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       warnings.push(
         `in-doubt transaction ${g.gid} on server ${g.server} (${Math.round(g.ageMs / 1000)} s, decision: ${g.decision}); run cluster recover`,
       );
-    const lastPoint = await lastRestorePoint(catalog);
+    // A role granted SELECT on the catalog's tables before this one existed cannot read it: said, not fatal.
+    const lastPoint = await lastRestorePoint(catalog).catch((error: unknown) => {
+      warnings.push(`cannot read the restore points: ${wrapPgError(error).message}`);
+      return null;
+    });
     if (lastPoint?.state === 'partial')
       warnings.push(
         `the latest restore point, ${lastPoint.name}, was not written on every server (${lastPoint.error}): never restore to it`,
