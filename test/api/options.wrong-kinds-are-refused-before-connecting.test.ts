@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import {
+  createRestorePoint,
   createRouter,
   initCluster,
   isShardflakeError,
@@ -94,6 +95,12 @@ const commands: [name: string, run: (options: never) => Promise<unknown>, bad: u
       { syncTimeoutMs: 2 ** 31 },
     ],
     { copyWorkers: 2, cutoverAttempts: 1, pauseBoundMs: 0 },
+  ],
+  [
+    'createRestorePoint',
+    (o) => createRestorePoint(nowhere, 'nightly-1', o),
+    [{ lockTimeoutMs: 0 }, { attempts: 1.5 }, { lockTimeoutMs: 2 ** 31 }],
+    { lockTimeoutMs: 10, attempts: 1 },
   ],
   [
     'rebalanceCluster',

@@ -24,6 +24,15 @@ const status = {
     replicas: [{ node: `${name}-r1`, lagBytes: 1024 * i }],
   })),
   warnings: ['a warning'],
+  lastRestorePoint: {
+    name: 'nightly-<b>1</b>',
+    state: 'taken',
+    startedAt: '2025-06-01T00:00:00.000Z',
+    takenAt: '2025-06-01T00:00:00.010Z',
+    lsns: { a: '0/3000158', b: '0/30001A0' },
+    heldMs: 4.2,
+    error: null,
+  } as Record<string, unknown>,
   shards: Array.from({ length: N }, (_, i) => ({
     shard: i,
     server: ['a', 'b', 'c', '<b>d</b>'][Math.floor(i / (N / 4))],
@@ -92,6 +101,16 @@ test('8192 shards in one compact map, a column for every server field status add
   assert.deepEqual(options, ['', 'rows'], 'numeric shard fields are offered as colourings');
   await page.selectOption('#colour-by', 'rows');
   assert.match((await page.textContent('#warnings')) ?? '', /a warning/);
+  assert.equal(
+    await page.textContent('#restore-point'),
+    'Last restore point nightly-<b>1</b>, taken 2025-06-01T00:00:00.010Z · a 0/3000158, b 0/30001A0',
+  );
+  status.lastRestorePoint = { ...status.lastRestorePoint, state: 'partial', lsns: { a: '0/3000158' } };
+  await page.waitForSelector('#restore-point.bad');
+  assert.match(
+    (await page.textContent('#restore-point')) ?? '',
+    /PARTIAL \(written on a 0\/3000158\): never restore to it/,
+  );
 
   failing = true;
   await page.waitForSelector('#error:not([hidden])');

@@ -12,6 +12,7 @@ const blocks = [
   ...pageBlocks('docs/applications.md', ['console recorded']),
   ...pageBlocks('docs/moves.md', ['sh', 'console recorded']),
   ...pageBlocks('docs/benchmarks.md', ['sh', 'console recorded']),
+  ...pageBlocks('docs/backups.md', ['sh', 'console recorded']),
 ];
 
 for (const block of blocks) {

@@ -11,6 +11,13 @@ export { migrateCluster } from './admin/migrate.js';
 export type { IndexBuildEvent } from './admin/migrate-concurrently.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './admin/status.js';
 export { clusterStatus } from './admin/status.js';
+// backups
+export type { RestorePoint, RestorePointOptions } from './backups/restore-point.js';
+export { createRestorePoint, RESTORE_POINT_DEFAULTS } from './backups/restore-point.js';
+export type { RestoredShard, RestoreShardOptions } from './backups/restore-shard.js';
+export { restoreShard } from './backups/restore-shard.js';
+export type { RestorePointRecord, RestorePointState } from './catalog/restore-points.js';
+export { RESTORE_POINT_STATES } from './catalog/restore-points.js';
 // cluster
 export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './catalog/shards.js';
 export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './catalog/shards.js';

@@ -60,6 +60,8 @@ function exitCodeFor(error: unknown): number {
       'NO_PRIMARY',
       'PREPARED_TRANSACTIONS_DISABLED',
       'TRANSACTION_ABORTED',
+      'RESTORE_POINT_FAILED',
+      'RESTORE_FAILED',
     ].includes(error.code)
       ? 3
       : 2;

@@ -62,6 +62,7 @@ export function dashboardPage(options: { refreshMs: number }): string {
   <section><h2>Schema versions</h2><div id="versions"></div><ul id="warnings"></ul></section>
   <section><h2>Transactions across servers</h2><p id="tx-summary" class="muted"></p>
     <table id="in-doubt" hidden><thead><tr><th>gid</th><th>server</th><th>age</th><th>decision</th></tr></thead><tbody></tbody></table></section>
+  <section><h2>Backups</h2><p id="restore-point" class="muted"></p></section>
 </main>
 <div id="tip" hidden></div>
 <script>
@@ -220,6 +221,21 @@ function renderStatus(status) {
   $("versions").replaceChildren(...Object.entries(status.schemaVersions || {}).map(([v, n]) => el("div", {}, "v" + v + ": " + n + " shards")));
   $("warnings").replaceChildren(...(status.warnings || []).map((w) => el("li", {}, w)));
   renderTransactions(status.transactions);
+  renderRestorePoint(status.lastRestorePoint);
+}
+
+/** The last restore point (docs/backups.md): a partial one is shown as a problem, never as one to restore to. */
+function renderRestorePoint(point) {
+  const p = $("restore-point");
+  if (point === undefined) { p.textContent = ""; return; }
+  p.className = point && point.state === "partial" ? "bad" : "muted";
+  if (!point) { p.textContent = "No restore point yet (shardflake cluster restore-point)."; return; }
+  const lsns = Object.entries(point.lsns || {}).map(([server, lsn]) => server + " " + lsn).join(", ");
+  p.textContent = point.state === "taken"
+    ? "Last restore point " + point.name + ", taken " + point.takenAt + " · " + lsns
+    : point.state === "taking"
+      ? "Last restore point " + point.name + ": being taken since " + point.startedAt + " (or this catalog was restored to it)"
+      : "Last restore point " + point.name + " is PARTIAL (written on " + (lsns || "no server") + "): never restore to it";
 }
 
 /** In-doubt (prepared) transactions and the servers that cannot take part in transactions across servers. */

@@ -1,8 +1,9 @@
+import { lastRestorePoint, type RestorePointRecord } from '../catalog/restore-points.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from '../catalog/shards.js';
 import { type ClusterConfig, targetVersion } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { resolveLayout, withEpoch } from '../ids/layout.js';
-import { connect, describeUrl } from '../postgres/connect.js';
+import { connect, describeUrl, wrapPgError } from '../postgres/connect.js';
 import { readTransactionsStatus, type TransactionsStatus } from '../recovery/cluster-access.js';
 import { TRANSACTION_DEFAULTS } from '../recovery/state.js';
 import { serverNodeUrls } from '../topology/connections.js';
@@ -97,6 +98,12 @@ export interface ClusterStatus {
    * cluster's prepared transactions now with what their decision servers say (see transactions/cross.ts).
    */
   transactions: TransactionsStatus;
+  /**
+   * The latest restore point (`cluster restore-point`, docs/backups.md): its name, state (`taken`; `taking` while
+   * it is written — or in a catalog restored to it; `partial`: never restore to it), times and each server's LSN.
+   * Null when none was ever taken.
+   */
+  lastRestorePoint: RestorePointRecord | null;
 }
 
 /**
@@ -200,6 +207,15 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       warnings.push(
         `in-doubt transaction ${g.gid} on server ${g.server} (${Math.round(g.ageMs / 1000)} s, decision: ${g.decision}); run cluster recover`,
       );
+    // A role granted SELECT on the catalog's tables before this one existed cannot read it: said, not fatal.
+    const lastPoint = await lastRestorePoint(catalog).catch((error: unknown) => {
+      warnings.push(`cannot read the restore points: ${wrapPgError(error).message}`);
+      return null;
+    });
+    if (lastPoint?.state === 'partial')
+      warnings.push(
+        `the latest restore point, ${lastPoint.name}, was not written on every server (${lastPoint.error}): never restore to it`,
+      );
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -220,6 +236,7 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       moves,
       shards,
       transactions,
+      lastRestorePoint: lastPoint,
     };
   } finally {
     await catalog.end().catch(() => {});

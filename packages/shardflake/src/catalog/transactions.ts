@@ -1,4 +1,5 @@
 import type { Queryable } from '../postgres/connect.js';
+import { HOLD_OFF_RESTORE_POINTS } from './restore-points.js';
 
 /**
  * The SQL of cross-server transactions on `shardflake.*` tables (see ../transactions/cross.ts for the protocol).
@@ -110,9 +111,14 @@ export async function readClusterId(
  * withShards) would otherwise get a COMMIT that returns before its decision is safe, and a crash (or a failover to
  * a synchronous standby) could lose a decision whose COMMIT PREPARED already ran elsewhere: half a transaction.
  * Stronger settings (on, remote_apply) are kept. CASE evaluates in order, so set_config runs only when needed.
+ *
+ * And it takes the restore-point lock shared (restore-points.ts), held until the COMMIT that is the decision: a
+ * restore point, which takes it exclusive on every server, never falls between a decision and its prepared parts
+ * (backups/restore-point.ts). No row is written without the lock: the row passes only when every condition is true.
  */
 export const INSERT_DECISION_SQL = `INSERT INTO shardflake.transactions (txid, outcome, gids)
-  SELECT $1, 'commit', $2::text[] WHERE clock_timestamp() - now() < make_interval(secs => $3::float8 / 1000)
+  SELECT $1, 'commit', $2::text[] WHERE ${HOLD_OFF_RESTORE_POINTS}
+    AND clock_timestamp() - now() < make_interval(secs => $3::float8 / 1000)
     AND CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
       THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`;
 
@@ -135,7 +141,11 @@ export const LIST_PREPARED_SQL = `SELECT gid, prepared, (extract(epoch FROM now(
 export const OLD_DECISIONS_SQL = `SELECT txid FROM shardflake.transactions
   WHERE decided_at < now() - make_interval(secs => (CASE WHEN outcome = 'commit' THEN $1 ELSE $2 END)::float8 / 1000)`;
 
-export const DELETE_DECISIONS_SQL = `DELETE FROM shardflake.transactions WHERE txid = ANY($1::text[])`;
+/**
+ * Deleting a decision changes what recovery would decide for a gid still prepared on a server restored to an
+ * earlier moment, so it takes the restore-point lock shared as a decision does (backups/restore-point.ts).
+ */
+export const DELETE_DECISIONS_SQL = `DELETE FROM shardflake.transactions WHERE txid = ANY($1::text[]) AND ${HOLD_OFF_RESTORE_POINTS}`;
 
 /** Whether the server can prepare transactions, and whether its decision log is installed and current. */
 export const CAPABILITY_SQL = `SELECT current_setting('max_prepared_transactions')::int AS max_prepared,

@@ -49,6 +49,10 @@ export const ERROR_CODES = [
   // lookups
   'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
   'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)
+  // backups
+  'RESTORE_POINT_EXISTS', // a restore point name the cluster has used before (names are never reused)
+  'RESTORE_POINT_FAILED', // a restore point that was not written on every server (the message says where it was, and not to restore to it)
+  'RESTORE_FAILED', // a shard's rows copied from a restored server do not match the restored copy (nothing was kept)
   'INSUFFICIENT_PRIVILEGE', // the role a command runs as lacks a privilege it needs (docs/security.md), or a schema shardflake uses is another role's
   'MISSING_PACKAGE', // an optional package a feature needs is not installed (the message says what to install)
 ] as const;

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { MIGRATIONS_TABLE } from '../admin/shard-ddl.js';
 import { recordSwitched } from '../catalog/moves.js';
+import { holdOffRestorePoints } from '../catalog/restore-points.js';
 import { setShardsState } from '../catalog/shards.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { fencedSchemas, fenceSql, unfenceSql } from '../fence/fence.js';
@@ -289,6 +290,9 @@ async function switchCatalog(
   }
   await s.target.query(switching.map((m) => unfenceSql(m.record.schema)).join(';\n'));
   await inTransaction(s.catalog, async () => {
+    // A switch is a decision across servers (the fence on the source, the copy on the target, the map here): a
+    // restore point holds it off and is never written between its parts (backups/restore-point.ts).
+    await holdOffRestorePoints(s.catalog);
     const version = await setShardsState(
       s.catalog,
       switching.map((m) => m.record.shard),

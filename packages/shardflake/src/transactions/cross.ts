@@ -40,7 +40,8 @@ import type { NodeLease } from '../topology/nodes.js';
  *   1. each participant runs its sessions' statements in its local transaction (BEGIN at join);
  *   2. every participant but the last agent: PREPARE TRANSACTION 'sf:<cluster>:<txid>:<last agent>:<server>';
  *      at the same time the last agent inserts the decision row (txid, 'commit', gids) into its own
- *      `shardflake.transactions` — inside its still open transaction;
+ *      `shardflake.transactions` — inside its still open transaction (the insert takes the restore-point lock
+ *      shared until step 3, so a restore point never falls between a decision and its parts: backups/);
  *   3. the last agent COMMITs: the decision row and the last agent's own writes become durable together;
  *   4. COMMIT PREPARED on each prepared participant.
  * Recovery (recovery.ts, in every router and in `cluster recover`) commits a prepared gid whose txid has a

@@ -8,6 +8,7 @@ import { registerBenchInsertsCommand } from './bench-inserts.js';
 import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
+import { registerBenchRestorePointCommand } from './bench-restore-point.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
 import { registerBenchSqlAcrossCommand } from './bench-sql-across.js';
 
@@ -26,4 +27,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchCrossCommand(bench);
   registerBenchLookupsCommand(bench);
   registerBenchFaultsCommand(bench);
+  registerBenchRestorePointCommand(bench);
 }

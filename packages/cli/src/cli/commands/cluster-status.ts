@@ -117,6 +117,19 @@ export function formatStatus(status: ClusterStatus, everyShard: boolean): string
         `  ${g.gid} on ${g.server}: ${(g.ageMs / 1000).toFixed(1)} s old, decision ${g.decision} (on ${g.decisionServer})`,
       );
   }
+  const point = status.lastRestorePoint;
+  if (point) {
+    const lsns = Object.entries(point.lsns)
+      .map(([server, lsn]) => `${server} ${lsn}`)
+      .join(', ');
+    lines.push(
+      point.state === 'taken'
+        ? `last restore point: ${point.name}, taken ${point.takenAt} (${lsns})`
+        : point.state === 'taking'
+          ? `last restore point: ${point.name}, being taken since ${point.startedAt} (or this catalog was restored to it)`
+          : `last restore point: ${point.name}, PARTIAL (written on ${lsns || 'no server'}): never restore to it`,
+    );
+  } else lines.push('last restore point: none');
   lines.push(...status.warnings.map((w) => `warning: ${w}`), '');
   return lines.join('\n');
 }

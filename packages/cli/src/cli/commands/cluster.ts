@@ -6,6 +6,7 @@ import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
 import type { ReferenceInstallResult } from 'shardflake/internal/reference/install.js';
+import { registerBackupCommands } from './cluster-backups.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
 import { registerRecoverCommand } from './cluster-recover.js';
@@ -127,6 +128,7 @@ export function registerClusterCommands(program: Command): void {
   registerMoveCommands(cluster);
   registerDashboardCommand(cluster);
   registerSqlQueryCommand(cluster);
+  registerBackupCommands(cluster);
 }
 
 /** What migrate did to the reference tables, when it did anything. */
