@@ -136,6 +136,7 @@ export { hashKey, shardForKey } from './routing/shard-key.js';
 export type { SqlColumn, SqlOptions, SqlResult, SqlStreamOptions } from './sql/index.js';
 export type {
   CatalogEvent,
+  DeadlockEvent,
   FailoverEvent,
   MapEvent,
   Operation,

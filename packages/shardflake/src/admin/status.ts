@@ -1,3 +1,4 @@
+import { type DeadlocksStatus, readDeadlocks } from '../catalog/deadlocks.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from '../catalog/shards.js';
 import { type ClusterConfig, targetVersion } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
@@ -97,6 +98,11 @@ export interface ClusterStatus {
    * cluster's prepared transactions now with what their decision servers say (see transactions/cross.ts).
    */
   transactions: TransactionsStatus;
+  /**
+   * Deadlocks across servers that routers broke (deadlocks/detector.ts), as the catalog records them: how many in
+   * the last day and in the last 7, and the latest few.
+   */
+  deadlocks: DeadlocksStatus;
 }
 
 /**
@@ -200,6 +206,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       warnings.push(
         `in-doubt transaction ${g.gid} on server ${g.server} (${Math.round(g.ageMs / 1000)} s, decision: ${g.decision}); run cluster recover`,
       );
+    // A role that may not read the table (made after its grants) sees no deadlocks rather than no status.
+    const deadlocks = await readDeadlocks(catalog).catch(() => ({ lastDay: 0, kept: 0, latest: [] }));
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -220,6 +228,7 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       moves,
       shards,
       transactions,
+      deadlocks,
     };
   } finally {
     await catalog.end().catch(() => {});
