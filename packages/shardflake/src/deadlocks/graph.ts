@@ -64,9 +64,19 @@ export function buildGraph(waits: ReadonlyMap<string, readonly WaitRow[]>): Wait
   const nodes = new Map<string, WaitNode>();
   const edges = new Map<string, WaitEdge>();
   for (const [server, rows] of waits) {
+    // A backend appears in many rows (a queue on a hot row): its node is made once per reading.
+    const seen = new Map<number, WaitNode>();
+    const node = (pid: number, name: string | null) => {
+      let n = seen.get(pid);
+      if (!n) {
+        n = nodeOf(server, pid, name);
+        seen.set(pid, n);
+      }
+      return n;
+    };
     for (const row of rows) {
-      const from = nodeOf(server, Number(row.waiter), row.waiter_name);
-      const to = nodeOf(server, Number(row.blocker), row.blocker_name);
+      const from = node(Number(row.waiter), row.waiter_name);
+      const to = node(Number(row.blocker), row.blocker_name);
       nodes.set(from.key, from);
       nodes.set(to.key, to);
       // A transaction's session waiting on its own other session cannot happen on one server (one session per
