@@ -8,10 +8,12 @@ import {
   type RouterEvent,
   type ShardSession,
 } from 'shardflake';
+import { formatStatus } from '../../packages/cli/src/cli/commands/cluster-status.js';
 import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { clusterStatus } from '../../packages/shardflake/src/admin/status.js';
 import { validateConfig } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
+import { pageBlocks } from '../docs/blocks.js';
 import { useServers } from '../support/postgres.js';
 import { until } from './support.js';
 
@@ -168,6 +170,19 @@ describe('a deadlock across servers is found and broken, its youngest transactio
     const status = await clusterStatus(config);
     assert.equal(status.deadlocks.latest[0]?.victim, event.victim);
     assert.deepEqual(status.deadlocks.latest[0]?.servers, ['a', 'b']);
+    // The text of `cluster status` shows it as docs/operations.md does (dates, txids and counts aside).
+    const shape = (text: string) =>
+      text
+        .split('\n')
+        .filter((l) => /deadlocks across servers|: victim /.test(l))
+        .map((l) =>
+          l
+            .replace(/\d{4}-\d\d-\d\dT[\d:.]+Z/g, 'DATE')
+            .replace(/\b[0-9a-z]{20}\b/g, 'TXID')
+            .replace(/\d+/g, 'N'),
+        );
+    const [documented] = pageBlocks('docs/operations.md', ['text deadlocks']);
+    assert.deepEqual(shape(formatStatus(status, false)), shape(documented?.code ?? ''));
   });
 
   it('three transfers around three servers (a → b, b → c, c → a): one victim, the youngest; the other two commit', async () => {

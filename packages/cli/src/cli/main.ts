@@ -60,6 +60,9 @@ function exitCodeFor(error: unknown): number {
       'NO_PRIMARY',
       'PREPARED_TRANSACTIONS_DISABLED',
       'TRANSACTION_ABORTED',
+      'DEADLOCK',
+      'LOCK_TIMEOUT',
+      'IDLE_TIMEOUT',
     ].includes(error.code)
       ? 3
       : 2;

@@ -117,6 +117,16 @@ export function formatStatus(status: ClusterStatus, everyShard: boolean): string
         `  ${g.gid} on ${g.server}: ${(g.ageMs / 1000).toFixed(1)} s old, decision ${g.decision} (on ${g.decisionServer})`,
       );
   }
+  const dl = status.deadlocks;
+  if (dl && dl.kept > 0) {
+    lines.push(
+      `deadlocks across servers broken: ${dl.lastDay} in the last day, ${dl.kept} in the last 7 days`,
+    );
+    for (const d of dl.latest.slice(0, 3))
+      lines.push(
+        `  ${d.at}: victim ${d.victim} on ${d.servers.join(', ')} (${d.sessions} sessions, waited ${d.waitedMs} ms)`,
+      );
+  }
   lines.push(...status.warnings.map((w) => `warning: ${w}`), '');
   return lines.join('\n');
 }
