@@ -8,7 +8,6 @@
  */
 import type pg from 'pg';
 import { recordDeadlock } from '../catalog/deadlocks.js';
-import type { BatchStatement } from '../postgres/batch.js';
 import type { RouterEvent } from '../telemetry/events.js';
 import { type Deadlock, findDeadlocks } from './cycles.js';
 import { buildGraph, intersect, readWaits, type WaitGraph, type WaitRow } from './graph.js';
@@ -130,13 +129,6 @@ export interface DeadlockDetectorDeps {
   emit(event: RouterEvent): void;
 }
 
-/** The session settings of a transaction across shards, sent with its BEGIN. */
-const SETTINGS: Record<string, string> = {
-  tag: 'application_name',
-  lockTimeoutMs: 'lock_timeout',
-  idleTimeoutMs: 'idle_in_transaction_session_timeout',
-};
-
 export class DeadlockDetector {
   readonly options: typeof DEADLOCK_DEFAULTS;
   readonly #deps: DeadlockDetectorDeps;
@@ -148,22 +140,11 @@ export class DeadlockDetector {
   #timerAt = Number.POSITIVE_INFINITY;
   #checking = false;
   #closed = false;
-  readonly #settings: { text: string; fields: (keyof typeof SETTINGS)[] } | undefined;
 
   constructor(deps: DeadlockDetectorDeps, options: DeadlockOptions = {}) {
     this.#deps = deps;
     const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined));
     this.options = { ...DEADLOCK_DEFAULTS, ...given };
-    const fields = (['tag', 'lockTimeoutMs', 'idleTimeoutMs'] as const).filter((f) =>
-      f === 'tag' ? this.options.deadlockCheckMs > 0 : this.options[f] > 0,
-    );
-    this.#settings =
-      fields.length === 0
-        ? undefined
-        : {
-            text: `SELECT ${fields.map((f, i) => `set_config('${SETTINGS[f]}', $${i + 1}, true)`).join(', ')}`,
-            fields,
-          };
   }
 
   /** Whether transactions carry the tag and register their statements (false when the detector is off). */
@@ -171,13 +152,17 @@ export class DeadlockDetector {
     return this.options.deadlockCheckMs > 0 && !this.#closed;
   }
 
-  /** The statement that sets a transaction's tag and bounds on one server, or undefined when nothing is set. */
-  settings(tag: TransactionTag): BatchStatement | undefined {
-    if (!this.#settings) return undefined;
-    const values = this.#settings.fields.map((f) =>
-      f === 'tag' ? formatTag(tag) : `${this.options[f as 'lockTimeoutMs' | 'idleTimeoutMs']}ms`,
-    );
-    return { text: this.#settings.text, values };
+  /**
+   * The settings of a transaction's sessions, as [parameter, value] for `set_config(…, true)` with its BEGIN: its
+   * tag (while the detector is on) and its bounds (those not 0).
+   */
+  settings(tag: TransactionTag): [string, string][] {
+    const { deadlockCheckMs, lockTimeoutMs, idleTimeoutMs } = this.options;
+    const out: [string, string][] = [];
+    if (deadlockCheckMs > 0) out.push(['application_name', formatTag(tag)]);
+    if (lockTimeoutMs > 0) out.push(['lock_timeout', `${lockTimeoutMs}ms`]);
+    if (idleTimeoutMs > 0) out.push(['idle_in_transaction_session_timeout', `${idleTimeoutMs}ms`]);
+    return out;
   }
 
   /** Registers a statement in flight; call the returned function when it has returned. */

@@ -184,7 +184,7 @@ export function openCrossTransaction(
   const txid = newTxid();
   const tag: TransactionTag = { txid, born: options.born ?? Date.now() };
   const detector = ctx.deadlocks;
-  const settings = detector?.settings(tag);
+  const settings = detector?.settings(tag) ?? [];
   const bounds = detector?.options ?? { lockTimeoutMs: 0, idleTimeoutMs: 0 };
   let victim: ShardflakeError | undefined;
   /** Set once the commit sends its steps or a rollback starts: from then on the detector may not choose it. */
@@ -247,16 +247,12 @@ export function openCrossTransaction(
           () => victim,
         ),
         cancelled: undefined,
-        // BEGIN goes out with the participant's first statement (session.ts, SharedConnection), and with it the
-        // session's tag and bounds.
+        // BEGIN goes out with the participant's first statement (session.ts, SharedConnection), and with it, in
+        // one statement, the search_path, the session's tag and its bounds.
         shared: {
           tail: Promise.resolve(),
           path: firstPath,
-          pending: [
-            BEGIN,
-            { text: `SET LOCAL search_path TO ${firstPath}` },
-            ...(settings ? [settings] : []),
-          ],
+          pending: [BEGIN, setLocal([['search_path', firstPath], ...settings])],
         },
         broken: undefined,
         onError: (error) => {
@@ -743,6 +739,15 @@ export function openCrossTransaction(
 const BEGIN: BatchStatement = { text: 'BEGIN' };
 
 const noop = () => {};
+
+/**
+ * One statement that sets each parameter for the transaction (`SET LOCAL`), values as parameters. The names are
+ * shardflake's own constants; the values (a quoted search_path, a tag, a duration) go as parameters.
+ */
+function setLocal(settings: readonly [string, string][]): BatchStatement {
+  const text = settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ');
+  return { text: `SELECT ${text}`, values: settings.map(([, value]) => value) };
+}
 
 /** A failure of sendWithPending, or of a plain query. */
 function unwrap(failure: unknown): { error: unknown; pending: boolean } {
