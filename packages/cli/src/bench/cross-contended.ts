@@ -20,6 +20,8 @@ export interface ContendedOptions {
   /** Seconds per side. */
   seconds?: number;
   fsync?: boolean;
+  /** lock_timeout of the lock_timeout-only side (default: the router's, 10 000 ms); a test shortens it. */
+  lockTimeoutMs?: number;
   onProgress?: (message: string) => void;
 }
 
@@ -68,7 +70,13 @@ export async function benchCrossContended(options: ContendedOptions = {}): Promi
       const router = await createRouter(cluster.config, {
         listen: false,
         poolSize: clients,
-        transactions: { recovery: false, ...side.options },
+        transactions: {
+          recovery: false,
+          ...side.options,
+          ...(options.lockTimeoutMs !== undefined && side.options?.deadlockCheckMs === 0
+            ? { lockTimeoutMs: options.lockTimeoutMs }
+            : {}),
+        },
       });
       try {
         const sum = async () => (await balances(router, cluster)).flat().reduce((x, y) => x + y, 0n);
