@@ -26,8 +26,8 @@ import {
  * - diverged: accounts whose balance is not their start plus their ledger, plus transfers whose call failed with an
  *   error that says nothing committed (DEADLOCK, LOCK_TIMEOUT, IDLE_TIMEOUT, TRANSACTION_ABORTED, DATABASE_ERROR)
  *   but that the ledgers hold;
- * - hung: calls that took longer than the longest any bound allows (lock_timeout plus the detector's look plus
- *   2 s), or had not settled a minute after the run.
+ * - hung: calls that took longer than their bounds allow (each of a transfer's two statements may wait up to
+ *   lock_timeout; plus the detector's look and 2 s), or had not settled a minute after the run.
  */
 export interface ContendedScenarioOptions {
   seconds?: number;
@@ -62,7 +62,7 @@ const NOTHING_COMMITTED = [
   'DATABASE_ERROR',
 ];
 
-const HUNG_AFTER_MS = DEADLOCK_DEFAULTS.lockTimeoutMs + 1.5 * DEADLOCK_DEFAULTS.deadlockCheckMs + 2000;
+const HUNG_AFTER_MS = 2 * DEADLOCK_DEFAULTS.lockTimeoutMs + 1.5 * DEADLOCK_DEFAULTS.deadlockCheckMs + 2000;
 
 export async function runContendedTransfers(
   options: ContendedScenarioOptions = {},
