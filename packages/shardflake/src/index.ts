@@ -11,6 +11,7 @@ export { migrateCluster } from './admin/migrate.js';
 export type { IndexBuildEvent } from './admin/migrate-concurrently.js';
 export type { ClusterStatus, NodeStatus, ShardStats, ShardStatus } from './admin/status.js';
 export { clusterStatus } from './admin/status.js';
+export type { DeadlockRecord, DeadlocksStatus } from './catalog/deadlocks.js';
 // cluster
 export type { ClusterInfo, ShardMap, ShardPlacement, ShardState } from './catalog/shards.js';
 export { MAP_CHANNEL, readShardMap, SHARD_STATES } from './catalog/shards.js';
@@ -24,6 +25,7 @@ export {
 } from './config/config.js';
 export type { LookupDefinition } from './config/lookups.js';
 export type { ReferenceConfig } from './config/reference.js';
+export type { DeadlockOptions } from './deadlocks/detector.js';
 export type { ErrorCode, ErrorDetails } from './errors/errors.js';
 export {
   ERROR_CODES,
@@ -161,3 +163,4 @@ export type {
   ServerNodesOptions,
 } from './topology/nodes.js';
 export { createServerNodes } from './topology/server-nodes.js';
+export type { WithShardsOptions } from './transactions/with-shards.js';
