@@ -12,6 +12,8 @@ import { formatStatus } from '../../packages/cli/src/cli/commands/cluster-status
 import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { clusterStatus } from '../../packages/shardflake/src/admin/status.js';
 import { validateConfig } from '../../packages/shardflake/src/config/config.js';
+import { CANCEL_TAGGED_SQL } from '../../packages/shardflake/src/deadlocks/graph.js';
+import { formatTag } from '../../packages/shardflake/src/deadlocks/tag.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { pageBlocks } from '../docs/blocks.js';
 import { useServers } from '../support/postgres.js';
@@ -347,13 +349,72 @@ describe('waits that are no cycle end at their bound, with a typed error', () =>
   });
 });
 
-/** How many sessions of the router are in `state` on a server. */
+describe('the cancel cannot reach an innocent statement of a pooled connection', () => {
+  it("names the victim's tag: a connection whose tagged transaction has ended runs its next statement uncancelled, while one still in it is cancelled", async () => {
+    const pooled = await connect(urls.b);
+    const detector = await connect(urls.b);
+    try {
+      const ended = formatTag({ txid: 'endedtx', born: 1 });
+      const running = formatTag({ txid: 'runningtx', born: 2 });
+      // The victim's transaction ended (its tag reverted with it); the connection went on to another statement.
+      await pooled.query(`BEGIN; SELECT set_config('application_name', '${ended}', true); COMMIT`);
+      const innocent = pooled.query('SELECT pg_sleep(1.5)');
+      await until(async () => (await runningNow(urls.b, 'SELECT pg_sleep(1.5)')) === 1, 5000, 'the sleep');
+      const missed = await detector.query(CANCEL_TAGGED_SQL, [ended]);
+      assert.equal(missed.rows[0]?.cancelled, 0);
+      await innocent;
+      // Still in the tagged transaction: cancelled.
+      await pooled.query(`BEGIN; SELECT set_config('application_name', '${running}', true)`);
+      const victim = pooled.query('SELECT pg_sleep(30)');
+      await until(async () => (await runningNow(urls.b, 'SELECT pg_sleep(30)')) === 1, 5000, 'the sleep');
+      const hit = await detector.query(CANCEL_TAGGED_SQL, [running]);
+      assert.equal(hit.rows[0]?.cancelled, 1);
+      await assert.rejects(victim, (e: { code?: string }) => e.code === '57014');
+      await pooled.query('ROLLBACK');
+    } finally {
+      await pooled.end();
+      await detector.end();
+    }
+  });
+
+  it('a cancel that finds the backend idle is dropped by PostgreSQL: the next statement runs', async () => {
+    const pooled = await connect(urls.b);
+    const detector = await connect(urls.b);
+    try {
+      const pid = (await pooled.query('SELECT pg_backend_pid() AS pid')).rows[0]?.pid;
+      const { rows } = await detector.query('SELECT pg_cancel_backend($1) AS sent', [pid]);
+      assert.equal(rows[0]?.sent, true);
+      // The signal was delivered before this statement was even sent (pg_cancel_backend returned).
+      const after = await pooled.query('SELECT 1 AS one');
+      assert.equal(after.rows[0]?.one, 1);
+    } finally {
+      await pooled.end();
+      await detector.end();
+    }
+  });
+});
+
+/** How many sessions of transactions across shards are in `state` on a server. */
 async function sessionsOf(url: string, state: string): Promise<number> {
   const client = await connect(url);
   try {
     const { rows } = await client.query(
       `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = $1 AND application_name LIKE 'shardflake tx %'`,
       [state],
+    );
+    return (rows[0] as { n: number }).n;
+  } finally {
+    await client.end();
+  }
+}
+
+/** How many sessions on a server are running exactly `statement`. */
+async function runningNow(url: string, statement: string): Promise<number> {
+  const client = await connect(url);
+  try {
+    const { rows } = await client.query(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'active' AND query = $1`,
+      [statement],
     );
     return (rows[0] as { n: number }).n;
   } finally {

@@ -10,7 +10,14 @@ import type pg from 'pg';
 import { recordDeadlock } from '../catalog/deadlocks.js';
 import type { RouterEvent } from '../telemetry/events.js';
 import { type Deadlock, findDeadlocks } from './cycles.js';
-import { buildGraph, intersect, readWaits, type WaitGraph, type WaitRow } from './graph.js';
+import {
+  buildGraph,
+  CANCEL_TAGGED_SQL,
+  intersect,
+  readWaits,
+  type WaitGraph,
+  type WaitRow,
+} from './graph.js';
 import { formatTag, type TransactionTag } from './tag.js';
 
 export type { Deadlock } from './cycles.js';
@@ -258,13 +265,7 @@ export class DeadlockDetector {
     const tag = formatTag(deadlock.victim);
     await Promise.all(
       [...cancels].map(async ([server, cancel]) => {
-        const answered = await this.#use(server, (client) =>
-          client.query(
-            `SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) AS cancelled FROM pg_stat_activity
-             WHERE application_name = $1`,
-            [tag],
-          ),
-        );
+        const answered = await this.#use(server, (client) => client.query(CANCEL_TAGGED_SQL, [tag]));
         cancel.settle(answered !== undefined);
       }),
     );

@@ -22,6 +22,14 @@ export const WAIT_EDGES_SQL = `SELECT w.pid AS waiter, wa.application_name AS wa
   LEFT JOIN pg_stat_activity wa ON wa.pid = w.pid
   LEFT JOIN pg_stat_activity ba ON ba.pid = b.pid`;
 
+/**
+ * Cancels the statement of every backend whose application_name is the tag `$1` (one transaction has one session
+ * per server), in the statement that checks the tag: a backend whose transaction has ended carries another name
+ * and is left alone (detector.ts says why that and the order of what is sent make the cancel safe).
+ */
+export const CANCEL_TAGGED_SQL = `SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))::int AS cancelled
+  FROM pg_stat_activity WHERE application_name = $1`;
+
 /** One wait on one server, as WAIT_EDGES_SQL returns it. */
 export interface WaitRow {
   waiter: number;
