@@ -67,12 +67,13 @@ export type { TransactionTag } from './tag.js';
  * Why the cancel never hits an innocent statement. pg_cancel_backend signals a pid, and a pooled connection's pid
  * runs one transaction after another. So: (1) the cancel names the transaction's tag in the same statement
  * (`WHERE application_name = tag`), and the tag reverts when the transaction ends, so only a backend still in the
- * victim's transaction is signalled; (2) before that statement is sent, the transaction is marked as the victim,
- * and from then on sends nothing on its connections until the cancel's answer is back — so the signal reaches the
- * backend either inside the victim's statement (which fails, as wanted) or idle, where PostgreSQL drops a cancel
- * (postgres.c: a cancel that arrives while reading a command is ignored) — never inside a later statement; (3) a
- * cancel whose answer does not come back leaves the signal's fate unknown, and the connection is then closed
- * rather than given back to the pool.
+ * victim's transaction is signalled; (2) before that statement is sent, the transaction is marked as the victim:
+ * its callback's statements are refused from then on, and its ROLLBACK on that connection waits for the cancel's
+ * answer — so the signal reaches the backend inside the victim's transaction (a statement of it fails, as wanted)
+ * or idle, where PostgreSQL drops a cancel (postgres.c: a cancel that arrives while it reads a command is
+ * ignored), never in the ROLLBACK or in a statement of a later transaction; (3) a cancel whose answer does not
+ * come back leaves the signal's fate unknown, and the connection is then closed rather than given back to the
+ * pool.
  *
  * The waits that are not cycles (a router that stopped reading while holding row locks, a callback that awaits
  * something else while its transaction is open) are bounded per transaction, in the same round trip as its
