@@ -102,7 +102,8 @@ describe('the graph and its deadlocks', () => {
     });
     const started = performance.now();
     const found = findDeadlocks(buildGraph(readings({ a: rows, b: [wait(20, T1, 21, T2)] })));
-    assert.ok(performance.now() - started < 1000, 'fast');
+    // Seconds would mean paths were being walked; a linear pass takes milliseconds (more on a loaded machine).
+    assert.ok(performance.now() - started < 5000, 'linear, not a walk of paths');
     assert.equal(found.length, 1);
     assert.deepEqual(
       [...(found[0]?.members ?? [])].sort(),
@@ -111,19 +112,36 @@ describe('the graph and its deadlocks', () => {
     );
   });
 
-  it('two cycles sharing a transaction are one deadlock with one victim', () => {
-    // T1 ↔ T2 across a and b, T2 ↔ T3 across b and c.
-    const graph = buildGraph(
+  it('overlapping cycles: the youngest of the component goes, and only a cycle it leaves standing takes another victim', () => {
+    // T1 ↔ T2 across a and b, T2 ↔ T3 across b and c: T3 (youngest) breaks T2 ↔ T3; T1 ↔ T2 still stands, and
+    // its own youngest, T2, goes too — in the same reading.
+    const chain = buildGraph(
       readings({
         a: [wait(10, T1, 11, T2)],
         b: [wait(21, T2, 20, T1), wait(22, T2, 23, T3)],
         c: [wait(33, T3, 32, T2)],
       }),
     );
-    const found = findDeadlocks(graph);
-    assert.equal(found.length, 1);
-    assert.equal(found[0]?.victim.txid, 'aaaa03');
-    assert.deepEqual(found[0]?.servers, ['a', 'b', 'c']);
+    assert.deepEqual(
+      findDeadlocks(chain).map((d) => [d.victim.txid, d.servers.join('')]),
+      [
+        ['aaaa03', 'abc'],
+        ['aaaa02', 'ab'],
+      ],
+    );
+    // T1 → T2 → T3 → T1 around a, b, c, and T3 ↔ T1 also directly across c and a: T3 lies on both cycles, and is
+    // the only victim.
+    const sharedYoungest = buildGraph(
+      readings({
+        a: [wait(11, T1, 12, T2), wait(13, T3, 11, T1)],
+        b: [wait(22, T2, 23, T3)],
+        c: [wait(31, T1, 33, T3)],
+      }),
+    );
+    assert.deepEqual(
+      findDeadlocks(sharedYoungest).map((d) => d.victim.txid),
+      ['aaaa03'],
+    );
   });
 
   it('a cycle seen in one reading only (an edge gone by the second) is not acted on', () => {

@@ -95,27 +95,39 @@ export function chooseVictim(transactions: readonly TransactionTag[]): Transacti
 }
 
 /**
- * The deadlocks across servers in the graph: components whose waits lie on two servers or more. A component
- * whose waits are all on one server is that server's own deadlock, which PostgreSQL's detector breaks after
- * deadlock_timeout (a second victim there would be one too many). A component that spans servers has a
- * transaction across shards among its members: going round it from a wait on one server to a wait on another
+ * The deadlocks across servers in the graph, each with its victim: components whose waits lie on two servers or
+ * more. A component whose waits are all on one server is that server's own deadlock, which PostgreSQL's detector
+ * breaks after deadlock_timeout (a second victim there would be one too many). A component that spans servers has
+ * a transaction across shards among its members: going round it from a wait on one server to a wait on another
  * passes through a node present on both, and only a tagged transaction is (any other session is on one server).
+ *
+ * A component may hold several cycles (T1 ↔ T2 across a and b, T2 ↔ T3 across b and c). Its victim breaks those
+ * it lies on; what is left without the victim is searched again, and each component of it that still spans
+ * servers is a deadlock of its own with its own youngest victim — in this reading, not the next one half a second
+ * later. So every victim is the youngest of a cycle that the victims before it left standing: a cycle is the cause
+ * of at most one victim, and the victims of one reading are as many as its cycles need, found in one pass.
  */
 export function findDeadlocks(graph: WaitGraph): Deadlock[] {
   const deadlocks: Deadlock[] = [];
-  for (const members of components(graph)) {
-    const inside = new Set(members);
-    const servers = new Set(
-      graph.edges.filter((e) => inside.has(e.from) && inside.has(e.to)).map((e) => e.server),
-    );
+  const work = components(graph).map((members) => ({ members, edges: graph.edges }));
+  for (let next = work.pop(); next; next = work.pop()) {
+    const inside = new Set(next.members);
+    const edges = next.edges.filter((e) => inside.has(e.from) && inside.has(e.to));
+    const servers = new Set(edges.map((e) => e.server));
     if (servers.size < 2) continue;
-    const transactions = members
+    const transactions = next.members
       .map((key) => (graph.nodes.get(key) as WaitNode).tag)
       .filter((t): t is TransactionTag => t !== undefined)
       .sort((a, b) => (younger(a, b) ? 1 : -1));
     const victim = chooseVictim(transactions);
     if (!victim) continue;
-    deadlocks.push({ members, transactions, servers: [...servers].sort(), victim });
+    deadlocks.push({ members: next.members, transactions, servers: [...servers].sort(), victim });
+    // What is left once the victim is gone.
+    const gone = `tx:${victim.txid}`;
+    const rest = next.members.filter((key) => key !== gone);
+    const restEdges = edges.filter((e) => e.from !== gone && e.to !== gone);
+    const nodes = new Map(rest.map((key) => [key, graph.nodes.get(key) as WaitNode]));
+    for (const members of components({ nodes, edges: restEdges })) work.push({ members, edges: restEdges });
   }
   return deadlocks;
 }

@@ -55,9 +55,10 @@ export type { TransactionTag } from './tag.js';
  * The victim's router may be gone (killed while its session waits) or its statement may be one this file does
  * not watch (a cursor's later reads): then lock_timeout ends the wait instead, with LOCK_TIMEOUT.
  *
- * Why one victim per deadlock: the victim is a function of the deadlock's members, and only the victim's router
- * acts. Two overlapping deadlocks are one component, so they lose one transaction, and the next reading finds
- * whatever cycle remains. (A deadlock on one server is left to PostgreSQL, cycles.ts.)
+ * Why one victim per cycle: the victim is a function of the deadlock's members, the same for every router, and
+ * only the victim's router acts. Overlapping cycles are one component; its youngest is cancelled, and only a cycle
+ * that this leaves standing causes another victim, its own youngest, in the same reading (cycles.ts
+ * `findDeadlocks`). (A deadlock on one server is left to PostgreSQL, cycles.ts.)
  *
  * Why a prepared transaction is never a victim: it has no session, so it waits for nothing and lies on no cycle
  * (its locks show a blocker pid 0, graph.ts); and a router chooses its own transaction only while its callback's
