@@ -289,6 +289,8 @@ export class DeadlockDetector {
    * the server did not answer in time or failed (the connection is then closed, and made again next time).
    */
   async #use<T>(server: string, fn: (client: pg.Client) => Promise<T>): Promise<{ value: T } | undefined> {
+    // A check still running when the router closes opens nothing new.
+    if (this.#closed) return undefined;
     let entry = this.#clients.get(server);
     if (!entry) {
       entry = this.#deps.connect(server);
