@@ -52,6 +52,15 @@ const refusals: [options: unknown, message: RegExp][] = [
     /^transactions\.inDoubtAfterMs must be a whole number from 0 to /,
   ],
   [{ replicas: { maxReplicaLagMs: '1s' } }, /^replicas\.maxReplicaLagMs must be a whole number from 0 to /],
+  [{ transactions: { lockTimeoutMs: -1 } }, /^transactions\.lockTimeoutMs must be a whole number from 0 to /],
+  [
+    { transactions: { idleTimeoutMs: 1.5 } },
+    /^transactions\.idleTimeoutMs must be a whole number from 0 to /,
+  ],
+  [
+    { transactions: { deadlockCheckMs: '1s' } },
+    /^transactions\.deadlockCheckMs must be a whole number from 0 to /,
+  ],
 ];
 
 it('createRouter: each option of the wrong kind is INVALID_ARGUMENT naming it, before any connection', async () => {

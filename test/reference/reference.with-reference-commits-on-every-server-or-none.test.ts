@@ -102,7 +102,7 @@ describe('router.withReference', () => {
         // Server b's backend of this write goes away, as if its server had failed there.
         await onServer(1, (c) =>
           c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                    WHERE application_name = 'shardflake router' AND state LIKE 'idle in transaction%'`),
+                    WHERE application_name LIKE 'shardflake tx %' AND state LIKE 'idle in transaction%'`),
         );
         await s.query(`INSERT INTO plans (id, name) VALUES (7, 'lost too')`);
       }),

@@ -16,6 +16,7 @@ export type { RestorePoint, RestorePointOptions } from './backups/restore-point.
 export { createRestorePoint, RESTORE_POINT_DEFAULTS } from './backups/restore-point.js';
 export type { RestoredShard, RestoreShardOptions } from './backups/restore-shard.js';
 export { restoreShard } from './backups/restore-shard.js';
+export type { DeadlockRecord, DeadlocksStatus } from './catalog/deadlocks.js';
 export type { RestorePointRecord, RestorePointState } from './catalog/restore-points.js';
 export { RESTORE_POINT_STATES } from './catalog/restore-points.js';
 // cluster
@@ -31,6 +32,7 @@ export {
 } from './config/config.js';
 export type { LookupDefinition } from './config/lookups.js';
 export type { ReferenceConfig } from './config/reference.js';
+export type { DeadlockOptions } from './deadlocks/detector.js';
 export type { ErrorCode, ErrorDetails } from './errors/errors.js';
 export {
   ERROR_CODES,
@@ -143,6 +145,7 @@ export { hashKey, shardForKey } from './routing/shard-key.js';
 export type { SqlColumn, SqlOptions, SqlResult, SqlStreamOptions } from './sql/index.js';
 export type {
   CatalogEvent,
+  DeadlockEvent,
   FailoverEvent,
   MapEvent,
   Operation,
@@ -167,3 +170,4 @@ export type {
   ServerNodesOptions,
 } from './topology/nodes.js';
 export { createServerNodes } from './topology/server-nodes.js';
+export type { WithShardsOptions } from './transactions/with-shards.js';

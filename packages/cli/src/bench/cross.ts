@@ -14,7 +14,10 @@ import { median, percentile } from './stats.js';
  * - baseline: one withShard doing both updates in one shard — one local transaction;
  * - (a) withShards over two shards on one server — one local transaction shared by both sessions, target ≥ 0.9×;
  * - (b) withShards over two shards on two servers — two-phase commit with the last-agent saving: PREPARE on b and
- *   the decision row on a in parallel, COMMIT on a, then COMMIT PREPARED on b; target ≥ 0.4×.
+ *   the decision row on a in parallel, COMMIT on a, then COMMIT PREPARED on b; target ≥ 0.4×;
+ * - (b0) the same as (b) on a router with no deadlock detector and no bounds on waits (`deadlockCheckMs`,
+ *   `lockTimeoutMs`, `idleTimeoutMs` all 0: no tag, no settings sent with BEGIN, nothing watched), as withShards
+ *   was before them: (b) against (b0) is what the detector costs when nothing waits.
  *
  * Common path first: plain parameterised statements (no named prepared statements) on a cold pool — each side's
  * first `coldTransfers` on a router made for it, connection setup included. Then the warm measure: the sides
@@ -55,9 +58,12 @@ export interface CrossBenchResult {
   baseline: SideResult;
   oneServer: SideResult;
   twoServers: SideResult;
+  twoServersBare: SideResult;
   /** (a) oneServer / baseline; (b) twoServers / baseline: median of round ratios, spread, and the cold ratio. */
   ratioOneServer: { ratio: number; min: number; max: number; cold: number };
   ratioTwoServers: { ratio: number; min: number; max: number; cold: number };
+  /** (b) against (b0): the detector and the bounds when nothing waits. */
+  ratioDetector: { ratio: number; min: number; max: number; cold: number };
 }
 
 const TABLE = 'CREATE TABLE accounts (id integer PRIMARY KEY, balance bigint NOT NULL)';
@@ -67,7 +73,7 @@ const CREDIT = 'UPDATE accounts SET balance = balance + 1 WHERE id = $1';
 type Transfer = (router: Router, from: number, to: number) => Promise<unknown>;
 
 // Shards 0 and 1 live on server a, 2 and 3 on server b (init places shards in contiguous blocks).
-const SIDES: Record<'baseline' | 'oneServer' | 'twoServers', Transfer> = {
+const SIDES: Record<'baseline' | 'oneServer' | 'twoServers' | 'twoServersBare', Transfer> = {
   baseline: (router, from, to) =>
     router.withShard({ shard: 0 }, async (s) => {
       await s.query(DEBIT, [from]);
@@ -83,7 +89,11 @@ const SIDES: Record<'baseline' | 'oneServer' | 'twoServers', Transfer> = {
       await x?.query(DEBIT, [from]);
       await y?.query(CREDIT, [to]);
     }),
+  twoServersBare: (router, from, to) => SIDES.twoServers(router, from, to),
 };
+
+/** (b0)'s router: no detector, no bounds (see the top of this file). */
+const BARE = { deadlockCheckMs: 0, lockTimeoutMs: 0, idleTimeoutMs: 0 };
 
 /** Runs transfers with `clients` workers until `count` are done or `ms` have passed; per-transfer latencies. */
 async function run(
@@ -159,7 +169,12 @@ export async function benchCross(options: CrossBenchOptions = {}): Promise<Cross
     const routers = {} as Record<keyof typeof SIDES, Router>;
     for (const name of names) {
       // Cold: a router made for this side, its pool empty.
-      routers[name] = await createRouter(config, routerOptions);
+      routers[name] = await createRouter(
+        config,
+        name === 'twoServersBare'
+          ? { ...routerOptions, transactions: { ...routerOptions.transactions, ...BARE } }
+          : routerOptions,
+      );
       const latencies: number[] = [];
       const rate = await run(
         routers[name],
@@ -200,17 +215,18 @@ export async function benchCross(options: CrossBenchOptions = {}): Promise<Cross
         };
       };
       const baseline = side('baseline');
-      const ratio = (candidate: SideResult) => {
-        const each = candidate.warm.map((c, i) => c / (baseline.warm[i] as number));
+      const ratio = (candidate: SideResult, against = baseline) => {
+        const each = candidate.warm.map((c, i) => c / (against.warm[i] as number));
         return {
           ratio: median(each),
           min: Math.min(...each),
           max: Math.max(...each),
-          cold: candidate.cold / baseline.cold,
+          cold: candidate.cold / against.cold,
         };
       };
       const oneServer = side('oneServer');
       const twoServers = side('twoServers');
+      const twoServersBare = side('twoServersBare');
       return {
         rounds,
         sliceMs,
@@ -221,8 +237,10 @@ export async function benchCross(options: CrossBenchOptions = {}): Promise<Cross
         baseline,
         oneServer,
         twoServers,
+        twoServersBare,
         ratioOneServer: ratio(oneServer),
         ratioTwoServers: ratio(twoServers),
+        ratioDetector: ratio(twoServers, twoServersBare),
       };
     } finally {
       await Promise.all(Object.values(routers).map((r) => r.close()));

@@ -1,6 +1,7 @@
 import { cpus } from 'node:os';
 import type { ClusterConfig } from 'shardflake/internal/config/config.js';
 import { cleanupCluster } from 'shardflake/internal/move/cleanup.js';
+import { type ContendedScenarioOptions, runContendedTransfers } from './faults-contended.js';
 import { type DoubleWritable, type Probes, startProbes } from './faults-probe.js';
 import { SCENARIOS, type Scenario, type ScenarioContext, type ScenarioName } from './faults-scenarios.js';
 import { type Stage, startStage } from './faults-stage.js';
@@ -16,20 +17,25 @@ import { startWriters, type WriterLog, type Writers } from './faults-writers.js'
  *
  * Per scenario: acknowledged, lost, duplicated, double-writable shards, and the longest gap between two
  * acknowledged inserts of one writer. A run with any lost, duplicated or double-writable is a failed run.
+ *
+ * Writes across servers have scenarios of their own (TRANSFER_SCENARIOS, each a file): transfers with withShards
+ * whose two sides are checked against each other, which adds half-applied, diverged and hung to the count.
  */
 export interface FaultsBenchOptions {
   /** Scenarios to run (default: all, in order). */
-  scenarios?: readonly ScenarioName[];
+  scenarios?: readonly (ScenarioName | TransferScenarioName)[];
   onProgress?: (message: string) => void;
   /**
    * Test hook, after cleanup and before the count: lets a test damage the result (delete an acknowledged row, …)
    * to prove the count sees it.
    */
   beforeTally?: (stage: Stage, config: ClusterConfig, log: WriterLog) => Promise<void>;
+  /** Options of the contended-transfers scenario (a test runs it short, and damages its ledgers). */
+  contended?: ContendedScenarioOptions;
 }
 
 export interface ScenarioResult {
-  name: ScenarioName;
+  name: ScenarioName | TransferScenarioName;
   title: string;
   acknowledged: number;
   lost: number;
@@ -46,6 +52,12 @@ export interface ScenarioResult {
   notes: string[];
   lostExamples: string[];
   seconds: number;
+  /** Transfer scenarios: transfers applied on one server only. */
+  halfApplied?: number;
+  /** Transfer scenarios: balances that disagree with their ledgers, or a failed call that committed. */
+  diverged?: number;
+  /** Transfer scenarios: calls that outlived every bound, or never ended. */
+  hung?: number;
 }
 
 export interface FaultsBenchResult {
@@ -56,11 +68,70 @@ export interface FaultsBenchResult {
   startedAt: string;
 }
 
-export const SCENARIO_NAMES = Object.keys(SCENARIOS) as ScenarioName[];
+/** Scenarios of writes across servers, each run by its own function (see the top of this file). */
+const TRANSFER_SCENARIOS = {
+  'contended-transfers': {
+    title:
+      'transfers with withShards in both directions among a few hot accounts on two servers: deadlocks across servers form all the time and are broken',
+    run: async (options: FaultsBenchOptions): Promise<Partial<ScenarioResult>> => {
+      const r = await runContendedTransfers(options.contended);
+      return {
+        acknowledged: r.acknowledged,
+        lost: r.lost,
+        duplicated: r.duplicated,
+        halfApplied: r.halfApplied,
+        diverged: r.diverged,
+        hung: r.hung,
+        longestGapMs: r.longestGapMs,
+        failedInserts: r.failed,
+        notes: r.notes,
+        lostExamples: r.examples,
+      };
+    },
+  },
+};
+export type TransferScenarioName = keyof typeof TRANSFER_SCENARIOS;
 
-/** Any lost, duplicated or double-writable shard in the results. */
+export const SCENARIO_NAMES = [...Object.keys(SCENARIOS), ...Object.keys(TRANSFER_SCENARIOS)] as (
+  | ScenarioName
+  | TransferScenarioName
+)[];
+
+/** Any lost, duplicated, half-applied, diverged or hung, or a double-writable shard, in the results. */
 export function faultsFound(scenarios: readonly ScenarioResult[]): boolean {
-  return scenarios.some((s) => s.lost > 0 || s.duplicated > 0 || s.doubleWritable.length > 0);
+  return scenarios.some(
+    (s) =>
+      s.lost > 0 ||
+      s.duplicated > 0 ||
+      s.doubleWritable.length > 0 ||
+      (s.halfApplied ?? 0) > 0 ||
+      (s.diverged ?? 0) > 0 ||
+      (s.hung ?? 0) > 0,
+  );
+}
+
+async function runTransferScenario(
+  name: TransferScenarioName,
+  options: FaultsBenchOptions,
+): Promise<ScenarioResult> {
+  const started = performance.now();
+  const r = await TRANSFER_SCENARIOS[name].run(options);
+  return {
+    name,
+    title: TRANSFER_SCENARIOS[name].title,
+    acknowledged: 0,
+    lost: 0,
+    duplicated: 0,
+    doubleWritable: [],
+    longestGapMs: 0,
+    longestGapShard: null,
+    failedInserts: {},
+    checks: 0,
+    notes: [],
+    lostExamples: [],
+    ...r,
+    seconds: Math.round((performance.now() - started) / 100) / 10,
+  };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -174,8 +245,15 @@ export async function runFaultsBench(options: FaultsBenchOptions = {}): Promise<
   const startedAt = new Date().toISOString();
   const scenarios: ScenarioResult[] = [];
   for (const name of options.scenarios ?? SCENARIO_NAMES) {
-    options.onProgress?.(`${name}: ${SCENARIOS[name].title}`);
-    scenarios.push(await runScenario(name, options));
+    if (name in TRANSFER_SCENARIOS) {
+      const transfer = name as TransferScenarioName;
+      options.onProgress?.(`${name}: ${TRANSFER_SCENARIOS[transfer].title}`);
+      scenarios.push(await runTransferScenario(transfer, options));
+      continue;
+    }
+    const move = name as ScenarioName;
+    options.onProgress?.(`${name}: ${SCENARIOS[move].title}`);
+    scenarios.push(await runScenario(move, options));
   }
   return {
     scenarios,

@@ -62,6 +62,9 @@ function exitCodeFor(error: unknown): number {
       'TRANSACTION_ABORTED',
       'RESTORE_POINT_FAILED',
       'RESTORE_FAILED',
+      'DEADLOCK',
+      'LOCK_TIMEOUT',
+      'IDLE_TIMEOUT',
     ].includes(error.code)
       ? 3
       : 2;

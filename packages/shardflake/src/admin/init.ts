@@ -4,7 +4,9 @@
  *
  * May import: errors, ids, postgres, config, topology, catalog, fence, recovery, lookups, reference.
  */
+
 import type pg from 'pg';
+import { installDeadlockLog } from '../catalog/deadlocks.js';
 import { recordServers } from '../catalog/servers.js';
 import {
   bumpMapVersion,
@@ -92,6 +94,8 @@ async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Prom
   let info = await readClusterInfo(catalog);
   if (!info) {
     await installCatalog(catalog);
+    // Where routers record the deadlocks they break (a router also makes it when it is missing).
+    await installDeadlockLog(catalog);
     await writeClusterRow(catalog, {
       logicalShards: config.logicalShards,
       epochMs: config.epoch,

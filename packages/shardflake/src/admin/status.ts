@@ -1,3 +1,4 @@
+import { type DeadlocksStatus, readDeadlocks } from '../catalog/deadlocks.js';
 import { lastRestorePoint, type RestorePointRecord } from '../catalog/restore-points.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from '../catalog/shards.js';
 import { type ClusterConfig, targetVersion } from '../config/config.js';
@@ -104,6 +105,11 @@ export interface ClusterStatus {
    * Null when none was ever taken.
    */
   lastRestorePoint: RestorePointRecord | null;
+  /**
+   * Deadlocks across servers that routers broke (deadlocks/detector.ts), as the catalog records them: how many in
+   * the last day and in the last 7, and the latest few.
+   */
+  deadlocks: DeadlocksStatus;
 }
 
 /**
@@ -216,6 +222,8 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       warnings.push(
         `the latest restore point, ${lastPoint.name}, was not written on every server (${lastPoint.error}): never restore to it`,
       );
+    // A role that may not read the table (made after its grants) sees no deadlocks rather than no status.
+    const deadlocks = await readDeadlocks(catalog).catch(() => ({ lastDay: 0, kept: 0, latest: [] }));
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -237,6 +245,7 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       shards,
       transactions,
       lastRestorePoint: lastPoint,
+      deadlocks,
     };
   } finally {
     await catalog.end().catch(() => {});

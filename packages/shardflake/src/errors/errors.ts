@@ -41,6 +41,9 @@ export const ERROR_CODES = [
   'NOT_SUPPORTED', // a feature the target cannot provide
   'PREPARED_TRANSACTIONS_DISABLED', // a server a cross-server transaction needs has max_prepared_transactions = 0
   'TRANSACTION_ABORTED', // a cross-server transaction rolled back at commit (recovery took it for abandoned, or a PREPARE failed)
+  'DEADLOCK', // a transaction across shards chosen to break a deadlock across servers (sqlState 40P01); nothing of it committed
+  'LOCK_TIMEOUT', // a statement of a transaction across shards waited for a lock longer than its lockTimeoutMs (sqlState 55P03)
+  'IDLE_TIMEOUT', // a transaction across shards sat idle on a server longer than its idleTimeoutMs, and the server ended it (sqlState 25P03)
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
   'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
   'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)

@@ -11,7 +11,7 @@ import type { ShardSession, ShardTarget } from '../routing/session.js';
 import { type ShardKey, shardForKey } from '../routing/shard-key.js';
 import { insertRowsSql } from '../routing/statements.js';
 import type { Operation } from '../telemetry/events.js';
-import { inCrossTransaction, withShards } from '../transactions/with-shards.js';
+import { inCrossTransaction, type WithShardsOptions, withShards } from '../transactions/with-shards.js';
 import { keepLookups } from './cross.js';
 
 /**
@@ -36,8 +36,9 @@ export function withShardsKept<T>(
   ctx: RouterContext,
   targets: readonly ShardTarget[],
   fn: (sessions: ShardSession[]) => Promise<T> | T,
+  options?: WithShardsOptions,
 ): Promise<T> {
-  return withShards(ctx, targets, fn, (tx) => keepLookups(ctx, tx));
+  return withShards(ctx, targets, fn, (tx) => keepLookups(ctx, tx), options);
 }
 
 /**

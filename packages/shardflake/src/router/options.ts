@@ -12,7 +12,14 @@ const COUNTS: Record<string, number> = {
   maxRetryBackoffMs: 1,
 };
 const NESTED_COUNTS: Record<'transactions' | 'replicas', Record<string, number>> = {
-  transactions: { recoveryIntervalMs: 1, recoveryDelayMs: 0, inDoubtAfterMs: 0 },
+  transactions: {
+    recoveryIntervalMs: 1,
+    recoveryDelayMs: 0,
+    inDoubtAfterMs: 0,
+    deadlockCheckMs: 0,
+    lockTimeoutMs: 0,
+    idleTimeoutMs: 0,
+  },
   replicas: { maxReplicaLagMs: 0, replicaCheckMs: 1, failoverWaitMs: 0, rediscoverMs: 1, suspectMs: 0 },
 };
 const FLAGS = ['listen', 'checkPrivileges', 'telemetry'];

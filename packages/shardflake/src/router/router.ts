@@ -3,13 +3,14 @@
  * (routing, transactions, lookups, reference, sql); its own files are the options, the nodes of servers learned
  * from the catalog, and the guard against stray writes.
  *
- * May import: errors, ids, postgres, config, topology, catalog, telemetry, fence, recovery, routing, transactions,
- * lookups, reference, sql.
+ * May import: errors, ids, postgres, config, topology, catalog, telemetry, deadlocks, fence, recovery, routing,
+ * transactions, lookups, reference, sql.
  */
 import type { ShardPlacement } from '../catalog/shards.js';
 import { type ClusterConfig, DEFAULT_SCHEMA_PREFIX } from '../config/config.js';
 import { configDrift } from '../config/drift.js';
 import { referenceTableNames } from '../config/reference.js';
+import { DeadlockDetector, type DeadlockOptions } from '../deadlocks/detector.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { checkPrivileges } from '../fence/privileges.js';
 import type { ShardflakeId } from '../ids/id.js';
@@ -53,6 +54,7 @@ import { emitSafely } from '../telemetry/trace.js';
 import { primaryUrl, serverNodeUrls } from '../topology/connections.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
 import { createServerNodes } from '../topology/server-nodes.js';
+import type { WithShardsOptions } from '../transactions/with-shards.js';
 import { learnedServerNodes } from './learned-server.js';
 import { checkRouterOptions } from './options.js';
 import { guardStrays } from './strays.js';
@@ -113,8 +115,12 @@ export interface RouterOptions {
    * installs an SDK). See telemetry.ts for the spans and metrics.
    */
   telemetry?: boolean;
-  /** Cross-server transactions: background recovery and its timing (see recovery/state.ts). */
-  transactions?: TransactionOptions;
+  /**
+   * Transactions across shards: background recovery and its timing (see recovery/state.ts); the deadlock
+   * detector and the bounds on their waits — `deadlockCheckMs` (1000), `lockTimeoutMs` (10 000), `idleTimeoutMs`
+   * (60 000) — see deadlocks/detector.ts and docs/transactions.md.
+   */
+  transactions?: TransactionOptions & DeadlockOptions;
   /** Servers with replicas: lag bound, failover wait, … (see ServerNodesOptions in server-nodes.ts). */
   replicas?: Pick<
     ServerNodesOptions,
@@ -176,11 +182,13 @@ export interface Router {
   withReference<T>(fn: (session: ReferenceSession) => Promise<T> | T): Promise<T>;
   /**
    * Runs fn with one session per target (in order) and commits all of them or none: one local transaction per
-   * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md).
+   * server, two-phase commit across servers (see transactions/cross.ts and docs/transactions.md). With
+   * `options.retry`, fn runs again after a deadlock or a serialization failure.
    */
   withShards<T>(
     targets: readonly ShardTarget[],
     fn: (sessions: ShardSession[]) => Promise<T> | T,
+    options?: WithShardsOptions,
   ): Promise<T>;
   /** Settles this cluster's in-doubt transactions now (the router also does it by itself in the background). */
   recoverTransactions(): Promise<RecoveryReport>;
@@ -304,6 +312,33 @@ export async function createRouter(
     },
     opts.transactions,
   );
+  // Deadlocks across servers and the bounds on waits (deadlocks/detector.ts): the servers of the config and of
+  // the map, each read on a connection of the detector's own.
+  const deadlocks = new DeadlockDetector(
+    {
+      servers: () => [
+        ...new Set([...Object.keys(config.servers), ...(map.state?.shards.map((s) => s.server) ?? [])]),
+      ],
+      catalog: config.catalog,
+      connect: async (server) => {
+        const learned = map.state?.servers.get(server) ?? [];
+        return connect(
+          await primaryUrl(
+            server in config.servers
+              ? config
+              : { servers: { [server]: learned[0] ?? '' }, nodes: { [server]: learned } },
+            server,
+            { requireAll: false },
+          ),
+          { applicationName: 'shardflake deadlock detector', connectTimeoutMs: opts.connectTimeoutMs },
+        );
+      },
+      emit: (event) => {
+        if (hook) emitSafely(hook, event);
+      },
+    },
+    opts.transactions,
+  );
   // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
   const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
   const ctx: RouterContext = {
@@ -315,6 +350,7 @@ export async function createRouter(
         : undefined,
     map,
     transactions,
+    deadlocks,
     statements: new Statements(),
     positions: new ReadPositions(),
     policy,
@@ -408,7 +444,7 @@ export async function createRouter(
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
     withReference: (fn) => withReference(ctx, serverOrder(config), fn),
-    withShards: (targets, fn) => withShardsKept(ctx, targets, fn),
+    withShards: (targets, fn, shardsOptions) => withShardsKept(ctx, targets, fn, shardsOptions),
     recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),
     observe: (token) => ctx.positions.merge(ReadPositions.fromToken(token)),
@@ -416,6 +452,7 @@ export async function createRouter(
       await map.reload();
     },
     async close() {
+      await deadlocks.close();
       await transactions.close();
       await map.close();
       await Promise.all([...servers.values(), ...commitServers.values()].map((s) => s.end().catch(() => {})));

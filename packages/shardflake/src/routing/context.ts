@@ -4,10 +4,11 @@
  * bulk writes and reads merged across shards. Features built on top (lookups, reference tables) plug in through
  * RouterContext.
  *
- * May import: errors, ids, postgres, config, topology, catalog, telemetry, fence, recovery.
+ * May import: errors, ids, postgres, config, topology, catalog, telemetry, deadlocks, fence, recovery.
  */
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
+import type { DeadlockDetector } from '../deadlocks/detector.js';
 import type { TransactionState } from '../recovery/state.js';
 import type { Operation, RouterEventHook } from '../telemetry/events.js';
 import type { ServerNodes } from '../topology/nodes.js';
@@ -24,6 +25,11 @@ export interface RouterContext {
   readonly onEvent: RouterEventHook | undefined;
   /** Cross-server transactions: cluster identity, ready servers, recovery (recovery/state.ts). */
   readonly transactions: TransactionState;
+  /**
+   * The deadlock detector and the bounds on the waits of transactions across shards (deadlocks/detector.ts);
+   * without it, those transactions carry no tag and no bounds.
+   */
+  readonly deadlocks?: DeadlockDetector;
   /** The nodes of a configured server (created on first use). */
   nodes(server: string): ServerNodes;
   /**

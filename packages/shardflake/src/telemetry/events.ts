@@ -33,9 +33,17 @@ export type Operation = (typeof OPERATIONS)[number];
 
 /**
  * Why the router ran an operation again: the shard was fenced, moving, on a primary that failed over, or its schema
- * was not where the map said.
+ * was not where the map said; or (withShards with its `retry` option) the transaction was a deadlock's victim or
+ * failed a serialization check.
  */
-export const RETRY_REASONS = ['fenced', 'moving', 'failover', 'unknown-table'] as const;
+export const RETRY_REASONS = [
+  'fenced',
+  'moving',
+  'failover',
+  'unknown-table',
+  'deadlock',
+  'serialization',
+] as const;
 /** One of `RETRY_REASONS`. */
 export type RetryReason = (typeof RETRY_REASONS)[number];
 
@@ -82,8 +90,9 @@ export interface RetryEvent {
   /** 1 for the first retry. */
   attempt: number;
   /**
-   * Why: the copy was `fenced`, the shard was `moving`, its primary failed over (`failover`), or its schema
-   * was not where the map said (`unknown-table`).
+   * Why: the copy was `fenced`, the shard was `moving`, its primary failed over (`failover`), its schema was not
+   * where the map said (`unknown-table`), or the transaction was a deadlock's victim (`deadlock`) or failed a
+   * serialization check (`serialization`) and withShards' `retry` option runs it again.
    */
   reason: RetryReason;
   /** What ended the wait: a newer map, or the backoff timeout. */
@@ -156,6 +165,29 @@ export interface StrayEvent {
   shards: number[];
 }
 
+/**
+ * Reported by the router that broke a deadlock across servers (deadlocks/detector.ts): the transactions that waited
+ * for each other in a cycle spanning servers, and the one of them this router cancelled, the youngest. Only the
+ * victim's own router reports it, so a deadlock is reported once however many routers took part.
+ */
+export interface DeadlockEvent {
+  /** Always `deadlock`. */
+  type: 'deadlock';
+  /** The txid of the transaction cancelled: its withShards rejects with DEADLOCK, and nothing of it commits. */
+  victim: string;
+  /**
+   * The txids of the transactions across shards in the deadlock, the victim among them, oldest first. Sessions of
+   * other clients that waited among them (a plain withShard, psql) are counted in `sessions`, not named.
+   */
+  transactions: string[];
+  /** How many sessions took part in all: the transactions, plus any other session waiting among them. */
+  sessions: number;
+  /** The configured servers on which the deadlock's waits were seen. */
+  servers: string[];
+  /** How long the victim's statement had waited when it was cancelled (ms). */
+  waitedMs: number;
+}
+
 /** Every event a router reports to `onEvent`; `type` tells them apart. */
 export type RouterEvent =
   | OperationEvent
@@ -164,6 +196,7 @@ export type RouterEvent =
   | CatalogEvent
   | FailoverEvent
   | TransactionEvent
-  | StrayEvent;
+  | StrayEvent
+  | DeadlockEvent;
 /** The `onEvent` hook of `createRouter`: called for every event; an error it throws is ignored. */
 export type RouterEventHook = (event: RouterEvent) => void;

@@ -21,9 +21,13 @@ import { VERSION } from './version.js';
  * - `shardflake.router.catalog.outages` (counter): server — one per `catalog-down`
  * - `shardflake.router.map.changes` (counter)
  * - `shardflake.router.transaction.steps` (counter): phase (`prepare`, `decide`, `commit-prepared`, …), outcome
+ * - `shardflake.router.deadlocks` (counter): deadlocks across servers this router broke, by how many servers
+ *   they spanned (`shardflake.deadlock.servers`)
  *
  * Each step of a cross-server commit (and of recovery) that ends is also a span, `shardflake 2pc <phase>`, with
- * the server, the txid and the gid: a slow or failed PREPARE or COMMIT PREPARED shows on its own.
+ * the server, the txid and the gid: a slow or failed PREPARE or COMMIT PREPARED shows on its own. A deadlock
+ * broken is a span `shardflake deadlock`, back-dated by how long the victim waited, with the victim's txid, the
+ * transactions and the servers of the cycle.
  */
 export interface TelemetryOptions {
   /** Default: `trace.getTracer('shardflake', VERSION)` from the globally installed provider (if any). */
@@ -77,6 +81,7 @@ interface Instruments {
   outages: Counter;
   mapChanges: Counter;
   transactionSteps: Counter;
+  deadlocks: Counter;
 }
 
 function instruments(meter: Meter): Instruments {
@@ -102,6 +107,9 @@ function instruments(meter: Meter): Instruments {
     mapChanges: meter.createCounter('shardflake.router.map.changes', { description: 'Shard map refreshes' }),
     transactionSteps: meter.createCounter('shardflake.router.transaction.steps', {
       description: 'Steps of commits across servers and of their recovery, by phase and outcome',
+    }),
+    deadlocks: meter.createCounter('shardflake.router.deadlocks', {
+      description: "Deadlocks across servers broken by cancelling one of this router's transactions",
     }),
   };
 }
@@ -229,6 +237,25 @@ export function telemetryHook(options: TelemetryOptions = {}): RouterEventHook {
           'shardflake.transaction.phase': event.phase,
           'shardflake.outcome': event.step === 'done' ? 'ok' : (event.error?.code ?? 'failed'),
         });
+        return;
+      }
+      case 'deadlock': {
+        tracer ??= otel().trace.getTracer('shardflake', VERSION);
+        const end = Date.now();
+        const span = tracer.startSpan('shardflake deadlock', {
+          kind: otel().SpanKind.INTERNAL,
+          startTime: end - event.waitedMs,
+        });
+        if (span.isRecording())
+          span.setAttributes({
+            'db.system.name': 'postgresql',
+            'shardflake.deadlock.victim': event.victim,
+            'shardflake.deadlock.transactions': event.transactions,
+            'shardflake.deadlock.sessions': event.sessions,
+            'shardflake.server': event.servers,
+          });
+        span.end(end);
+        m.deadlocks.add(1, { 'shardflake.deadlock.servers': event.servers.length });
         return;
       }
     }

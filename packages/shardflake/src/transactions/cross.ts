@@ -2,11 +2,12 @@
  * transactions/: Transactions across shards and servers (`router.withShards`): one local transaction per server,
  * two-phase commit across servers with the decision recorded before any COMMIT PREPARED.
  *
- * May import: errors, postgres, topology, catalog, telemetry, recovery, routing.
+ * May import: errors, postgres, topology, catalog, telemetry, deadlocks, recovery, routing.
  */
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
 import { INSERT_DECISION_SQL } from '../catalog/transactions.js';
+import type { Deadlock, TransactionTag } from '../deadlocks/detector.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { BatchStatement } from '../postgres/batch.js';
 import { wrapPgError } from '../postgres/connect.js';
@@ -25,6 +26,7 @@ import { shardSearchPath } from '../routing/statements.js';
 import type { TransactionPhase } from '../telemetry/events.js';
 import type { OperationTrace } from '../telemetry/trace.js';
 import type { NodeLease } from '../topology/nodes.js';
+import { waitBoundError, watchedClient } from './waits.js';
 
 /**
  * One transaction across shards and servers: every participant commits, or none does.
@@ -71,6 +73,12 @@ import type { NodeLease } from '../topology/nodes.js';
  *
  * Not isolated: between steps 3 and 4 a reader on the last agent's server sees the commit and a reader on another
  * server does not yet. See docs/transactions.md.
+ *
+ * Waits: every session of the transaction carries its tag and its bounds (lock_timeout, the idle timeout), set in
+ * the round trip of its BEGIN, and its statements are watched by the router's deadlock detector while they are in
+ * flight (deadlocks/detector.ts says why a deadlock across servers is then always broken, and waits.ts how). A
+ * transaction the detector chooses as a victim sends nothing more, is rolled back everywhere, and fails with
+ * DEADLOCK; it can be chosen only before its commit begins, so never once anything is prepared.
  */
 export interface CrossSession {
   /** The configured server the session runs on. */
@@ -125,6 +133,10 @@ export const MAX_DECISION_AGE_MS = 3_600_000;
 interface Participant {
   readonly server: string;
   readonly lease: NodeLease;
+  /** The connection as the sessions use it: statements watched, refused once the transaction is a victim. */
+  readonly gated: pg.PoolClient;
+  /** Set when the transaction was chosen as a victim while a statement waited here: the cancel's answer. */
+  cancelled: Promise<boolean> | undefined;
   /** Statements of the sessions on this connection, one at a time, and the search_path it has now. */
   readonly shared: SharedConnection;
   /** The first error the connection emitted (its server went away). */
@@ -136,6 +148,8 @@ interface Participant {
 export interface CrossInternals extends CrossTransaction {
   /** Where the transaction stands: only `rolled-back` (or `open`) lets a caller run it again. */
   readonly outcome: CrossOutcome;
+  /** DEADLOCK once the deadlock detector chose this transaction as a victim: what its caller is told. */
+  readonly victim: ShardflakeError | undefined;
   /** The placement whose join or statement failed last, for the retry decision. */
   readonly failedAt: ShardPlacement | undefined;
   /** The node of a participant whose connection failed before commit (a failover). */
@@ -165,9 +179,17 @@ function phaseEvent(
 
 export function openCrossTransaction(
   ctx: RouterContext,
-  options: { trace?: OperationTrace } = {},
+  /** `born`: when the caller's first attempt began (ms since 1970), kept across re-runs (deadlocks/tag.ts). */
+  options: { trace?: OperationTrace; born?: number } = {},
 ): CrossInternals {
   const txid = newTxid();
+  const tag: TransactionTag = { txid, born: options.born ?? Date.now() };
+  const detector = ctx.deadlocks;
+  const settings = detector?.settings(tag) ?? [];
+  const bounds = detector?.options ?? { lockTimeoutMs: 0, idleTimeoutMs: 0 };
+  let victim: ShardflakeError | undefined;
+  /** Set once the commit sends its steps or a rollback starts: from then on the detector may not choose it. */
+  let settling = false;
   const participants = new Map<string, Promise<Participant>>();
   const joined: Participant[] = [];
   const hooks: ((tx: CrossTransaction) => Promise<void>)[] = [];
@@ -214,11 +236,24 @@ export function openCrossTransaction(
       const p: Participant = {
         server,
         lease,
-        // BEGIN goes out with the participant's first statement (session.ts, SharedConnection).
+        gated: watchedClient(
+          lease.client,
+          () =>
+            detector?.wait({
+              tag,
+              server,
+              since: performance.now(),
+              choose: (deadlock, cancelled) => choose(p, deadlock, cancelled),
+            }) ?? noop,
+          () => victim,
+        ),
+        cancelled: undefined,
+        // BEGIN goes out with the participant's first statement (session.ts, SharedConnection), and with it, in
+        // one statement, the search_path, the session's tag and its bounds.
         shared: {
           tail: Promise.resolve(),
           path: firstPath,
-          pending: [BEGIN, { text: `SET LOCAL search_path TO ${firstPath}` }],
+          pending: [BEGIN, setLocal([['search_path', firstPath], ...settings])],
         },
         broken: undefined,
         onError: (error) => {
@@ -251,13 +286,43 @@ export function openCrossTransaction(
     return entry;
   };
 
-  const makeSession = (p: Participant, path: string, placement?: ShardPlacement) => {
-    const guarded = sessionClient(
-      p.lease.client,
-      () => state === 'open' || state === 'hooks',
-      p.shared,
-      path,
+  /**
+   * The deadlock detector chose this transaction as a victim while a statement of it waited on `p` (see
+   * deadlocks/detector.ts). Too late once the commit sends its steps or a rollback has begun: a ROLLBACK or PREPARE
+   * may then be on its way, and the cancel must never reach it.
+   */
+  const choose = (p: Participant, deadlock: Deadlock, cancelled: Promise<boolean>): boolean => {
+    if (settling) return false;
+    victim ??= new ShardflakeError(
+      'DEADLOCK',
+      `this transaction was chosen to break a deadlock across servers ${deadlock.servers.join(', ')} (${deadlock.members.length} sessions waiting for each other's locks; it was the youngest transaction among them) and was rolled back on every server; nothing of it committed`,
+      { sqlState: '40P01' },
     );
+    p.cancelled = cancelled;
+    return true;
+  };
+
+  /**
+   * IDLE_TIMEOUT when the participant's server ended its session for sitting idle in the transaction (25P03, sent
+   * by the server before it closes the connection): the session's transaction was rolled back, and whatever was
+   * sent after it went idle (a COMMIT) was never run — PostgreSQL raises the timeout's FATAL before it runs a
+   * command read after the timeout fired (postgres.c, ProcessInterrupts).
+   */
+  const idleEnded = (p: Participant, error: unknown): ShardflakeError | undefined => {
+    // The 25P03 reaches the failed statement itself when it was in flight as it came, else the 'error' listener.
+    const bound = waitBoundError(p.broken, p.server, bounds) ?? waitBoundError(error, p.server, bounds);
+    return bound?.code === 'IDLE_TIMEOUT' ? bound : undefined;
+  };
+
+  /** The error a caller gets for `error` on participant `p`: the victim's, a wait's bound, or the database's. */
+  const typed = (p: Participant, error: unknown): ShardflakeError =>
+    victim ??
+    waitBoundError(p.broken, p.server, bounds) ??
+    waitBoundError(error, p.server, bounds) ??
+    wrapPgError(error, p.lease.node);
+
+  const makeSession = (p: Participant, path: string, placement?: ShardPlacement) => {
+    const guarded = sessionClient(p.gated, () => state === 'open' || state === 'hooks', p.shared, path);
     return {
       server: p.server,
       get client() {
@@ -269,7 +334,7 @@ export function openCrossTransaction(
           return (await guarded.query(text, values)) as unknown as pg.QueryResult<R>;
         } catch (error) {
           if (placement) failedAt = placement;
-          throw wrapPgError(error, p.lease.node);
+          throw typed(p, error);
         }
       },
     };
@@ -290,10 +355,19 @@ export function openCrossTransaction(
     p.lease.release(lost ? (p.broken ?? error) : undefined);
   };
 
-  /** ROLLBACK of a participant still in its local transaction. */
+  /**
+   * ROLLBACK of a participant still in its local transaction; for a victim's, only once the detector's cancel has
+   * been answered (so it cannot reach the ROLLBACK), and by closing the connection when it was not.
+   */
   const rollbackLocal = async (p: Participant) => {
     if (p.ended) return;
     if (!begun(p)) return release(p);
+    if (p.cancelled && !(await p.cancelled)) {
+      p.ended = true;
+      p.lease.client.removeListener('error', p.onError);
+      p.lease.release(new Error('the cancel of a deadlock victim was not answered'));
+      return;
+    }
     const error = await p.lease.client.query('ROLLBACK').then(
       () => undefined,
       (e: unknown) => e ?? new Error('rollback failed'),
@@ -326,10 +400,16 @@ export function openCrossTransaction(
         // A deferred statement failed: COMMIT did not run, the transaction is open and aborted.
         outcome = 'rolled-back';
         await rollbackLocal(p);
-        throw wrapPgError(error, p.lease.node);
+        throw typed(p, error);
       }
       const lost = p.broken !== undefined || isConnectionLost(error, p.lease.client);
       release(p, error);
+      const ended = idleEnded(p, error);
+      if (ended) {
+        // The server ended the session while it sat idle in the transaction: before it read the COMMIT.
+        outcome = 'rolled-back';
+        throw ended;
+      }
       if (lost) {
         outcome = 'unknown';
         throw new ShardflakeError(
@@ -405,12 +485,12 @@ export function openCrossTransaction(
           if (pending && !isConnectionLost(error, p.lease.client) && p.broken === undefined) {
             // A deferred statement failed: PREPARE did not run, the transaction is open and aborted.
             await rollbackLocal(p);
-            fail(wrapPgError(error, p.lease.node));
+            fail(typed(p, error));
             return;
           }
           // Not prepared: its transaction is gone (or its connection, which takes the transaction with it).
           release(p, error);
-          fail(prepareError(p.server, error));
+          fail(idleEnded(p, error) ?? prepareError(p.server, error));
         }
       }),
       (async () => {
@@ -428,7 +508,7 @@ export function openCrossTransaction(
             );
         } catch (failure) {
           const { error, pending } = unwrap(failure);
-          if (pending) return fail(wrapPgError(error, agent.lease.node));
+          if (pending) return fail(typed(agent, error));
           fail(
             (error as { code?: string }).code === '23505'
               ? new ShardflakeError(
@@ -461,6 +541,14 @@ export function openCrossTransaction(
       phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started, error });
       const lost = agent.broken !== undefined || isConnectionLost(error, agent.lease.client);
       release(agent, error);
+      const ended = idleEnded(agent, error);
+      if (ended) {
+        // The server ended the last agent's session while it sat idle in the transaction, before it read the
+        // COMMIT: the decision row went with it, so nothing is decided and the prepared parts roll back.
+        outcome = 'rolled-back';
+        await Promise.all(prepared.map((p) => rollbackPrepared(p, gids.get(p) as string)));
+        throw ended;
+      }
       if (lost) {
         // The decision may or may not be durable: only recovery may settle the prepared participants now.
         outcome = 'unknown';
@@ -518,6 +606,7 @@ export function openCrossTransaction(
 
   /** Rolls back every participant still in its local transaction (none is prepared before the decision path). */
   const rollbackAll = async () => {
+    settling = true;
     if (outcome === 'open') outcome = 'rolled-back';
     // Every join finishes first; one that failed after acquiring its connection still holds it.
     await Promise.allSettled(participants.values());
@@ -531,6 +620,9 @@ export function openCrossTransaction(
     },
     get outcome() {
       return outcome;
+    },
+    get victim() {
+      return victim;
     },
     get failedAt() {
       return failedAt;
@@ -582,13 +674,13 @@ export function openCrossTransaction(
       try {
         return await inTurn(p, async () => {
           const switchPath = p.shared.path === path ? [] : [{ text: `SET LOCAL search_path TO ${path}` }];
-          const results = await sendWithPending(p.lease.client, p.shared, [...switchPath, ...statements]);
+          const results = await sendWithPending(p.gated, p.shared, [...switchPath, ...statements]);
           p.shared.path = path;
           return results.slice(switchPath.length);
         });
       } catch (failure) {
         failedAt = placement;
-        throw wrapPgError(unwrap(failure).error, p.lease.node);
+        throw typed(p, unwrap(failure).error);
       }
     },
     async defer(placement, statement) {
@@ -616,6 +708,13 @@ export function openCrossTransaction(
       const all = await Promise.all(participants.values());
       await Promise.all(all.map((p) => p.shared.tail));
       try {
+        // Chosen as a deadlock's victim while a statement was still in flight: nothing is prepared, nothing commits.
+        if (victim) {
+          await rollbackAll();
+          throw victim;
+        }
+        // From here the detector may no longer choose it (its steps may be on their way).
+        settling = true;
         if (all.length === 0) outcome = 'committed';
         else if (all.length === 1) await onePhase(all[0] as Participant);
         else await twoPhase(all[0] as Participant, all.slice(1));
@@ -639,6 +738,17 @@ export function openCrossTransaction(
 
 /** The statement every participant's transaction starts with, sent with its first statement. */
 const BEGIN: BatchStatement = { text: 'BEGIN' };
+
+const noop = () => {};
+
+/**
+ * One statement that sets each parameter for the transaction (`SET LOCAL`), values as parameters. The names are
+ * shardflake's own constants; the values (a quoted search_path, a tag, a duration) go as parameters.
+ */
+function setLocal(settings: readonly [string, string][]): BatchStatement {
+  const text = settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ');
+  return { text: `SELECT ${text}`, values: settings.map(([, value]) => value) };
+}
 
 /** A failure of sendWithPending, or of a plain query. */
 function unwrap(failure: unknown): { error: unknown; pending: boolean } {

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { benchCross, type SideResult } from '../../bench/cross.js';
+import { benchCrossContended, type ContendedResult } from '../../bench/cross-contended.js';
 import { type ReferenceBenchResult, runReferenceBench } from '../../bench/reference.js';
 import { positiveInteger } from './options.js';
 import { toJson } from './output.js';
@@ -8,7 +9,7 @@ export function registerBenchCrossCommand(bench: Command): void {
   bench
     .command('cross')
     .description(
-      'transfers across shards: withShards on one server and across two (two-phase commit) vs the same updates in one local transaction; (c) a reference-table write on 1, 2 and 4 servers',
+      'transfers across shards: withShards on one server and across two (two-phase commit) vs the same updates in one local transaction; (c) a reference-table write on 1, 2 and 4 servers; --contended: transfers both ways among a few hot accounts, with the deadlock detector and with lock_timeout only',
     )
     .option('--rounds <n>', 'rounds (sides alternate in each)', positiveInteger('--rounds'), 10)
     .option('--slice-ms <n>', 'milliseconds per side per round', positiveInteger('--slice-ms'), 1000)
@@ -22,6 +23,14 @@ export function registerBenchCrossCommand(bench: Command): void {
       positiveInteger('--reference-writes'),
       400,
     )
+    .option('--contended', 'instead: transfers in both directions among a few hot accounts on two servers')
+    .option(
+      '--hot-accounts <n>',
+      '--contended: hot accounts on each server',
+      positiveInteger('--hot-accounts'),
+      4,
+    )
+    .option('--seconds <n>', '--contended: seconds per side', positiveInteger('--seconds'), 15)
     .option('--json', 'print the result as JSON')
     .action(
       async (flags: {
@@ -32,12 +41,19 @@ export function registerBenchCrossCommand(bench: Command): void {
         fsync: boolean;
         reference: boolean;
         referenceWrites: number;
+        contended?: boolean;
+        hotAccounts: number;
+        seconds: number;
         json?: boolean;
       }) => {
-        const result = await benchCross({
-          ...flags,
-          onProgress: flags.json || !process.stderr.isTTY ? undefined : (m) => process.stderr.write(`${m}\n`),
-        });
+        const onProgress =
+          flags.json || !process.stderr.isTTY ? undefined : (m: string) => process.stderr.write(`${m}\n`);
+        if (flags.contended) {
+          const contended = await benchCrossContended({ ...flags, onProgress });
+          process.stdout.write(flags.json ? `${toJson(contended)}\n` : contendedLines(contended));
+          return;
+        }
+        const result = await benchCross({ ...flags, onProgress });
         const reference = flags.reference
           ? await runReferenceBench({ writes: flags.referenceWrites, fsync: flags.fsync })
           : null;
@@ -57,14 +73,36 @@ export function registerBenchCrossCommand(bench: Command): void {
             row('baseline: one withShard, both updates', result.baseline),
             row('(a) withShards, 2 shards on one server', result.oneServer),
             row('(b) withShards, 2 servers (two-phase commit)', result.twoServers),
+            row('(b0) as (b), no deadlock detector or bounds', result.twoServersBare),
             `(a) one server vs one local transaction: ${ratio(result.ratioOneServer, 0.9)}`,
             `(b) two servers vs one local transaction: ${ratio(result.ratioTwoServers, 0.4)}`,
+            `(b) vs (b0), the detector and bounds when nothing waits: ${ratio(result.ratioDetector, 0.95)}`,
             ...(reference ? referenceLines(reference) : []),
             '',
           ].join('\n'),
         );
       },
     );
+}
+
+/** The contended mode's table: per side, rate, deadlocks, timeouts, latencies, the longest call, the total. */
+function contendedLines(r: ContendedResult): string {
+  const ms = (v: number) => `${Math.round(v).toLocaleString('en-US')} ms`;
+  return [
+    `bench cross --contended: 2 embedded servers, fsync ${r.fsync ? 'on' : 'off'}; ${r.clients} clients, ${r.hotAccounts} hot accounts on each server, transfers both ways (debit first), ${r.seconds} s per side, no retries`,
+    '| side | transfers/s | calls | deadlocks | lock timeouts | other failures | hung | p50 | p99 | longest call | total conserved |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    ...r.sides.map(
+      (s) =>
+        `| ${s.name} | ${s.committedPerSecond.toFixed(1)} | ${s.calls} | ${s.deadlocks} | ${s.lockTimeouts} | ${
+          Object.entries(s.otherFailures)
+            .map(([c, n]) => `${c} ${n}`)
+            .join(', ') || 0
+        } | ${s.hung} | ${ms(s.p50Ms)} | ${ms(s.p99Ms)} | ${ms(s.longestMs)} | ${s.conserved ? 'yes' : 'NO'} |`,
+    ),
+    `longest call with the detector: ${ms(r.sides[0]?.longestMs ?? 0)}, target < 3,000 ms: ${(r.sides[0]?.longestMs ?? 0) < 3000 ? 'met' : 'MISSED'}`,
+    '',
+  ].join('\n');
 }
 
 function median(values: number[]): number {

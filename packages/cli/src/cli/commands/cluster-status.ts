@@ -130,6 +130,16 @@ export function formatStatus(status: ClusterStatus, everyShard: boolean): string
           : `last restore point: ${point.name}, PARTIAL (written on ${lsns || 'no server'}): never restore to it`,
     );
   } else lines.push('last restore point: none');
+  const dl = status.deadlocks;
+  if (dl && dl.kept > 0) {
+    lines.push(
+      `deadlocks across servers broken: ${dl.lastDay} in the last day, ${dl.kept} in the last 7 days`,
+    );
+    for (const d of dl.latest.slice(0, 3))
+      lines.push(
+        `  ${d.at}: victim ${d.victim} on ${d.servers.join(', ')} (${d.sessions} sessions, waited ${d.waitedMs} ms)`,
+      );
+  }
   lines.push(...status.warnings.map((w) => `warning: ${w}`), '');
   return lines.join('\n');
 }
