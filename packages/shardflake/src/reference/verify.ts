@@ -5,7 +5,7 @@ import { qualified } from '../postgres/identifier.js';
 import { PREPARED_ON_SCHEMAS_SQL } from '../recovery/recovery.js';
 import { closeAll, connectAll } from '../topology/connections.js';
 import { serverOrder } from './order.js';
-import { LIST_REFERENCE_TABLES_SQL } from './sql.js';
+import { DIGESTS_AGAINST_ROWS_SQL, LIST_REFERENCE_TABLES_SQL } from './sql.js';
 import { hasReference, type ReferenceState, readReferenceState } from './state.js';
 
 /**
@@ -144,6 +144,24 @@ export async function verifyReference(
       const mine = new Map<string, TableDigest>();
       for (const table of tables) mine.set(table, await digest(client, table));
       digests.set(server, mine);
+      // The digest withReference compares at commit (sql.ts) must match the rows, or every write would fail.
+      if (state.sqlVersion >= 2) {
+        const { rows: kept } = await client.query(DIGESTS_AGAINST_ROWS_SQL);
+        for (const k of kept as {
+          name: string;
+          stored_rows: string | null;
+          stored: string | null;
+          rows: string;
+          digest: string;
+        }[]) {
+          if (k.stored === k.digest && k.stored_rows === k.rows) continue;
+          problems.push({
+            server,
+            table: k.name,
+            message: `reference table ${k.name} on server ${server} holds ${k.rows} rows but its digest says ${k.stored_rows ?? 'nothing'}${k.stored_rows === k.rows ? ' (another digest)' : ''}: it was changed where the digest triggers did not see it; shardflake cluster migrate recomputes it once the rows agree`,
+          });
+        }
+      }
     }
   } catch (error) {
     throw wrapPgError(error);

@@ -164,8 +164,16 @@ function phaseEvent(
 
 export function openCrossTransaction(
   ctx: RouterContext,
-  options: { trace?: OperationTrace } = {},
+  options: {
+    trace?: OperationTrace;
+    /**
+     * Every participant READ COMMITTED, whatever its server's default (withReference: a statement must see what
+     * committed while it waited for a lock, reference/write.ts).
+     */
+    readCommitted?: boolean;
+  } = {},
 ): CrossInternals {
+  const begin = options.readCommitted ? BEGIN_READ_COMMITTED : BEGIN;
   const txid = newTxid();
   const participants = new Map<string, Promise<Participant>>();
   const joined: Participant[] = [];
@@ -190,7 +198,7 @@ export function openCrossTransaction(
   };
 
   /** Whether the participant's BEGIN went out (it waits in `pending` for the first statement). */
-  const begun = (p: Participant) => !p.shared.pending.includes(BEGIN);
+  const begun = (p: Participant) => !p.shared.pending.includes(begin);
 
   /**
    * The commit step's statement with everything still pending on the participant, in one round trip. `pending`
@@ -217,7 +225,7 @@ export function openCrossTransaction(
         shared: {
           tail: Promise.resolve(),
           path: firstPath,
-          pending: [BEGIN, { text: `SET LOCAL search_path TO ${firstPath}` }],
+          pending: [begin, { text: `SET LOCAL search_path TO ${firstPath}` }],
         },
         broken: undefined,
         onError: (error) => {
@@ -517,10 +525,12 @@ export function openCrossTransaction(
 
   /** Rolls back every participant still in its local transaction (none is prepared before the decision path). */
   const rollbackAll = async () => {
-    if (outcome === 'open') outcome = 'rolled-back';
     // Every join finishes first; one that failed after acquiring its connection still holds it.
     await Promise.allSettled(participants.values());
+    // Still `open` while the participants are released: a participant whose node went away (a failover before the
+    // decision) marks the transaction `nodeGone`, which lets the caller run it again.
     await Promise.all(joined.filter((p) => !p.ended).map(rollbackLocal));
+    if (outcome === 'open') outcome = 'rolled-back';
   };
 
   const tx: CrossInternals = {
@@ -638,6 +648,7 @@ export function openCrossTransaction(
 
 /** The statement every participant's transaction starts with, sent with its first statement. */
 const BEGIN: BatchStatement = { text: 'BEGIN' };
+const BEGIN_READ_COMMITTED: BatchStatement = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED' };
 
 /** A failure of sendWithPending, or of a plain query. */
 function unwrap(failure: unknown): { error: unknown; pending: boolean } {
