@@ -23,12 +23,18 @@ import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  * - `_shardflake_state.copies`: the servers this server knows to hold a synced copy. begin_write returns it, read
  *   under the writer's lock: how a writer that started from an older list learns of a new copy (write.ts).
  * - `_shardflake_digests`: per table, its row count and digest — the sum of a 64-bit hash of each row's jsonb —
- *   kept up to date by statement-level triggers with transition tables (`_shardflake_digest_*`, AFTER INSERT,
- *   UPDATE, DELETE, TRUNCATE), so a writer compares the contents of every table it wrote, on every server, at
- *   commit, in one small read (write.ts, "Drift"). A row's jsonb is taken with the settings that shape a value's
- *   text pinned (TimeZone, DateStyle, IntervalStyle, extra_float_digits, bytea_output, lc_monetary), so servers
- *   with other defaults hash equal rows alike. Updating a table's digest row serialises the writers of that table
- *   on each server — which is what makes two copies' digests comparable at a commit at all.
+ *   so a writer compares the contents of every table it wrote, on every server, at commit, in one small read
+ *   (write.ts, "Drift"). Statement-level triggers with transition tables (`_shardflake_digest_*`, AFTER INSERT,
+ *   UPDATE, DELETE, TRUNCATE) sum each statement's change per table into a transaction-local setting; the first
+ *   one also queues a single deferred constraint trigger (`_shardflake_apply`, on `_shardflake_pending`) that adds
+ *   the sums to the digest rows when the transaction commits or prepares — whoever wrote, a superuser writing
+ *   around the guard included — or earlier, when withReference asks for its digests (`_shardflake_written_digests`,
+ *   which makes it IMMEDIATE). Digest rows are locked only from then to the transaction's end, in table-name
+ *   order, so writers of one table are serialised only for their commit, and two writers never deadlock over
+ *   digests. A row's jsonb is taken with the settings that shape a value's text pinned (TimeZone, DateStyle,
+ *   IntervalStyle, extra_float_digits, bytea_output, lc_monetary), so servers with other defaults hash equal rows
+ *   alike. A change no trigger sees (a migration's new column default, a TRUNCATE alone) is covered by recomputing
+ *   every digest from the rows in each `cluster migrate` and fill.
  *
  * The write guard (why copies cannot drift). A statement-level BEFORE INSERT/UPDATE/DELETE/TRUNCATE trigger on every
  * table of the schema raises SQLSTATE SF020 unless the current transaction's id is in `_shardflake_writers`. Only
@@ -66,6 +72,9 @@ const DIGEST_OF = `${S}._shardflake_digest_of`;
 const DIGEST_NOTE = `${S}._shardflake_digest_note`;
 /** The transaction-local setting that lists the tables a transaction wrote (the digest triggers set it). */
 export const WRITTEN_SETTING = 'shardflake.reference_written';
+/** The transaction-local setting that sums a transaction's changes per table until they are applied. */
+const DELTA_SETTING = 'shardflake.reference_delta';
+const PENDING_TABLE = `${S}._shardflake_pending`;
 
 /** The settings that shape a value's text, pinned wherever a row's jsonb is hashed (see the comment above). */
 const PINNED = `SET search_path = pg_catalog, pg_temp SET timezone = 'UTC' SET datestyle = 'ISO, YMD'
@@ -151,24 +160,75 @@ BEGIN
 END
 $of$;
 REVOKE ALL ON FUNCTION ${DIGEST_OF}(regclass) FROM PUBLIC;
+CREATE TABLE IF NOT EXISTS ${PENDING_TABLE} (xid xid8 PRIMARY KEY);
+REVOKE ALL ON ${PENDING_TABLE} FROM PUBLIC;
 CREATE OR REPLACE FUNCTION ${DIGEST_NOTE}(t text, n bigint, d numeric, reset boolean) RETURNS void
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $note$
-DECLARE written text := coalesce(current_setting('${WRITTEN_SETTING}', true), '');
+DECLARE
+  acc jsonb := coalesce(nullif(current_setting('${DELTA_SETTING}', true), ''), '{}')::jsonb;
+  cur jsonb := acc -> t;
+  written text := coalesce(current_setting('${WRITTEN_SETTING}', true), '');
 BEGIN
-  UPDATE ${DIGESTS_TABLE} SET rows = CASE WHEN reset THEN 0 ELSE rows + n END,
-         digest = CASE WHEN reset THEN 0 ELSE digest + d END WHERE name = t;
-  IF NOT FOUND THEN
-    -- No digest yet (a table made outside cluster migrate, or renamed): from its rows, which hold this change.
-    INSERT INTO ${DIGESTS_TABLE} (name, rows, digest)
-      SELECT t, x.rows, x.digest FROM ${DIGEST_OF}(format('%I.%I', '${REFERENCE_SCHEMA}', t)::regclass) x
-      ON CONFLICT (name) DO UPDATE SET rows = excluded.rows, digest = excluded.digest;
+  IF acc = '{}' THEN
+    -- The transaction's first change since its digests were applied: one deferred event applies them at commit.
+    INSERT INTO ${PENDING_TABLE} VALUES (pg_current_xact_id()) ON CONFLICT DO NOTHING;
   END IF;
+  acc := jsonb_set(acc, ARRAY[t], jsonb_build_object(
+    'reset', reset OR coalesce((cur ->> 'reset')::boolean, false),
+    'rows', CASE WHEN reset THEN 0 ELSE coalesce((cur ->> 'rows')::bigint, 0) + n END,
+    'digest', CASE WHEN reset THEN 0 ELSE coalesce((cur ->> 'digest')::numeric, 0) + d END));
+  PERFORM set_config('${DELTA_SETTING}', acc::text, true);
   IF NOT t = ANY(string_to_array(written, ',')) THEN
     PERFORM set_config('${WRITTEN_SETTING}', concat_ws(',', nullif(written, ''), t), true);
   END IF;
 END
 $note$;
 REVOKE ALL ON FUNCTION ${DIGEST_NOTE}(text, bigint, numeric, boolean) FROM PUBLIC;
+CREATE OR REPLACE FUNCTION ${S}._shardflake_digest_apply() RETURNS trigger
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $apply$
+DECLARE
+  acc jsonb := coalesce(nullif(current_setting('${DELTA_SETTING}', true), ''), '{}')::jsonb;
+  t text;
+  cur jsonb;
+BEGIN
+  -- In name order: two transactions applying digests of the same tables lock their rows in one order.
+  FOR t IN SELECT k FROM jsonb_object_keys(acc) k ORDER BY k LOOP
+    cur := acc -> t;
+    UPDATE ${DIGESTS_TABLE}
+       SET rows = CASE WHEN (cur ->> 'reset')::boolean THEN 0 ELSE rows END + (cur ->> 'rows')::bigint,
+           digest = CASE WHEN (cur ->> 'reset')::boolean THEN 0 ELSE digest END + (cur ->> 'digest')::numeric
+     WHERE name = t;
+    IF NOT FOUND AND to_regclass(format('%I.%I', '${REFERENCE_SCHEMA}', t)) IS NOT NULL THEN
+      -- No digest yet (a table made outside cluster migrate, or renamed): from its rows, which hold this change.
+      INSERT INTO ${DIGESTS_TABLE} (name, rows, digest)
+        SELECT t, x.rows, x.digest FROM ${DIGEST_OF}(format('%I.%I', '${REFERENCE_SCHEMA}', t)::regclass) x
+        ON CONFLICT (name) DO UPDATE SET rows = excluded.rows, digest = excluded.digest;
+    END IF;
+  END LOOP;
+  PERFORM set_config('${DELTA_SETTING}', '', true);
+  DELETE FROM ${PENDING_TABLE} WHERE xid = pg_current_xact_id();
+  RETURN NULL;
+END
+$apply$;
+DO $apply_trigger$
+BEGIN
+  -- A constraint trigger has no CREATE OR REPLACE.
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '${PENDING_TABLE}'::regclass AND tgname = '_shardflake_apply') THEN
+    CREATE CONSTRAINT TRIGGER _shardflake_apply AFTER INSERT ON ${PENDING_TABLE}
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${S}._shardflake_digest_apply();
+  END IF;
+END
+$apply_trigger$;
+CREATE OR REPLACE FUNCTION ${S}._shardflake_written_digests() RETURNS TABLE (name text, rows text, digest text)
+  LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $written$
+BEGIN
+  -- The deferred apply, now: this transaction's digest rows are locked from here to its end.
+  SET CONSTRAINTS ${S}._shardflake_apply IMMEDIATE;
+  RETURN QUERY SELECT d.name, d.rows::text, d.digest::text FROM ${DIGESTS_TABLE} d
+    WHERE d.name = ANY(string_to_array(coalesce(current_setting('${WRITTEN_SETTING}', true), ''), ','))
+    ORDER BY d.name;
+END
+$written$;
 CREATE OR REPLACE FUNCTION ${S}._shardflake_digest_insert() RETURNS trigger
   LANGUAGE plpgsql SECURITY DEFINER ${PINNED} AS $ins$
 DECLARE n bigint; d numeric;
@@ -226,6 +286,8 @@ DECLARE t name;
 BEGIN
   DELETE FROM ${DIGESTS_TABLE} d WHERE NOT EXISTS (SELECT 1 FROM pg_class c
     WHERE c.relnamespace = '${REFERENCE_SCHEMA}'::regnamespace AND c.relkind IN ('r', 'p') AND c.relname = d.name);
+  -- Recomputed from the rows, which hold this transaction's changes: none is left to apply at commit.
+  PERFORM set_config('${DELTA_SETTING}', '', true);
   FOR t IN ${USER_TABLES}
   LOOP
     INSERT INTO ${DIGESTS_TABLE} (name, rows, digest)
@@ -237,9 +299,8 @@ $dall$;
 REVOKE ALL ON FUNCTION ${DIGEST_ALL} FROM PUBLIC`;
 }
 
-/** The digests of the tables this transaction wrote (the digest triggers listed them), by table name. */
-export const WRITTEN_DIGESTS_SQL = `SELECT name, rows::text AS rows, digest::text AS digest FROM ${DIGESTS_TABLE}
-  WHERE name = ANY(string_to_array(coalesce(current_setting('${WRITTEN_SETTING}', true), ''), ',')) ORDER BY name`;
+/** The digests of the tables this transaction wrote, its own changes applied (sql above), by table name. */
+export const WRITTEN_DIGESTS_SQL = `SELECT name, rows, digest FROM ${S}._shardflake_written_digests()`;
 
 /** Every table's stored digest next to the one its rows give now (verify.ts: a write the triggers did not see). */
 export const DIGESTS_AGAINST_ROWS_SQL = `SELECT c.relname::text AS name, d.rows::text AS stored_rows,

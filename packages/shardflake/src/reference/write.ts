@@ -46,14 +46,16 @@ import { BEGIN_WRITE, WRITTEN_DIGESTS_SQL } from './sql.js';
  * second would wait for, and cannot be waiting for the second there. Marks never wait for each other (ROW
  * EXCLUSIVE does not conflict with itself), and a fill or `cluster migrate` locks the servers in the same order.
  *
- * Drift: each copy keeps a digest of each table's rows (sql.ts), updated by triggers in the writing transaction.
- * Before committing, every table the call wrote is compared on every server: equal copies given the same statements
- * have equal digests; a copy that differed before the call (a write that missed it, a superuser's change), or a
- * statement that is not deterministic (`now()`, `random()`), makes them differ, and the call fails with
- * REFERENCE_DRIFT and nothing commits. Each statement's row count is compared too, which names the statement at
- * once. The digests are exact, not a race: a transaction that wrote a table holds that table's digest row on every
- * server until it ends, so no other write to it commits on any server between the first server's digest and the
- * last's. `cluster verify` compares the rows themselves.
+ * Drift: each copy keeps a digest of each table's rows (sql.ts), to which every transaction that writes the table
+ * adds its change. Before committing, the call applies its changes and reads the digests of every table it wrote,
+ * on the first server and then on the others side by side: equal copies given the same statements have equal
+ * digests; a copy that differed before the call (a write that missed it, a superuser's change), or a statement that
+ * is not deterministic (`now()`, `random()`), makes them differ, and the call fails with REFERENCE_DRIFT and
+ * nothing commits. Each statement's row count is compared too, which names the statement at once. The digests are
+ * exact, not a race: applying locks the table's digest row until the transaction ends (on the first server first,
+ * in table-name order, so two writers meet there and never deadlock), and a write of another transaction reaches a
+ * digest only through that lock, so none commits anywhere between the first server's read and the last's.
+ * `cluster verify` compares the rows themselves.
  *
  * The guard (sql.ts): the mark is what lets a transaction write reference tables at all; shard sessions never take
  * it, so their writes are refused (SF020).
@@ -224,7 +226,7 @@ async function attempt<T>(
     open = false;
     if (failed !== undefined) throw failed;
     // Copies whose SQL predates the digests have none to compare (cluster migrate brings them up).
-    if (rest.length > 0 && states.every((s) => s !== null)) await compareDigests(joined);
+    if (rest.length > 0 && states.every((s) => s !== null)) await compareDigests(first, rest);
     await tx.commit();
     return result;
   } finally {
@@ -233,22 +235,20 @@ async function attempt<T>(
 }
 
 /** The digests of every table this transaction wrote, equal on every server, or REFERENCE_DRIFT (see the top). */
-async function compareDigests(joined: readonly ServerSession[]): Promise<void> {
+async function compareDigests(first: ServerSession, rest: readonly ServerSession[]): Promise<void> {
   type Digest = { name: string; rows: string; digest: string };
-  const all = await Promise.all(
-    joined.map((s) =>
-      s.query<Digest>(WRITTEN_DIGESTS_SQL).then(
-        (r) => new Map(r.rows.map((d) => [d.name, d])),
-        (error: unknown) => {
-          throw onServer(s.server, error);
-        },
-      ),
-    ),
-  );
-  const [base, ...others] = all as [Map<string, Digest>, ...Map<string, Digest>[]];
-  const baseServer = joined[0]?.server;
+  const read = (s: ServerSession) =>
+    s.query<Digest>(WRITTEN_DIGESTS_SQL).then(
+      (r) => new Map(r.rows.map((d) => [d.name, d])),
+      (error: unknown) => {
+        throw onServer(s.server, error);
+      },
+    );
+  // The first server first: its digest rows are where two writers of one table meet (see the top).
+  const base = await read(first);
+  const others = await Promise.all(rest.map(read));
   others.forEach((mine, i) => {
-    const server = joined[i + 1]?.server;
+    const server = rest[i]?.server;
     for (const name of [...new Set([...base.keys(), ...mine.keys()])].sort()) {
       const [a, b] = [base.get(name), mine.get(name)];
       if (a?.rows === b?.rows && a?.digest === b?.digest) continue;
@@ -256,7 +256,7 @@ async function compareDigests(joined: readonly ServerSession[]): Promise<void> {
         d ? `${d.rows} rows (digest ${d.digest.slice(0, 12)})` : 'no digest';
       throw new ShardflakeError(
         'REFERENCE_DRIFT',
-        `the reference copies differ: after this write, table ${name} holds ${shown(a)} on server ${baseServer} and ${shown(b)} on server ${server}; nothing was committed (run shardflake cluster verify)`,
+        `the reference copies differ: after this write, table ${name} holds ${shown(a)} on server ${first.server} and ${shown(b)} on server ${server}; nothing was committed (run shardflake cluster verify)`,
       );
     }
   });
