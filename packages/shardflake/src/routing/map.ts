@@ -163,7 +163,8 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
   async function followCatalog(): Promise<void> {
     if (!options.locateCatalog) return;
     const found = await options.locateCatalog().catch(() => catalogUrl);
-    if (found === catalogUrl) return;
+    // Closed while the primary was looked for: a pool made now would outlive close() (and keep the process alive).
+    if (found === catalogUrl || closed) return;
     const old = catalogPool;
     catalogUrl = found;
     catalogPool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
