@@ -1,3 +1,4 @@
+import { readReferenceCopies } from '../catalog/reference-copies.js';
 import type { ClusterConfig } from '../config/config.js';
 import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { type Queryable, type ServerAccess, wrapPgError } from '../postgres/connect.js';
@@ -49,7 +50,8 @@ async function digest(client: Queryable, table: string): Promise<TableDigest> {
 
 /** The problems of the reference copies on the servers of `clients` (one client per configured server). */
 export async function verifyReference(
-  config: Pick<ClusterConfig, 'servers' | 'schemaPrefix' | 'referenceTables' | 'referenceMigrations'>,
+  config: Pick<ClusterConfig, 'servers' | 'schemaPrefix' | 'referenceTables' | 'referenceMigrations'> &
+    Partial<Pick<ClusterConfig, 'catalog'>>,
   clients: ReadonlyMap<string, Queryable>,
   options: { lockTimeoutMs?: number } = {},
 ): Promise<ReferenceProblem[]> {
@@ -59,6 +61,19 @@ export async function verifyReference(
   for (const server of order) states.set(server, await readReferenceState(clients.get(server) as Queryable));
   const anyCopy = [...states.values()].some((s) => s !== null);
   if (!hasReference(config) && !anyCopy) return problems;
+  // A copy on a server this config does not name is written by every router but compared by no check run with it.
+  const catalog = config.catalog === undefined ? undefined : clients.get(config.catalog);
+  const listed = new Set([
+    ...(catalog ? await readReferenceCopies(catalog) : []),
+    ...[...states.values()].flatMap((s) => s?.copies ?? []),
+  ]);
+  for (const server of [...listed].sort()) {
+    if (!(server in config.servers))
+      problems.push({
+        server,
+        message: `server ${server} holds a copy of the reference tables (the catalog or a copy lists it) but is not in this config: add it, so that its copy is compared with the others`,
+      });
+  }
 
   // A prepared (in-doubt) reference write holds its locks until it is settled: the comparison below would wait for
   // it, and the copies legitimately differ until it is. Reported as such instead.
