@@ -38,8 +38,8 @@ export const TRANSACTION_DEFAULTS = {
 
 export interface TransactionStateDeps {
   /**
-   * The servers recovery looks at: the config's, and the ones the router learned from the catalog since (a server
-   * added for a move, which a transaction of this router may have prepared on).
+   * The servers recovery looks at: the config's, and the ones the router learned from the catalog and used since
+   * (a server added for a move, where a transaction of this router may have prepared).
    */
   servers(): readonly string[];
   catalog: string;

@@ -300,8 +300,9 @@ export async function createRouter(
   };
   const transactions = new TransactionState(
     {
-      // Recovery looks at every server the catalog knows too: a transaction may have prepared on one the config lacks.
-      servers: () => [...new Set([...Object.keys(config.servers), ...(map.state?.servers.keys() ?? [])])],
+      // The config's servers, and those this router learned and used since (a server added for a move, where one
+      // of its transactions may have prepared): a server it never reached holds nothing of it.
+      servers: () => [...new Set([...Object.keys(config.servers), ...servers.keys(), ...commitServers.keys()])],
       catalog: config.catalog,
       nodes: (server) => ctx.nodes(server),
       connect: async (server) =>
