@@ -9,6 +9,8 @@ import type { RouterEvent } from 'shardflake/internal/telemetry/events.js';
 import { closeAll, connectAll } from 'shardflake/internal/topology/connections.js';
 import {
   type CallLog,
+  type CrossContext,
+  type CrossScenario,
   countClaims,
   countReference,
   countTransfers,
@@ -24,7 +26,6 @@ import {
   transfer,
   writeReference,
 } from './faults-cross.js';
-import type { CrossContext, Scenario } from './faults-scenarios.js';
 import type { Stage } from './faults-stage.js';
 
 /**
@@ -406,4 +407,4 @@ export const CROSS_SCENARIOS = {
       }
     },
   },
-} satisfies Record<string, Scenario>;
+} satisfies Record<string, CrossScenario>;

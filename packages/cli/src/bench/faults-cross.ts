@@ -5,6 +5,7 @@ import { qualified } from 'shardflake/internal/postgres/identifier.js';
 import { recoverCluster } from 'shardflake/internal/recovery/cluster-access.js';
 import type { Router } from 'shardflake/internal/router/router.js';
 import { closeAll, connectAll, connectServer } from 'shardflake/internal/topology/connections.js';
+import type { Stage, StageOptions } from './faults-stage.js';
 
 /**
  * What the scenarios of `bench faults` that write across servers (faults-cross-scenarios.ts) run and count: writer
@@ -36,6 +37,24 @@ export interface CrossCount {
   examples: string[];
   /** The longest time between two acknowledged calls of one writer while the writers ran (ms). */
   longestGapMs: number;
+}
+
+/** What a scenario that writes across servers is given: its servers and a notebook. */
+export interface CrossContext {
+  stage: Stage;
+  note(line: string): void;
+}
+
+/** A scenario that writes across servers (faults-cross-scenarios.ts); faults.ts runs it as one of SCENARIOS. */
+export interface CrossScenario {
+  title: string;
+  stage: StageOptions;
+  /** Before the scenario (data, replication settings). */
+  prepare?: (stage: Stage) => Promise<void>;
+  /** Its writers, fault and count; the config an operator would use afterwards. */
+  cross(context: CrossContext): Promise<{ config: ClusterConfig; count: CrossCount }>;
+  /** Once the scenario is over, whatever it ended (undoes what `prepare` set on this process). */
+  done?: () => void;
 }
 
 /** A call still running this long after the writers were asked to stop is hung (every router wait is shorter). */

@@ -8,7 +8,7 @@ import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import type { RouterOptions } from 'shardflake/internal/router/router.js';
 import { connectServer } from 'shardflake/internal/topology/connections.js';
-import type { CrossCount } from './faults-cross.js';
+import type { CrossContext, CrossCount } from './faults-cross.js';
 import { CROSS_SCENARIOS } from './faults-cross-scenarios.js';
 import type { Stage, StageOptions } from './faults-stage.js';
 
@@ -18,12 +18,6 @@ import type { Stage, StageOptions } from './faults-stage.js';
  * the count around it. A fault returns the config an operator would use afterwards (after a failover: server a is
  * the promoted node).
  */
-/** What a scenario that writes across servers is given: its servers and a notebook. */
-export interface CrossContext {
-  stage: Stage;
-  note(line: string): void;
-}
-
 export interface ScenarioContext {
   stage: Stage;
   /** Records what happened (the move's outcome, a pause) for the report. */

@@ -302,7 +302,9 @@ export async function createRouter(
     {
       // The config's servers, and those this router learned and used since (a server added for a move, where one
       // of its transactions may have prepared): a server it never reached holds nothing of it.
-      servers: () => [...new Set([...Object.keys(config.servers), ...servers.keys(), ...commitServers.keys()])],
+      servers: () => [
+        ...new Set([...Object.keys(config.servers), ...servers.keys(), ...commitServers.keys()]),
+      ],
       catalog: config.catalog,
       nodes: (server) => ctx.nodes(server),
       connect: async (server) =>
