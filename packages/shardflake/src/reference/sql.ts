@@ -81,9 +81,12 @@ const PINNED = `SET search_path = pg_catalog, pg_temp SET timezone = 'UTC' SET d
   SET intervalstyle = 'postgres' SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'`;
 /** A row's hash; a table's digest is their sum (numeric: no overflow, and the order of rows does not matter). */
 const ROW_HASH = 'hashtextextended(to_jsonb(r)::text, 0)';
-/** The user tables of the reference schema (not the bookkeeping), for a plpgsql loop. */
+/**
+ * The user tables of the reference schema (not the bookkeeping), for a plpgsql loop; in name order, the order
+ * every writer locks digest rows in (a recompute and a writer never wait for each other in a cycle).
+ */
 const USER_TABLES = `SELECT c.relname FROM pg_class c WHERE c.relnamespace = '${REFERENCE_SCHEMA}'::regnamespace
-             AND c.relkind IN ('r', 'p') AND c.relname NOT LIKE '\\_shardflake%'`;
+             AND c.relkind IN ('r', 'p') AND c.relname NOT LIKE '\\_shardflake%' ORDER BY c.relname`;
 
 /**
  * begin_write (version 2): the mark, taken under the writers table's lock, then this copy's state read by a later
@@ -192,7 +195,7 @@ DECLARE
   cur jsonb;
 BEGIN
   -- In name order: two transactions applying digests of the same tables lock their rows in one order.
-  FOR t IN SELECT k FROM jsonb_object_keys(acc) k ORDER BY k LOOP
+  FOR t IN SELECT k FROM jsonb_object_keys(acc) k ORDER BY k COLLATE "C" LOOP
     cur := acc -> t;
     UPDATE ${DIGESTS_TABLE}
        SET rows = CASE WHEN (cur ->> 'reset')::boolean THEN 0 ELSE rows END + (cur ->> 'rows')::bigint,
