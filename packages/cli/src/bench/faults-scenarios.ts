@@ -8,6 +8,8 @@ import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import type { RouterOptions } from 'shardflake/internal/router/router.js';
 import { connectServer } from 'shardflake/internal/topology/connections.js';
+import type { CrossContext, CrossCount } from './faults-cross.js';
+import { CROSS_SCENARIOS } from './faults-cross-scenarios.js';
 import type { Stage, StageOptions } from './faults-stage.js';
 
 /**
@@ -32,7 +34,13 @@ export interface Scenario {
   /** The config the writers' router starts with (default: the stage's full config). */
   writerConfig?: (stage: Stage) => ClusterConfig;
   routerOptions?: RouterOptions;
-  fault(context: ScenarioContext): Promise<ClusterConfig>;
+  /** The fault, while the insert writers run (every scenario but those with `cross`). */
+  fault?(context: ScenarioContext): Promise<ClusterConfig>;
+  /**
+   * A scenario that writes across servers: its own writers, fault and count, in place of the insert writers
+   * (faults-cross-scenarios.ts); returns the config an operator would use afterwards and the count.
+   */
+  cross?(context: CrossContext): Promise<{ config: ClusterConfig; count: CrossCount }>;
   /** How long the writers go on after the fault (default 1000 ms). */
   afterMs?: number;
   /** Once the scenario is over, whatever it ended (undoes what `prepare` set on this process). */
@@ -332,6 +340,8 @@ export const SCENARIOS = {
       delete process.env.PGPASSWORD;
     },
   },
+  // Writes across servers (issue 29): transfers, unique claims and reference copies through faults.
+  ...CROSS_SCENARIOS,
 } satisfies Record<string, Scenario>;
 
 export type ScenarioName = keyof typeof SCENARIOS;

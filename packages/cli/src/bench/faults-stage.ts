@@ -19,14 +19,19 @@ import { connectServer } from 'shardflake/internal/topology/connections.js';
 
 /**
  * The servers of one fault scenario (bench faults): embedded servers named a, b, c…, the catalog on b (server a
- * is the one that fails over, so the catalog must survive it), and optionally a streaming replica of a, listed in
- * the config as a's second node or left out of it (a node the config does not list). Every scenario gets fresh
- * servers: a failover leaves a killed primary behind.
+ * is the one that fails over by default, so the catalog must survive it), and optionally a streaming replica of a
+ * (or of the server `replicaOf` names — below, "a" is that server), listed in the config as a's second node or
+ * left out of it (a node the config does not list). Every scenario gets fresh servers: a failover leaves a killed
+ * primary behind.
  */
 export interface StageOptions {
   servers: number;
-  /** A streaming replica of a: listed in the config (`listed`), or not (`unlisted`). */
+  /** A streaming replica of a (or of `replicaOf`): listed in the config (`listed`), or not (`unlisted`). */
   replica?: 'listed' | 'unlisted';
+  /** The server that has the replica and fails over (default a; the catalog is on b either way). */
+  replicaOf?: string;
+  /** More of the cluster's config: tables, reference tables, lookups (default: the table `items` only). */
+  config?: Record<string, unknown>;
   /** Servers the cluster is made on (default all); the rest are in `config` for a rebalance onto them. */
   initialServers?: number;
   logicalShards?: number;
@@ -59,6 +64,8 @@ export interface Stage {
   cutOffReplica(): Promise<void>;
   /** kill -9 of server a's postmaster (a crash, not a shutdown). */
   killPrimary(): Promise<void>;
+  /** The failing server's postmaster pid, for a kill at an exact step (faults-cross.ts `killTree`). */
+  primaryPid(): Promise<number>;
   /** Stops server a (a fast shutdown) and starts it again on its data and port. */
   restartA(): Promise<void>;
   /**
@@ -81,17 +88,18 @@ const TABLES = {
 /** The built CLI beside this module (dist/cli/main.js). */
 const CLI_MAIN = fileURLToPath(new URL('../cli/main.js', import.meta.url));
 
-const raw = (servers: Record<string, string | string[]>, logicalShards: number) => ({
+const raw = (
+  servers: Record<string, string | string[]>,
+  logicalShards: number,
+  extra: Record<string, unknown> = {},
+) => ({
   servers,
   catalog: 'b',
   logicalShards,
   epoch: '2024-01-01T00:00:00Z',
   tables: TABLES,
+  ...extra,
 });
-
-function makeConfig(servers: Record<string, string | string[]>, logicalShards: number, source: string) {
-  return validateConfig(raw(servers, logicalShards), source);
-}
 
 async function onNode<T>(url: string, work: (c: pg.Client) => Promise<T>): Promise<T> {
   const c = await connect(url);
@@ -104,6 +112,8 @@ async function onNode<T>(url: string, work: (c: pg.Client) => Promise<T>): Promi
 
 export async function startStage(options: StageOptions): Promise<Stage> {
   const logicalShards = options.logicalShards ?? 4;
+  const makeConfig = (servers: Record<string, string | string[]>, shards: number, source: string) =>
+    validateConfig(raw(servers, shards, options.config), source);
   const dir = await mkdtemp(join(tmpdir(), 'shardflake-faults-'));
   // Data kept across a stop (a folder of the stage's own, removed with it), so a server can be restarted.
   const dataDir = join(dir, 'data');
@@ -114,7 +124,11 @@ export async function startStage(options: StageOptions): Promise<Stage> {
   let replica: EmbeddedReplica | undefined;
   const children = new Set<ChildProcess>();
   try {
-    let a = servers[0] as EmbeddedServer;
+    const failing = options.replicaOf ?? 'a';
+    const at = servers.findIndex((s) => s.name === failing);
+    if (at === -1) throw new Error(`no server ${failing} to give a replica`);
+    // The server that fails over (a by default); `a` names it below.
+    let a = servers[at] as EmbeddedServer;
     if (options.replica) {
       replica = await startEmbeddedReplica(a);
       // A replayed change that conflicts with a query on the replica (the probes' checks) waits up to this long
@@ -125,7 +139,7 @@ export async function startStage(options: StageOptions): Promise<Stage> {
       });
     }
     const urls: Record<string, string | string[]> = Object.fromEntries(servers.map((s) => [s.name, s.url]));
-    if (replica && options.replica === 'listed') urls.a = [a.url, replica.url];
+    if (replica && options.replica === 'listed') urls[failing] = [a.url, replica.url];
     const config = makeConfig(urls, logicalShards, 'bench faults');
     const initial = Object.fromEntries(
       Object.entries(urls).slice(0, options.initialServers ?? servers.length),
@@ -134,7 +148,7 @@ export async function startStage(options: StageOptions): Promise<Stage> {
     await initCluster(initialConfig);
     const configFile = join(dir, 'config.json');
     // The file holds the servers' passwords: owner-only, removed with the stage.
-    await writeFile(configFile, JSON.stringify(raw(urls, logicalShards)), { mode: 0o600 });
+    await writeFile(configFile, JSON.stringify(raw(urls, logicalShards, options.config)), { mode: 0o600 });
     const stage: Stage = {
       servers,
       replica,
@@ -143,7 +157,7 @@ export async function startStage(options: StageOptions): Promise<Stage> {
       configFile,
       nodes: {
         ...Object.fromEntries(servers.map((s) => [s.name, s.url])),
-        ...(replica && options.replica === 'listed' ? { 'a (replica)': replica.url } : {}),
+        ...(replica && options.replica === 'listed' ? { [`${failing} (replica)`]: replica.url } : {}),
       },
       async syncReplica() {
         await onNode(a.url, async (c) => {
@@ -151,7 +165,7 @@ export async function startStage(options: StageOptions): Promise<Stage> {
             "SELECT application_name AS name FROM pg_stat_replication WHERE application_name LIKE 'replica%'",
           );
           const name = (rows[0] as { name: string } | undefined)?.name;
-          if (!name) throw new Error('server a has no streaming replica');
+          if (!name) throw new Error(`server ${failing} has no streaming replica`);
           await c.query(`ALTER SYSTEM SET synchronous_standby_names = ${quoteLiteral(`"${name}"`)}`);
           await c.query("ALTER SYSTEM SET synchronous_commit = 'remote_write'");
           await c.query('SELECT pg_reload_conf()');
@@ -179,12 +193,17 @@ export async function startStage(options: StageOptions): Promise<Stage> {
       async restartA() {
         const port = a.port;
         await a.stop();
-        a = await startEmbeddedServer('a', { dir: dataDir, port });
-        servers[0] = a;
+        a = await startEmbeddedServer(failing, { dir: dataDir, port });
+        servers[at] = a;
+      },
+      async primaryPid() {
+        const postmaster = await readPostmaster(a.dataDir);
+        if (!postmaster) throw new Error(`server ${failing} has no postmaster.pid`);
+        return postmaster.pid;
       },
       async killPrimary() {
         const postmaster = await readPostmaster(a.dataDir);
-        if (!postmaster) throw new Error('server a has no postmaster.pid');
+        if (!postmaster) throw new Error(`server ${failing} has no postmaster.pid`);
         process.kill(postmaster.pid, 'SIGKILL');
         // Gone when its port no longer answers.
         for (let i = 0; i < 200; i++) {
@@ -202,8 +221,12 @@ export async function startStage(options: StageOptions): Promise<Stage> {
         // replays everything the replica received.
         await onNode(replica.url, (c) => c.query('SELECT pg_wal_replay_resume()')).catch(() => {});
         await replica.promote();
-        delete stage.nodes.a;
-        return makeConfig({ ...urls, a: replica.url }, logicalShards, 'bench faults (after the failover)');
+        delete stage.nodes[failing];
+        return makeConfig(
+          { ...urls, [failing]: replica.url },
+          logicalShards,
+          'bench faults (after the failover)',
+        );
       },
       async fill(server, shard, rows) {
         const client = await connectServer(config, server);

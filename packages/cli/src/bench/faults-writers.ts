@@ -1,5 +1,6 @@
 import type { ClusterConfig } from 'shardflake/internal/config/config.js';
 import { createRouter, type RouterOptions } from 'shardflake/internal/router/router.js';
+import { HUNG_MS } from './faults-cross.js';
 
 /**
  * The application's side of a fault scenario (bench faults): one router writer per shard inserting one row at a
@@ -19,6 +20,8 @@ export interface WriterLog {
   acknowledged: AcknowledgedInsert[];
   /** Inserts that failed (not acknowledged), by error code. */
   failed: Record<string, number>;
+  /** Tokens of the inserts still running HUNG_MS after stop() (faults-cross.ts). */
+  hung: string[];
 }
 
 export interface Writers {
@@ -39,11 +42,13 @@ export async function startWriters(
   options: RouterOptions = {},
 ): Promise<Writers> {
   const router = await createRouter(config, { telemetry: false, ...options });
-  const log: WriterLog = { acknowledged: [], failed: {} };
+  const log: WriterLog = { acknowledged: [], failed: {}, hung: [] };
   let stopping = false;
+  const inFlight = new Map<number, string>();
   const loops = shards.map(async (shard) => {
     for (let n = 0; !stopping; n++) {
       const token = `w${name}.${shard}-${n}`;
+      inFlight.set(shard, token);
       try {
         const id = await router.insert('items', { note: token }, { shard });
         log.acknowledged.push({ shard, id, token, at: performance.now() });
@@ -51,13 +56,24 @@ export async function startWriters(
         const code = (error as { code?: string }).code ?? 'ERROR';
         log.failed[code] = (log.failed[code] ?? 0) + 1;
         await sleep(20);
+      } finally {
+        inFlight.delete(shard);
       }
     }
   });
   return {
     async stop() {
       stopping = true;
-      await Promise.all(loops);
+      // Bounded: an insert that never returns is counted as hung, not waited for.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(loops),
+        new Promise((r) => {
+          timer = setTimeout(r, HUNG_MS);
+        }),
+      ]);
+      clearTimeout(timer);
+      log.hung = [...inFlight.values()];
       await router.close();
       return log;
     },

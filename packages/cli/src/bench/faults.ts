@@ -15,11 +15,13 @@ import { startWriters, type WriterLog, type Writers } from './faults-writers.js'
  * stop; `cluster cleanup` runs as an operator would; then every acknowledged insert is looked up in its shard's
  * home (faults-tally.ts). The scenarios are in faults-scenarios.ts.
  *
- * Per scenario: acknowledged, lost, duplicated, double-writable shards, and the longest gap between two
- * acknowledged inserts of one writer. A run with any lost, duplicated or double-writable is a failed run.
+ * Per scenario: acknowledged, lost, half-applied, duplicated, diverged, hung, double-writable shards, and the
+ * longest gap between two acknowledged calls of one writer. A run with any lost, half-applied, duplicated,
+ * diverged, hung or double-writable is a failed run. The scenarios that write across servers (transfers, unique
+ * claims, reference copies: faults-cross-scenarios.ts) run writers and a count of their own (faults-cross.ts) in
+ * place of the insert writers; the probes and cleanup are the same.
  *
- * Writes across servers have scenarios of their own (TRANSFER_SCENARIOS, each a file): transfers with withShards
- * whose two sides are checked against each other, which adds half-applied, diverged and hung to the count.
+ * Contended transfers (TRANSFER_SCENARIOS below) run a load of their own that checks both sides of every transfer.
  */
 export interface FaultsBenchOptions {
   /** Scenarios to run (default: all, in order). */
@@ -39,7 +41,13 @@ export interface ScenarioResult {
   title: string;
   acknowledged: number;
   lost: number;
+  /** Writes across servers found on some of their servers and not the others. */
+  halfApplied: number;
   duplicated: number;
+  /** State that disagrees with itself: balances and entries, copies of a reference table, lookups and rows. */
+  diverged: number;
+  /** Calls still running HUNG_MS after their writers were asked to stop. */
+  hung: number;
   /** Shards found writable on two nodes at one check, with the nodes. */
   doubleWritable: DoubleWritable[];
   /** Longest time a shard went without an acknowledged insert while the writers ran (ms), and that shard. */
@@ -52,17 +60,11 @@ export interface ScenarioResult {
   notes: string[];
   lostExamples: string[];
   seconds: number;
-  /** Transfer scenarios: transfers applied on one server only. */
-  halfApplied?: number;
-  /** Transfer scenarios: balances that disagree with their ledgers, or a failed call that committed. */
-  diverged?: number;
-  /** Transfer scenarios: calls that outlived every bound, or never ended. */
-  hung?: number;
 }
 
 export interface FaultsBenchResult {
   scenarios: ScenarioResult[];
-  /** True when some scenario lost, duplicated or left a shard writable twice. */
+  /** True when some scenario lost, half-applied, duplicated, diverged, hung or left a shard writable twice. */
   faultsFound: boolean;
   machine: { cpus: number; node: string };
   startedAt: string;
@@ -97,16 +99,16 @@ export const SCENARIO_NAMES = [...Object.keys(SCENARIOS), ...Object.keys(TRANSFE
   | TransferScenarioName
 )[];
 
-/** Any lost, duplicated, half-applied, diverged or hung, or a double-writable shard, in the results. */
+/** Any lost, half-applied, duplicated, diverged or hung call, or double-writable shard, in the results. */
 export function faultsFound(scenarios: readonly ScenarioResult[]): boolean {
   return scenarios.some(
     (s) =>
       s.lost > 0 ||
+      s.halfApplied > 0 ||
       s.duplicated > 0 ||
-      s.doubleWritable.length > 0 ||
-      (s.halfApplied ?? 0) > 0 ||
-      (s.diverged ?? 0) > 0 ||
-      (s.hung ?? 0) > 0,
+      s.diverged > 0 ||
+      s.hung > 0 ||
+      s.doubleWritable.length > 0,
   );
 }
 
@@ -121,7 +123,10 @@ async function runTransferScenario(
     title: TRANSFER_SCENARIOS[name].title,
     acknowledged: 0,
     lost: 0,
+    halfApplied: 0,
     duplicated: 0,
+    diverged: 0,
+    hung: 0,
     doubleWritable: [],
     longestGapMs: 0,
     longestGapShard: null,
@@ -138,6 +143,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Promise<ScenarioResult> {
   const scenario: Scenario = SCENARIOS[name];
+  if (scenario.cross) return runCrossScenario(name, scenario, options);
   const started = performance.now();
   const stage = await startStage(scenario.stage);
   const sets: Writers[] = [];
@@ -165,7 +171,7 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
       },
     };
     await sleep(300);
-    const endConfig = await scenario.fault(context);
+    const endConfig = await (scenario.fault as NonNullable<Scenario['fault']>)(context);
     // The writers go on after the fault: a shard that stays unwritable shows as a long gap.
     await sleep(scenario.afterMs ?? 1000);
     await probes.check();
@@ -184,19 +190,77 @@ async function runScenario(name: ScenarioName, options: FaultsBenchOptions): Pro
       title: scenario.title,
       acknowledged: tally.acknowledged,
       lost: tally.lost,
+      // One row per call: nothing can be half-applied, and the rows are the state (nothing to diverge).
+      halfApplied: 0,
       duplicated: tally.duplicated,
+      diverged: 0,
+      hung: log.hung.length,
       doubleWritable: probed.doubleWritable,
       longestGapMs: gap.ms,
       longestGapShard: gap.shard,
       failedInserts: log.failed,
       checks: probed.checks,
       notes,
-      lostExamples: tally.lostExamples,
+      lostExamples: [...tally.lostExamples, ...log.hung.map((t) => `HUNG insert ${t}`)],
       seconds: Math.round((performance.now() - started) / 100) / 10,
     };
   } finally {
     // After a failure too: writers and probes must not outlive their servers.
     await Promise.all(sets.map((w) => stopOnce(w).catch(() => {})));
+    await probes?.stop().catch(() => {});
+    scenario.done?.();
+    await stage.close();
+  }
+}
+
+/**
+ * A scenario that writes across servers: its own writers, fault and count (faults-cross-scenarios.ts), with the
+ * same probes for shards writable on two nodes and the same cleanup afterwards.
+ */
+async function runCrossScenario(
+  name: ScenarioName,
+  scenario: Scenario,
+  options: FaultsBenchOptions,
+): Promise<ScenarioResult> {
+  const started = performance.now();
+  const stage = await startStage(scenario.stage);
+  let probes: Probes | undefined;
+  try {
+    const notes: string[] = [];
+    const note = (line: string) => {
+      notes.push(line);
+      options.onProgress?.(`  ${name}: ${line}`);
+    };
+    await scenario.prepare?.(stage);
+    probes = startProbes(() => stage.nodes, stage.config.schemaPrefix);
+    const run = await (scenario.cross as NonNullable<Scenario['cross']>)({ stage, note });
+    await probes.check();
+    const cleanup = await cleanupCluster(run.config);
+    notes.push(
+      `cleanup: ${cleanup.settled.length} settled, ${cleanup.droppedCopies.length} old copies dropped, ${cleanup.conflicts.length} kept as conflicts`,
+    );
+    await probes.check();
+    const probed = await probes.stop();
+    const c = run.count;
+    return {
+      name,
+      title: scenario.title,
+      acknowledged: c.acknowledged,
+      lost: c.lost,
+      halfApplied: c.halfApplied,
+      duplicated: c.duplicated,
+      diverged: c.diverged,
+      hung: c.hung,
+      doubleWritable: probed.doubleWritable,
+      longestGapMs: c.longestGapMs,
+      longestGapShard: null,
+      failedInserts: c.failed,
+      checks: probed.checks,
+      notes,
+      lostExamples: c.examples,
+      seconds: Math.round((performance.now() - started) / 100) / 10,
+    };
+  } finally {
     await probes?.stop().catch(() => {});
     scenario.done?.();
     await stage.close();
@@ -215,9 +279,10 @@ function stopOnce(w: Writers): Promise<WriterLog> {
 }
 
 function mergeLogs(logs: readonly WriterLog[]): WriterLog {
-  const merged: WriterLog = { acknowledged: [], failed: {} };
+  const merged: WriterLog = { acknowledged: [], failed: {}, hung: [] };
   for (const log of logs) {
     merged.acknowledged.push(...log.acknowledged);
+    merged.hung.push(...log.hung);
     for (const [code, n] of Object.entries(log.failed)) merged.failed[code] = (merged.failed[code] ?? 0) + n;
   }
   return merged;

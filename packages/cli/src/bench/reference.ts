@@ -110,12 +110,31 @@ export async function runReferenceBench(options: ReferenceBenchOptions = {}): Pr
   const routers: Router[] = [];
   let pool: pg.Pool | undefined;
   try {
+    // One cluster per server count, each in a database of its own on the first N servers: a router writes every
+    // copy its cluster's catalog knows (reference/servers.ts), so N copies need a cluster of N servers.
+    const urlOf = (server: EmbeddedServer, n: number) => {
+      const url = new URL(server.url);
+      url.pathname = `/reference_${n}`;
+      return url.toString();
+    };
+    // The baseline writes the one copy of the one-server cluster (a copy of a bigger cluster written alone would
+    // differ from its other copies, which withReference refuses to build on).
+    const clusters = [...new Set([1, ...counts])];
+    for (const server of servers) {
+      const admin = createPool(server.url, { max: 1 });
+      try {
+        for (const n of clusters)
+          if (servers.indexOf(server) < n) await admin.query(`CREATE DATABASE reference_${n}`);
+      } finally {
+        await admin.end();
+      }
+    }
     const configOf = (n: number) =>
       validateConfig(
         {
-          servers: Object.fromEntries(servers.slice(0, n).map((s) => [s.name, s.url])),
+          servers: Object.fromEntries(servers.slice(0, n).map((s) => [s.name, urlOf(s, n)])),
           catalog: servers[0]?.name,
-          logicalShards: most * 2,
+          logicalShards: n * 2,
           tables: { photos: 'CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_id(), caption text)' },
           referenceTables: {
             plans: 'CREATE TABLE plans (id int PRIMARY KEY, hits bigint NOT NULL DEFAULT 0)',
@@ -123,16 +142,20 @@ export async function runReferenceBench(options: ReferenceBenchOptions = {}): Pr
         },
         'bench config',
       );
-    // One cluster over every server; a router configured with the first N of them writes N copies.
-    await initCluster(configOf(most));
-    const seeder = await createRouter(configOf(most), { listen: false });
-    await seeder.withReference((s) =>
-      s.query('INSERT INTO plans (id) SELECT generate_series(0, $1)', [ROWS - 1]),
-    );
-    await seeder.close();
+    for (const n of clusters) {
+      await initCluster(configOf(n));
+      const seeder = await createRouter(configOf(n), { listen: false });
+      await seeder.withReference((s) =>
+        s.query('INSERT INTO plans (id) SELECT generate_series(0, $1)', [ROWS - 1]),
+      );
+      await seeder.close();
+    }
 
     const first = servers[0] as EmbeddedServer;
-    pool = createPool(first.url, { max: opts.concurrency, applicationName: 'bench reference baseline' });
+    pool = createPool(urlOf(first, 1), {
+      max: opts.concurrency,
+      applicationName: 'bench reference baseline',
+    });
     const baselinePool = pool;
     const settings = await baselinePool.query(
       "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS sc",

@@ -2,6 +2,7 @@
 import { stopEmbeddedServersOnSignals } from '@shardflake/embedded';
 import { Command, CommanderError } from 'commander';
 import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import { isConnectionLoss, wrapPgError } from 'shardflake/internal/postgres/connect.js';
 import { VERSION } from 'shardflake/internal/telemetry/version.js';
 
 /**
@@ -78,7 +79,9 @@ export async function runCli(argv: string[]): Promise<number> {
     const program = await buildProgram(argv);
     await program.parseAsync(argv);
     return process.exitCode === undefined ? 0 : Number(process.exitCode);
-  } catch (error) {
+  } catch (thrown) {
+    // A lost connection that reached here unwrapped is SERVER_UNREACHABLE like any other (the one mapping).
+    const error = isConnectionLoss(thrown) ? wrapPgError(thrown) : thrown;
     if (error instanceof CommanderError) {
       // commander already printed its one line (or the help/version text); a usage mistake is bad input: 2.
       return NOT_A_MISTAKE.includes(error.code) ? error.exitCode : 2;

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { clusterStatus } from 'shardflake/internal/admin/status.js';
 import type { ClusterConfig } from 'shardflake/internal/config/config.js';
 import { redactSecrets, ShardflakeError } from 'shardflake/internal/errors/errors.js';
-import { connect } from 'shardflake/internal/postgres/connect.js';
+import { connect, wrapPgError } from 'shardflake/internal/postgres/connect.js';
 import { primaryUrl } from 'shardflake/internal/topology/connections.js';
 import { readMoves } from './moves.js';
 import { dashboardPage } from './page.js';
@@ -157,7 +157,7 @@ export async function serveDashboard(
       return send(res, 404, 'text/plain', 'not found\n');
     } catch (error) {
       const message = redactSecrets(error instanceof Error ? error.message : String(error));
-      const code = error instanceof ShardflakeError ? error.code : 'DATABASE_ERROR';
+      const code = wrapPgError(error).code;
       return send(res, 503, 'application/json', json({ error: { code, message } }));
     }
   };

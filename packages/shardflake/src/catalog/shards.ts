@@ -1,7 +1,7 @@
 /*
  * catalog/: Every statement on the catalog (schema `shardflake` on the catalog server), one file per topic: the
- * cluster row and the shard map, moves, migrations, lookups, leases, and cross-server transaction decisions. No
- * other folder writes catalog SQL (a house test checks it).
+ * cluster row and the shard map, moves, migrations, lookups, leases, cross-server transaction decisions, the
+ * servers and which of them hold a reference copy. No other folder writes catalog SQL (a house test checks it).
  *
  * May import: errors, postgres, config.
  */

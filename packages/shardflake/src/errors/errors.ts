@@ -47,7 +47,7 @@ export const ERROR_CODES = [
   'NO_PRIMARY', // no node of a server is its primary (a failover not finished within the wait, or none configured)
   'UNSUPPORTED_QUERY', // a query router.sql cannot answer exactly across shards (it says what); nothing was run
   'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
-  'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
+  'REFERENCE_DRIFT', // the copies of a reference table differ between servers (their contents, compared by withReference before every commit)
   'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
   // lookups
   'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)

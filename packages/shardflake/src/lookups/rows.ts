@@ -1,8 +1,9 @@
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
 import { expectObject } from '../errors/arguments.js';
-import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
+import { wrapPgError } from '../postgres/connect.js';
 import type { InsertManyOptions } from '../routing/bulk.js';
 import type { RouterContext } from '../routing/context.js';
 import { type MapState, placementIn } from '../routing/map.js';
@@ -135,7 +136,7 @@ export async function insertManyKept<R extends Row>(
     const e = firstError as { code?: string; message?: string };
     failed.sort((x, y) => x - y);
     throw new ShardflakeError(
-      isShardflakeError(firstError) ? firstError.code : 'DATABASE_ERROR',
+      wrapPgError(firstError).code,
       `insertMany into ${table}: ${failed.length} rows did not land (first: row ${failed[0]}): ${e.message ?? String(firstError)}`,
       { detail: `not written: rows ${failed.slice(0, 20).join(', ')}${failed.length > 20 ? ' …' : ''}` },
     );

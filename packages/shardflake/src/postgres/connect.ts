@@ -59,23 +59,96 @@ export function describeUrl(url: string): string {
   return describeServerUrl(expectString(url, 'a server URL'));
 }
 
-/** Turns a connection failure into SERVER_UNREACHABLE and a server error into DATABASE_ERROR (keeping SQLSTATE). */
+/**
+ * Connection loss, in one place: what every error mapping, retry rule and node check of shardflake asks before it
+ * decides anything. An error is a lost (or refused) connection when it, or an error it wraps through `cause`, is
+ * - a socket failure (ECONNREFUSED, ECONNRESET, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH, ENOTFOUND, EAI_AGAIN);
+ * - a server ending the session or refusing new ones: SQLSTATE class 08 (connection exception), 57P01 (admin
+ *   shutdown: `pg_ctl stop`, `pg_terminate_backend`, a failover tool stopping the old primary), 57P02 (another
+ *   backend crashed and the server restarts), 57P03 (starting up, shutting down, or a standby that takes no
+ *   connections);
+ * - node-postgres's words for a socket that closed without a message ("Connection terminated unexpectedly", a
+ *   backend killed -9 or a server stopped in immediate mode), a client used after that ("… is not queryable",
+ *   "Client was closed"), and a connect that timed out ("timeout expired", "… due to connection timeout");
+ * - a ShardflakeError that is SERVER_UNREACHABLE already.
+ * Errors PostgreSQL reports on a session that goes on (a constraint, a deadlock, a lock timeout, a read-only
+ * transaction) are not: they are the statement's own.
+ */
+export function isConnectionLoss(error: unknown): boolean {
+  for (let e = error, depth = 0; e !== null && typeof e === 'object' && depth < 8; depth++) {
+    const { code, sqlState, message, cause } = e as {
+      code?: unknown;
+      sqlState?: unknown;
+      message?: unknown;
+      cause?: unknown;
+    };
+    if (e instanceof ShardflakeError) {
+      if (code === 'SERVER_UNREACHABLE') return true;
+      if (typeof sqlState === 'string' && lostState(sqlState)) return true;
+    } else if (typeof code === 'string' && (SOCKET_CODES.has(code) || lostState(code))) return true;
+    if (typeof message === 'string' && DROPPED.test(message)) return true;
+    e = cause;
+  }
+  return false;
+}
+
+/** Socket errors: nothing answers at the address any more (or never did). */
+const SOCKET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/** SQLSTATEs of a session the server ended, or of a connection it would not take (see isConnectionLoss). */
+const lostState = (state: string) => state.startsWith('08') || /^57P0[123]$/.test(state);
+
+/** node-postgres's messages for a connection that went away without a SQLSTATE, or never came. */
+const DROPPED =
+  /Connection terminated|connection error and is not queryable|Client was closed and is not queryable|^timeout expired$|due to connection timeout/i;
+
+/** Why a lost connection was lost, in a few words for its message. */
+function lossReason(error: unknown): string {
+  for (let e = error, depth = 0; e !== null && typeof e === 'object' && depth < 8; depth++) {
+    const { code, message, cause } = e as { code?: unknown; message?: unknown; cause?: unknown };
+    if (typeof code === 'string' && SOCKET_CODES.has(code)) return code;
+    if (typeof message === 'string' && /^timeout expired$|due to connection timeout/.test(message))
+      return 'no connection within the connect timeout';
+    if (typeof code === 'string' && lostState(code) && typeof message === 'string')
+      return `the server ended the session: ${redactSecrets(message)}`;
+    if (typeof message === 'string' && DROPPED.test(message))
+      return `the connection was lost: ${redactSecrets(message)}`;
+    e = cause;
+  }
+  return 'the connection was lost';
+}
+
+/**
+ * The one mapping of a driver error to shardflake's codes: connection loss (isConnectionLoss) is
+ * SERVER_UNREACHABLE, whatever step it broke; an error the server reported on a working session is
+ * DATABASE_ERROR (or REFERENCE_READ_ONLY for the reference tables' guard), keeping SQLSTATE and DETAIL. A
+ * ShardflakeError is returned as it is.
+ */
 export function wrapPgError(error: unknown, url?: string): ShardflakeError {
   if (error instanceof ShardflakeError) return error;
   const e = error as { code?: string; message?: string; detail?: string };
   const where = url ? ` at ${describeUrl(url)}` : '';
-  const networkCodes = ['ECONNREFUSED', 'ENOTFOUND', 'ETIMEDOUT', 'ECONNRESET', 'EHOSTUNREACH', '57P03'];
-  if (e?.code && networkCodes.includes(e.code)) {
-    return new ShardflakeError('SERVER_UNREACHABLE', `PostgreSQL server${where} is unreachable (${e.code})`, {
-      cause: error,
-    });
-  }
-  // pg's and pg-pool's words for a new connection the server did not accept within connectionTimeoutMillis.
-  if (/^timeout expired$|due to connection timeout/.test(String(e?.message))) {
+  const state =
+    typeof e?.code === 'string' && !SOCKET_CODES.has(e.code) && /^[0-9A-Z]{5}$/.test(e.code)
+      ? e.code
+      : undefined;
+  if (isConnectionLoss(error)) {
     return new ShardflakeError(
       'SERVER_UNREACHABLE',
-      `PostgreSQL server${where} is unreachable (no connection within the connect timeout)`,
-      { cause: error },
+      `PostgreSQL server${where} is unreachable (${lossReason(error)})`,
+      {
+        sqlState: state,
+        cause: error,
+      },
     );
   }
   const message = redactSecrets(String(e?.message ?? error));

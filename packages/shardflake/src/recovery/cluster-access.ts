@@ -10,7 +10,9 @@ import { TRANSACTION_DEFAULTS } from './state.js';
 /**
  * Recovery and inspection from a command (`cluster recover`, `cluster verify`, `cluster status`): one client per
  * server, connected on first use; a server that does not answer is reported, not fatal, so the others are still
- * settled.
+ * settled. A server with replicas is reached at whichever node answers as its primary, even while another of its
+ * nodes does not answer (the old primary of a failover): a transaction prepared before the failover is on the
+ * promoted node, and recovery settles it there, by its decision, without waiting for the config to change.
  */
 export function clusterAccess(
   config: Pick<ClusterConfig, 'servers' | 'nodes'>,
@@ -20,7 +22,7 @@ export function clusterAccess(
   const client = (server: string) => {
     let c = clients.get(server);
     if (!c) {
-      c = connectServer(config, server, { applicationName, connectTimeoutMs: 5000 });
+      c = connectServer(config, server, { applicationName, connectTimeoutMs: 5000, requireAll: false });
       clients.set(server, c);
       c.catch(() => clients.delete(server));
     }

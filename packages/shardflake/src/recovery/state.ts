@@ -37,7 +37,11 @@ export const TRANSACTION_DEFAULTS = {
 };
 
 export interface TransactionStateDeps {
-  servers: readonly string[];
+  /**
+   * The servers recovery looks at: the config's, and the ones the router learned from the catalog and used since
+   * (a server added for a move, where a transaction of this router may have prepared).
+   */
+  servers(): readonly string[];
   catalog: string;
   nodes(server: string): ServerNodes;
   /**
@@ -117,7 +121,7 @@ export class TransactionState {
   /** Connections for recovery: the router's own pools. */
   access(): ServerAccess {
     return {
-      servers: this.#deps.servers,
+      servers: this.#deps.servers(),
       use: async (server, fn) => {
         const lease = await this.#deps.nodes(server).acquire({ intent: 'write' });
         let failure: unknown;

@@ -1,5 +1,6 @@
 import { pipeline } from 'node:stream/promises';
 import type pg from 'pg';
+import { readReferenceCopies } from '../catalog/reference-copies.js';
 import type { ClusterConfig } from '../config/config.js';
 import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { ShardflakeError } from '../errors/errors.js';
@@ -8,20 +9,40 @@ import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { settlePreparedOnShards } from '../recovery/settle.js';
 import { serverOrder } from './order.js';
-import { BEGIN_WRITE, LIST_REFERENCE_TABLES_SQL, STATE_TABLE } from './sql.js';
+import { recordCopies } from './servers.js';
+import {
+  BEGIN_WRITE,
+  DIGEST_ALL,
+  HAS_STATE_SQL,
+  LIST_REFERENCE_TABLES_SQL,
+  STATE_TABLE,
+  WRITERS_TABLE,
+} from './sql.js';
 import { type ReferenceState, readReferenceState } from './state.js';
 
 /**
  * Filling an unsynced copy (a server added after the cluster was made) with the rows of a synced one, before any
- * shard lives there.
+ * shard lives there, and making it a copy every writer writes from then on.
  *
- * Why the copy is exact: it locks the reference tables of every configured server, in server order (order.ts),
- * SHARE on each (which waits for every reference write in flight, prepared ones included, and holds back new ones
- * while readers go on) and ACCESS EXCLUSIVE on the copy being filled. With every server locked no write can commit
- * anywhere, so the source's rows are the rows every synced copy holds; the target is emptied, given the source's
- * rows (binary COPY, table by table, parents before children) and its sequences' positions, and marked synced in
- * the same transaction. Locking in server order, like every writer, means the copy and a writer meet at the first
- * server they share rather than deadlock across two; lock_timeout bounds the wait for a stuck writer.
+ * Why the copy is exact. On every configured server that has reference tables, in server order (order.ts), it
+ * takes SHARE on the writers table first — which waits for every reference write in flight there, prepared ones
+ * included (each holds ROW EXCLUSIVE on it from its mark, sql.ts begin_write), and holds back new ones at their
+ * mark, before they touch any table — then SHARE on the reference tables (ACCESS EXCLUSIVE on the copy being
+ * filled). With every server held, no reference write can commit anywhere, so the source's rows are the rows
+ * every synced copy holds; the target is emptied, given the source's rows (binary COPY, table by table, parents
+ * before children) and its sequences' positions, its digests computed from those rows, and marked synced.
+ *
+ * Why a writer that started before the fill finished is not lost: every held server's copies list (and the
+ * target's) gets the target, in the same transactions, and the target commits first. A writer whose mark on some
+ * server came after the fill's lock there reads that list under its own lock and writes the target too
+ * (write.ts); one whose marks all came before is waited for, and its rows are in what is copied. The catalog
+ * records the target afterwards, so routers start from it too (a crash before that only costs writers one retry).
+ *
+ * Why it does not deadlock with writers: a writer takes its marks one server at a time in server order, before
+ * any statement, and the fill takes its locks in the same order; a writer waiting for the fill holds marks only on
+ * servers the fill already holds or does not need, and the fill never waits for a writer's table locks (a writer
+ * has none until all its marks are taken). `lock_timeout` bounds the wait for a writer that is stuck (a prepared
+ * one is settled by its decision first).
  */
 export interface FillOptions {
   lockTimeoutMs: number;
@@ -83,13 +104,23 @@ export async function fillCopy(
   // A reference write in doubt would hold its locks until recovery: settled by its decision first.
   for (const server of order)
     await settlePreparedOnShards(config, server, [REFERENCE_SCHEMA], { failWith: 'SHARD_BUSY' });
+  // A copy on a server this config does not name could take a write while the fill runs: refused up front.
+  notInConfig(target, await readReferenceCopies(client(config.catalog)), clients, 'the catalog lists it');
   const open: pg.Client[] = [];
   const states = new Map<string, ReferenceState | null>();
   try {
     for (const server of order) {
       const c = client(server);
-      await c.query(`BEGIN; SET LOCAL lock_timeout = ${options.lockTimeoutMs}`);
+      // READ COMMITTED whatever the server's default: the state is read after the locks, by a later snapshot.
+      await c.query(
+        `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ${options.lockTimeoutMs}`,
+      );
       open.push(c);
+      if (!(await hasCopy(c))) {
+        states.set(server, null);
+        continue;
+      }
+      await c.query(`LOCK TABLE ${WRITERS_TABLE} IN SHARE MODE`);
       const tables = await tablesOf(c);
       if (tables.length > 0) {
         const mode = server === target ? 'ACCESS EXCLUSIVE' : 'SHARE';
@@ -106,6 +137,8 @@ export async function fillCopy(
       open.length = 0;
       return null;
     }
+    const listed = new Set([...states.values()].flatMap((s) => s?.copies ?? []));
+    notInConfig(target, [...listed], clients, 'a copy lists it');
     const same = (s: ReferenceState | null | undefined) =>
       s?.synced === true &&
       s.version === mine.version &&
@@ -149,11 +182,23 @@ export async function fillCopy(
       const { last_value, is_called } = at[0] as { last_value: bigint; is_called: boolean };
       await dest.query('SELECT setval($1::regclass, $2, $3)', [seq, last_value.toString(), is_called]);
     }
+    await dest.query(`SELECT ${DIGEST_ALL}`);
+    // Every held copy learns of the target, in the transaction that holds its writers back (see above).
+    const holders = [...new Set([...listed, ...order.filter((s) => states.get(s)?.synced), target])].sort();
+    for (const server of order) {
+      if (states.get(server) === null) continue;
+      await client(server).query(
+        `UPDATE ${STATE_TABLE} SET copies = ARRAY(SELECT DISTINCT unnest(copies || $1::text[]) ORDER BY 1)`,
+        [holders],
+      );
+    }
     await dest.query(`UPDATE ${STATE_TABLE} SET synced = true, synced_from = $1, changed_at = now()`, [from]);
+    // The target first: a list that names it is never visible before its rows are.
     await dest.query('COMMIT');
     open.splice(open.indexOf(dest), 1);
     await Promise.all(open.map((c) => c.query('COMMIT')));
     open.length = 0;
+    await recordCopies(config, client(config.catalog), holders);
     return { from, rows };
   } catch (error) {
     await Promise.all(open.map((c) => c.query('ROLLBACK').catch(() => {})));
@@ -165,4 +210,24 @@ export async function fillCopy(
       cause: error,
     });
   }
+}
+
+/** Whether a server has the reference bookkeeping at all. */
+async function hasCopy(client: pg.Client): Promise<boolean> {
+  return ((await client.query(HAS_STATE_SQL)).rows[0] as { ok: boolean }).ok;
+}
+
+/** Refuses to fill while a copy lives on a server the fill cannot hold (not in its config). */
+function notInConfig(
+  target: string,
+  copies: readonly string[],
+  clients: ReadonlyMap<string, pg.Client>,
+  why: string,
+): void {
+  const outside = copies.filter((s) => !clients.has(s));
+  if (outside.length > 0)
+    throw new ShardflakeError(
+      'INVALID_CONFIG',
+      `server ${outside[0]} holds a copy of the reference tables (${why}) but is not in the config: add it, so that filling server ${target}'s copy can hold back its writers too`,
+    );
 }

@@ -3,7 +3,7 @@
  * to a new server, written atomically everywhere (write.ts, `router.withReference`), and compared by the verify
  * check.
  *
- * May import: errors, postgres, config, topology, telemetry, recovery, routing, transactions.
+ * May import: errors, postgres, config, topology, catalog, telemetry, recovery, routing, transactions.
  */
 import type pg from 'pg';
 import type { ClusterConfig } from '../config/config.js';
@@ -13,11 +13,14 @@ import { wrapPgError } from '../postgres/connect.js';
 import { settlePreparedOnShards } from '../recovery/settle.js';
 import { fillCopy } from './copy.js';
 import { serverOrder } from './order.js';
+import { recordCopies } from './servers.js';
 import {
+  DIGEST_ALL,
   MIGRATIONS_TABLE,
   REFERENCE_SQL_VERSION,
   referenceChangeSql,
   referenceSchemaSql,
+  referenceUpgradeSql,
   STATE_TABLE,
   TABLES_TABLE,
 } from './sql.js';
@@ -76,11 +79,25 @@ export async function installReference(
   for (const server of order) states.set(server, await readReferenceState(clientOf(server)));
   // A new cluster (no copy anywhere): every copy made now is empty, like all the others, so it starts synced.
   const fresh = [...states.values()].every((s) => s === null);
+  // A server outside `only` whose copy runs older SQL gets the bookkeeping brought up to date (never its tables or
+  // rows): a fill must find every copy's writers lock, copies list and digests (copy.ts, write.ts).
+  const upgrade = (server: string) => {
+    const state = states.get(server) ?? null;
+    return !only.has(server) && state !== null && state.sqlVersion < REFERENCE_SQL_VERSION;
+  };
+  // The copies known synced now: every copy made by this run when the cluster is new, else the synced copies and
+  // the lists they hold.
+  const holders = new Set<string>(fresh ? order.filter((s) => only.has(s)) : []);
+  for (const [server, state] of states) {
+    if (state?.synced) holders.add(server);
+    for (const listed of state?.copies ?? []) holders.add(listed);
+  }
+  const holderList = [...holders].sort();
   // Reference writes in doubt (prepared, their coordinator gone) would hold the tables' locks and make the DDL
   // below wait: they are settled by their decision first (one query per server when there are none).
   for (const server of order) {
     const state = states.get(server) ?? null;
-    if (only.has(server) && state !== null && !isCurrent(config, state))
+    if ((only.has(server) && state !== null && !isCurrent(config, state)) || upgrade(server))
       await settlePreparedOnShards(config, server, [REFERENCE_SCHEMA], { failWith: 'MIGRATION_FAILED' });
   }
 
@@ -89,7 +106,7 @@ export async function installReference(
   let committing = false;
   try {
     for (const server of order) {
-      if (!only.has(server)) continue;
+      if (!only.has(server) && !upgrade(server)) continue;
       at = server;
       const client = clientOf(server);
       const state = states.get(server) ?? null;
@@ -101,6 +118,16 @@ export async function installReference(
          ON CONFLICT (singleton) DO UPDATE SET sql_version = greatest(${STATE_TABLE}.sql_version, excluded.sql_version)`,
         [REFERENCE_SQL_VERSION, fresh],
       );
+      // Lists only grow, and only by copies that are synced: telling a writer of one more synced copy is always safe.
+      await client.query(
+        `UPDATE ${STATE_TABLE} SET copies = ARRAY(SELECT DISTINCT unnest(copies || $1::text[]) ORDER BY 1)`,
+        [holderList],
+      );
+      if (upgrade(server)) {
+        await client.query(referenceUpgradeSql());
+        result.changed.push(server);
+        continue;
+      }
       // Under this lock another migrate waits, and then sees what this one applied.
       await client.query(`LOCK TABLE ${MIGRATIONS_TABLE} IN EXCLUSIVE MODE`);
       const { rows } = await client.query(
@@ -126,6 +153,9 @@ export async function installReference(
         );
         result.changed.push(server);
       }
+      // Every table's digest from its rows: a migration may change rows or their shape (a column added with a
+      // default) where no trigger sees it, and a digest put out of step by hand is repaired here.
+      await client.query(`SELECT ${DIGEST_ALL}`);
     }
     committing = true;
     while (open.length > 0) {
@@ -147,6 +177,8 @@ export async function installReference(
       { sqlState: e.sqlState, detail: e.detail, cause: error },
     );
   }
+  // Routers write the copies the catalog lists (reference/servers.ts): every synced one is recorded there.
+  await recordCopies(config, clientOf(config.catalog), holderList);
 
   for (const server of order) {
     if (!only.has(server)) continue;

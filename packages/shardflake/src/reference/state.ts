@@ -8,6 +8,8 @@ export interface ReferenceState {
   sqlVersion: number;
   /** Holds every row the other synced copies hold (false: made later, not filled yet). */
   synced: boolean;
+  /** The servers this copy knows to hold a synced copy (sql.ts; empty before version 2 of the SQL). */
+  copies: string[];
   /** Config tables created on this server. */
   tables: string[];
   /** Highest reference migration applied. */

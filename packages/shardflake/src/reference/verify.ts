@@ -1,3 +1,4 @@
+import { readReferenceCopies } from '../catalog/reference-copies.js';
 import type { ClusterConfig } from '../config/config.js';
 import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { type Queryable, type ServerAccess, wrapPgError } from '../postgres/connect.js';
@@ -5,7 +6,7 @@ import { qualified } from '../postgres/identifier.js';
 import { PREPARED_ON_SCHEMAS_SQL } from '../recovery/recovery.js';
 import { closeAll, connectAll } from '../topology/connections.js';
 import { serverOrder } from './order.js';
-import { LIST_REFERENCE_TABLES_SQL } from './sql.js';
+import { DIGESTS_AGAINST_ROWS_SQL, LIST_REFERENCE_TABLES_SQL } from './sql.js';
 import { hasReference, type ReferenceState, readReferenceState } from './state.js';
 
 /**
@@ -49,7 +50,8 @@ async function digest(client: Queryable, table: string): Promise<TableDigest> {
 
 /** The problems of the reference copies on the servers of `clients` (one client per configured server). */
 export async function verifyReference(
-  config: Pick<ClusterConfig, 'servers' | 'schemaPrefix' | 'referenceTables' | 'referenceMigrations'>,
+  config: Pick<ClusterConfig, 'servers' | 'schemaPrefix' | 'referenceTables' | 'referenceMigrations'> &
+    Partial<Pick<ClusterConfig, 'catalog'>>,
   clients: ReadonlyMap<string, Queryable>,
   options: { lockTimeoutMs?: number } = {},
 ): Promise<ReferenceProblem[]> {
@@ -59,6 +61,19 @@ export async function verifyReference(
   for (const server of order) states.set(server, await readReferenceState(clients.get(server) as Queryable));
   const anyCopy = [...states.values()].some((s) => s !== null);
   if (!hasReference(config) && !anyCopy) return problems;
+  // A copy on a server this config does not name is written by every router but compared by no check run with it.
+  const catalog = config.catalog === undefined ? undefined : clients.get(config.catalog);
+  const listed = new Set([
+    ...(catalog ? await readReferenceCopies(catalog) : []),
+    ...[...states.values()].flatMap((s) => s?.copies ?? []),
+  ]);
+  for (const server of [...listed].sort()) {
+    if (!(server in config.servers))
+      problems.push({
+        server,
+        message: `server ${server} holds a copy of the reference tables (the catalog or a copy lists it) but is not in this config: add it, so that its copy is compared with the others`,
+      });
+  }
 
   // A prepared (in-doubt) reference write holds its locks until it is settled: the comparison below would wait for
   // it, and the copies legitimately differ until it is. Reported as such instead.
@@ -144,6 +159,24 @@ export async function verifyReference(
       const mine = new Map<string, TableDigest>();
       for (const table of tables) mine.set(table, await digest(client, table));
       digests.set(server, mine);
+      // The digest withReference compares at commit (sql.ts) must match the rows, or every write would fail.
+      if (state.sqlVersion >= 2) {
+        const { rows: kept } = await client.query(DIGESTS_AGAINST_ROWS_SQL);
+        for (const k of kept as {
+          name: string;
+          stored_rows: string | null;
+          stored: string | null;
+          rows: string;
+          digest: string;
+        }[]) {
+          if (k.stored === k.digest && k.stored_rows === k.rows) continue;
+          problems.push({
+            server,
+            table: k.name,
+            message: `reference table ${k.name} on server ${server} holds ${k.rows} rows but its digest says ${k.stored_rows ?? 'nothing'}${k.stored_rows === k.rows ? ' (another digest)' : ''}: it was changed where the digest triggers did not see it; shardflake cluster migrate recomputes it once the rows agree`,
+          });
+        }
+      }
     }
   } catch (error) {
     throw wrapPgError(error);

@@ -28,8 +28,8 @@ import { insertManyKept, withShardKept, withShardsKept, writeKept } from '../loo
 import { connect } from '../postgres/connect.js';
 import type { RecoveryReport } from '../recovery/recovery.js';
 import { type TransactionOptions, TransactionState } from '../recovery/state.js';
-import { serverOrder } from '../reference/order.js';
-import { type ReferenceSession, withReference } from '../reference/write.js';
+import { referenceServersOf } from '../reference/servers.js';
+import { type ReferenceSession, type ReferenceTargets, withReference } from '../reference/write.js';
 import { type InsertManyOptions, insertMany } from '../routing/bulk.js';
 import type { RetryPolicy, RouterContext, WriteRetry } from '../routing/context.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from '../routing/map.js';
@@ -299,13 +299,24 @@ export async function createRouter(
     maxRetryBackoffMs: opts.maxRetryBackoffMs,
     onRetry: opts.onRetry,
   };
+  // The node addresses of a server: the config's, or the catalog's for one the router learned (learned-server.ts).
+  const nodeList = (server: string) => {
+    const known = map.state?.servers.get(server);
+    return server in config.servers || !known
+      ? config
+      : { servers: { [server]: known[0] as string }, nodes: { [server]: known } };
+  };
   const transactions = new TransactionState(
     {
-      servers: Object.keys(config.servers),
+      // The config's servers, and those this router learned and used since (a server added for a move, where one
+      // of its transactions may have prepared): a server it never reached holds nothing of it.
+      servers: () => [
+        ...new Set([...Object.keys(config.servers), ...servers.keys(), ...commitServers.keys()]),
+      ],
       catalog: config.catalog,
       nodes: (server) => ctx.nodes(server),
       connect: async (server) =>
-        connect(await primaryUrl(config, server, { requireAll: false }), {
+        connect(await primaryUrl(nodeList(server), server, { requireAll: false }), {
           applicationName: 'shardflake router',
         }),
       hook: () => ctx.onEvent,
@@ -385,21 +396,33 @@ export async function createRouter(
     commitNodes(server) {
       let nodes = commitServers.get(server);
       if (!nodes) {
-        nodes = createServerNodes(server, serverNodeUrls(config, server), {
-          poolSize: opts.poolSize,
-          connectTimeoutMs: opts.connectTimeoutMs,
-          maxUses: opts.maxUses,
-          maxLifetimeSeconds: opts.maxLifetimeSeconds,
-          applicationName: 'shardflake router commit',
-          ...opts.replicas,
-          onEvent: hook,
-        });
+        // A lookup's entry shard may live on a server the config lacks (moved there since): learned, as for nodes().
+        nodes = learnedServerNodes(config, map.state, server, (urls) =>
+          createServerNodes(server, urls, {
+            poolSize: opts.poolSize,
+            connectTimeoutMs: opts.connectTimeoutMs,
+            maxUses: opts.maxUses,
+            maxLifetimeSeconds: opts.maxLifetimeSeconds,
+            applicationName: 'shardflake router commit',
+            ...opts.replicas,
+            onEvent: hook,
+          }),
+        );
         commitServers.set(server, nodes);
       }
       return nodes;
     },
   };
   const loaded = () => map.state as MapState;
+  // The servers withReference writes: the catalog's copies and shard servers, and copies learned since (servers.ts).
+  const learnedCopies = new Set<string>();
+  const referenceTargets: ReferenceTargets = {
+    current: async () => referenceServersOf(await map.fresh(), Object.keys(config.servers), learnedCopies),
+    learn(servers) {
+      for (const server of servers) learnedCopies.add(server);
+      map.markStale();
+    },
+  };
   const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
 
   const router: Router = {
@@ -443,7 +466,7 @@ export async function createRouter(
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
-    withReference: (fn) => withReference(ctx, serverOrder(config), fn),
+    withReference: (fn) => withReference(ctx, referenceTargets, fn),
     withShards: (targets, fn, shardsOptions) => withShardsKept(ctx, targets, fn, shardsOptions),
     recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),

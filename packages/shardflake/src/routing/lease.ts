@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../errors/errors.js';
-import { loadPg, wrapPgError } from '../postgres/connect.js';
+import { isConnectionLoss, loadPg, wrapPgError } from '../postgres/connect.js';
 import type { AcquireOptions, NodeLease } from '../topology/nodes.js';
 import type { RouterContext } from './context.js';
 
@@ -28,17 +28,18 @@ export async function acquireOn(
   }
 }
 
-const NETWORK_CODES = ['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED', 'EHOSTUNREACH'];
-
-/** A lost connection, as opposed to an error PostgreSQL reported on a connection that still works. */
+/**
+ * A lost connection, as opposed to an error PostgreSQL reported on a connection that still works (the difference
+ * decides whether a COMMIT in flight may have committed). Lost: the client says so itself (pg marks a client whose
+ * connection failed or ended as no longer queryable), the server ended the session (a FATAL or PANIC error, class
+ * 08), or the error is connection loss as the one mapping defines it (postgres/connect.ts `isConnectionLoss`).
+ */
 export function isConnectionLost(error: unknown, client?: pg.ClientBase): boolean {
-  // pg marks a client whose connection failed or ended as no longer queryable (not in its typings).
+  // pg's client state is not in its typings.
   const state = client as unknown as { _queryable?: boolean; _ending?: boolean } | undefined;
   if (state && (state._queryable === false || state._ending === true)) return true;
   // pg is loaded on first connect (connect.ts); an error from a client means it is loaded already.
-  if (error instanceof loadPg().DatabaseError)
-    return error.severity === 'FATAL' || error.severity === 'PANIC' || error.code?.startsWith('08') === true;
-  const e = error as { code?: unknown; message?: unknown } | null;
-  if (typeof e?.code === 'string' && NETWORK_CODES.includes(e.code)) return true;
-  return typeof e?.message === 'string' && /Connection terminated|not queryable/i.test(e.message);
+  if (error instanceof loadPg().DatabaseError && (error.severity === 'FATAL' || error.severity === 'PANIC'))
+    return true;
+  return isConnectionLoss(error);
 }

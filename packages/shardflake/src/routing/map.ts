@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { readReferenceCopies } from '../catalog/reference-copies.js';
 import { readServers } from '../catalog/servers.js';
 import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import { shown } from '../errors/arguments.js';
@@ -37,6 +38,8 @@ export interface MapState {
   schemaPrefix: string;
   /** The servers the catalog knows (catalog/servers.ts): node addresses without passwords. */
   servers: Map<string, string[]>;
+  /** The servers the catalog records as holding a synced copy of the reference tables (catalog/reference-copies.ts). */
+  referenceCopies: string[];
 }
 
 export interface ShardMapOptions {
@@ -95,6 +98,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
         );
       const map = await readShardMap(catalogPool);
       const servers = await readServers(catalogPool);
+      const referenceCopies = await readReferenceCopies(catalogPool);
       const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
       const shardField = layout.fields.find((f) => f.kind === 'shard');
       if (!shardField)
@@ -110,6 +114,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
         shards,
         schemaPrefix: info.schemaPrefix,
         servers,
+        referenceCopies,
       };
       options.onMapChange?.(map.version);
       if (options.emit && map.version !== previous)
@@ -158,7 +163,8 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
   async function followCatalog(): Promise<void> {
     if (!options.locateCatalog) return;
     const found = await options.locateCatalog().catch(() => catalogUrl);
-    if (found === catalogUrl) return;
+    // Closed while the primary was looked for: a pool made now would outlive close() (and keep the process alive).
+    if (found === catalogUrl || closed) return;
     const old = catalogPool;
     catalogUrl = found;
     catalogPool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });

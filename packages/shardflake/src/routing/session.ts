@@ -4,7 +4,7 @@ import { shown } from '../errors/arguments.js';
 import { driverDatabaseError, ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { BatchFailure, type BatchStatement, queryBatch } from '../postgres/batch.js';
-import { wrapPgError } from '../postgres/connect.js';
+import { isConnectionLoss, wrapPgError } from '../postgres/connect.js';
 import { traced } from '../telemetry/trace.js';
 import type { NodeLease } from '../topology/nodes.js';
 import type { RouterContext } from './context.js';
@@ -65,7 +65,10 @@ export interface ShardSession {
    * library's own `transaction()` nests inside the session instead of ending it.
    */
   readonly client: pg.PoolClient;
-  /** Runs a statement in the session's transaction; int8 comes back as bigint. Errors are DATABASE_ERROR. */
+  /**
+   * Runs a statement in the session's transaction; int8 comes back as bigint. Errors are DATABASE_ERROR, or
+   * SERVER_UNREACHABLE when the connection is lost.
+   */
   query<R extends pg.QueryResultRow = Record<string, unknown>>(
     text: string,
     values?: unknown[],
@@ -89,9 +92,13 @@ export function shardOfTarget(map: MapState, target: ShardTarget): number {
   return shard;
 }
 
-/** fn's error in the session's one shape: a client's database error becomes DATABASE_ERROR; others are kept. */
+/**
+ * fn's error in the session's one shape: a client's database error becomes DATABASE_ERROR, a lost connection
+ * SERVER_UNREACHABLE (wrapPgError, the one mapping); the application's own errors are kept.
+ */
 function asDatabaseError(error: unknown, node: string): unknown {
   if (error instanceof ShardflakeError) return error;
+  if (isConnectionLoss(error)) return wrapPgError(error, node);
   const database = driverDatabaseError(error);
   if (!database) return error;
   const wrapped = wrapPgError(database, node);

@@ -1,5 +1,5 @@
 import { redactSecrets, ShardflakeError } from '../errors/errors.js';
-import { wrapPgError } from '../postgres/connect.js';
+import { isConnectionLoss, wrapPgError } from '../postgres/connect.js';
 import type { NodeLease } from '../topology/nodes.js';
 import type { Operation, RetryReason, RouterEvent, RouterEventHook } from './events.js';
 
@@ -49,7 +49,11 @@ export class OperationTrace {
 
 /** The event's error: shardflake's own as is, a PostgreSQL error wrapped, anything else (an error of fn) named. */
 function asShardflakeError(error: unknown): ShardflakeError {
-  if (error instanceof ShardflakeError || (error as { code?: unknown } | null)?.code !== undefined)
+  if (
+    error instanceof ShardflakeError ||
+    (error as { code?: unknown } | null)?.code !== undefined ||
+    isConnectionLoss(error)
+  )
     return wrapPgError(error);
   return new ShardflakeError('INVALID_ARGUMENT', `the callback failed: ${redactSecrets(String(error))}`, {
     cause: error,

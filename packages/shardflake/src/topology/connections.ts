@@ -44,7 +44,7 @@ export async function primaryUrl(
 export async function connectServer(
   config: ServerList,
   name: string,
-  options: { connectTimeoutMs?: number; applicationName?: string } = {},
+  options: { connectTimeoutMs?: number; applicationName?: string; requireAll?: boolean } = {},
 ): Promise<pg.Client> {
   return connect(await primaryUrl(config, name, options), options);
 }

@@ -179,9 +179,18 @@ function phaseEvent(
 
 export function openCrossTransaction(
   ctx: RouterContext,
-  /** `born`: when the caller's first attempt began (ms since 1970), kept across re-runs (deadlocks/tag.ts). */
-  options: { trace?: OperationTrace; born?: number } = {},
+  options: {
+    trace?: OperationTrace;
+    /** When the caller's first attempt began (ms since 1970), kept across re-runs (deadlocks/tag.ts). */
+    born?: number;
+    /**
+     * Every participant READ COMMITTED, whatever its server's default (withReference: a statement must see what
+     * committed while it waited for a lock, reference/write.ts).
+     */
+    readCommitted?: boolean;
+  } = {},
 ): CrossInternals {
+  const begin = options.readCommitted ? BEGIN_READ_COMMITTED : BEGIN;
   const txid = newTxid();
   const tag: TransactionTag = { txid, born: options.born ?? Date.now() };
   const detector = ctx.deadlocks;
@@ -213,7 +222,7 @@ export function openCrossTransaction(
   };
 
   /** Whether the participant's BEGIN went out (it waits in `pending` for the first statement). */
-  const begun = (p: Participant) => !p.shared.pending.includes(BEGIN);
+  const begun = (p: Participant) => !p.shared.pending.includes(begin);
 
   /**
    * The commit step's statement with everything still pending on the participant, in one round trip. `pending`
@@ -253,7 +262,7 @@ export function openCrossTransaction(
         shared: {
           tail: Promise.resolve(),
           path: firstPath,
-          pending: [BEGIN, setLocal([['search_path', firstPath], ...settings])],
+          pending: [begin, setLocal([['search_path', firstPath], ...settings])],
         },
         broken: undefined,
         onError: (error) => {
@@ -607,10 +616,12 @@ export function openCrossTransaction(
   /** Rolls back every participant still in its local transaction (none is prepared before the decision path). */
   const rollbackAll = async () => {
     settling = true;
-    if (outcome === 'open') outcome = 'rolled-back';
     // Every join finishes first; one that failed after acquiring its connection still holds it.
     await Promise.allSettled(participants.values());
+    // Still `open` while the participants are released: a participant whose node went away (a failover before the
+    // decision) marks the transaction `nodeGone`, which lets the caller run it again.
     await Promise.all(joined.filter((p) => !p.ended).map(rollbackLocal));
+    if (outcome === 'open') outcome = 'rolled-back';
   };
 
   const tx: CrossInternals = {
@@ -738,6 +749,7 @@ export function openCrossTransaction(
 
 /** The statement every participant's transaction starts with, sent with its first statement. */
 const BEGIN: BatchStatement = { text: 'BEGIN' };
+const BEGIN_READ_COMMITTED: BatchStatement = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED' };
 
 const noop = () => {};
 

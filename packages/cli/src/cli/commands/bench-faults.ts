@@ -7,7 +7,7 @@ export function registerBenchFaultsCommand(bench: Command): void {
   bench
     .command('faults')
     .description(
-      'run shard moves through faults (failover with and without a lagging replica, the mover killed -9 or frozen, routers on an older config) on embedded servers with writers logging every acknowledged insert, and transfers across servers under contention; exits 1 if any is lost, duplicated, half-applied, diverged or hung, or a shard was writable on two nodes',
+      'run shard moves and writes across servers through faults (failover with and without a lagging replica, the mover killed -9 or frozen, routers on an older config; transfers with the coordinator killed at each phase, a participant or the decision server failed over, a shard moved; racing unique claims; reference writes through a move to a new server; transfers under contention) on embedded servers with writers logging every acknowledged call; exits 1 if any is lost, half-applied, duplicated, diverged or hung, or a shard was writable on two nodes',
     )
     .option('--scenarios <names>', 'comma-separated scenarios to run (default: all)')
     .option('--json', 'print the results as JSON')
@@ -38,23 +38,23 @@ type Results = Awaited<ReturnType<typeof import('../../bench/faults.js').runFaul
 function faultsTable(scenarios: Results, startedAt: string): string {
   const rows = scenarios.map(
     (s) =>
-      `| ${s.name} | ${s.acknowledged.toLocaleString('en-US')} | ${s.lost} | ${s.halfApplied ?? '–'} | ${s.duplicated} | ${s.diverged ?? '–'} | ${s.hung ?? '–'} | ${s.doubleWritable.length} | ${s.longestGapMs.toLocaleString('en-US')} ms | ${s.checks} |`,
+      `| ${s.name} | ${s.acknowledged.toLocaleString('en-US')} | ${s.lost} | ${s.halfApplied} | ${s.duplicated} | ${s.diverged} | ${s.hung} | ${s.doubleWritable.length} | ${s.longestGapMs.toLocaleString('en-US')} ms | ${s.checks} |`,
   );
   const notes = scenarios.flatMap((s) => [
     `- ${s.name}: ${s.title}. ${s.notes.join('; ')}.${
       Object.keys(s.failedInserts).length > 0
-        ? ` Failed (unacknowledged) inserts: ${Object.entries(s.failedInserts)
+        ? ` Failed (unacknowledged) calls: ${Object.entries(s.failedInserts)
             .map(([c, n]) => `${c} ${n}`)
             .join(', ')}.`
         : ''
     }`,
     ...s.doubleWritable.map((d) => `  DOUBLE-WRITABLE shard ${d.shard} on ${d.nodes.join(' and ')}`),
-    ...s.lostExamples.map((l) => `  LOST ${l}`),
+    ...s.lostExamples.map((l) => (/^[A-Z-]+ /.test(l) ? `  ${l}` : `  LOST ${l}`)),
   ]);
   return [
     `bench faults, ${startedAt}`,
     '',
-    '| scenario | acknowledged | lost | half-applied | duplicated | diverged | hung | double-writable shards | longest write gap | checks |',
+    '| scenario | acknowledged | lost | half-applied | duplicated | diverged | hung | double-writable shards | longest gap | checks |',
     '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...rows,
     '',
