@@ -26,6 +26,7 @@ export type { LookupDefinition } from './config/lookups.js';
 export type { ReferenceConfig } from './config/reference.js';
 export type { ErrorCode, ErrorDetails } from './errors/errors.js';
 export {
+  AuthFailedError,
   ERROR_CODES,
   isShardflakeError,
   redactSecrets,

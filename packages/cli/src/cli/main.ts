@@ -53,6 +53,7 @@ function exitCodeFor(error: unknown): number {
   if (error instanceof ShardflakeError) {
     return [
       'SERVER_UNREACHABLE',
+      'AUTH_FAILED',
       'DATABASE_ERROR',
       'POOL_TIMEOUT',
       'MOVE_FAILED',

@@ -51,9 +51,10 @@ import type { RouterEventHook } from '../telemetry/events.js';
 import { telemetryHook, telemetryInstalled } from '../telemetry/telemetry.js';
 import { emitSafely } from '../telemetry/trace.js';
 import { primaryUrl, serverNodeUrls } from '../topology/connections.js';
+import { type LoginMemory, withLoginMemory } from '../topology/login-backoff.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
 import { createServerNodes } from '../topology/server-nodes.js';
-import { learnedServerNodes } from './learned-server.js';
+import { serverLoginMemory, serverUrls } from './learned-server.js';
 import { checkRouterOptions } from './options.js';
 import { guardStrays } from './strays.js';
 
@@ -285,6 +286,29 @@ export async function createRouter(
       }),
   };
   const commitServers = new Map<string, ServerNodes>();
+  // Each server's node URLs (configured, or learned from the catalog) and its memory of refused logins, shared by
+  // its data and commit pools (topology/login-backoff.ts).
+  const logins = new Map<string, { urls: string[]; memory: LoginMemory }>();
+  const pools = (server: string, applicationName: string): ServerNodes => {
+    let login = logins.get(server);
+    if (!login) {
+      const urls = serverUrls(config, map.state, server);
+      login = { urls, memory: serverLoginMemory(config, urls, server) };
+      logins.set(server, login);
+    }
+    return withLoginMemory(
+      createServerNodes(server, login.urls, {
+        poolSize: opts.poolSize,
+        connectTimeoutMs: opts.connectTimeoutMs,
+        maxUses: opts.maxUses,
+        maxLifetimeSeconds: opts.maxLifetimeSeconds,
+        applicationName,
+        ...opts.replicas,
+        onEvent: hook,
+      }),
+      login.memory,
+    );
+  };
   const policy: RetryPolicy = {
     writeRetryMs: opts.writeRetryMs,
     retryBackoffMs: opts.retryBackoffMs,
@@ -327,17 +351,7 @@ export async function createRouter(
       let nodes = servers.get(server);
       if (!nodes) {
         nodes = guardStrays(
-          learnedServerNodes(config, map.state, server, (urls) =>
-            createServerNodes(server, urls, {
-              poolSize: opts.poolSize,
-              connectTimeoutMs: opts.connectTimeoutMs,
-              maxUses: opts.maxUses,
-              maxLifetimeSeconds: opts.maxLifetimeSeconds,
-              applicationName: 'shardflake router',
-              ...opts.replicas,
-              onEvent: hook,
-            }),
-          ),
+          pools(server, 'shardflake router'),
           () => loaded().schemaPrefix,
           strayCatalog,
           hook,
@@ -349,15 +363,7 @@ export async function createRouter(
     commitNodes(server) {
       let nodes = commitServers.get(server);
       if (!nodes) {
-        nodes = createServerNodes(server, serverNodeUrls(config, server), {
-          poolSize: opts.poolSize,
-          connectTimeoutMs: opts.connectTimeoutMs,
-          maxUses: opts.maxUses,
-          maxLifetimeSeconds: opts.maxLifetimeSeconds,
-          applicationName: 'shardflake router commit',
-          ...opts.replicas,
-          onEvent: hook,
-        });
+        nodes = pools(server, 'shardflake router commit');
         commitServers.set(server, nodes);
       }
       return nodes;
