@@ -70,7 +70,8 @@ process.stdin.once('readable', take);
 async function throughSlowReader(args: string[]) {
   const out = join(dir, `out-${Math.random().toString(36).slice(2)}`);
   const script =
-    'node="$1"; out="$2"; shift 2; "$node" "$@" | "$node" -e "$SLOW_READER" "$out"; exit "${PIPESTATUS[0]}"';
+    'node="$1"; out="$2"; shift 2; "$node" "$@" | "$node" -e "$SLOW_READER" "$out"; exit "$' +
+    '{PIPESTATUS[0]}"';
   const shell = spawn('bash', ['-c', script, 'slow-pipe', process.execPath, out, CLI_MAIN, ...args], {
     env: { ...process.env, SLOW_READER },
     stdio: ['ignore', 'ignore', 'pipe'],
