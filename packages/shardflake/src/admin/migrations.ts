@@ -136,19 +136,25 @@ function refuse(config: ClusterConfig, conflicts: readonly HistoryDifference[]):
 
 /**
  * For init and migrate: records the config's versions the catalog lacks (before anything applies them), refusing
- * a config that contradicts the recorded history. Returns the config to work from (the full recorded history and
+ * a config that contradicts the recorded history (for init, only once a shard exists: `replaceWhileNoShard`). Returns the config to work from (the full recorded history and
  * the newly recorded migrations) and the differences that were not refused (missing, renamed).
  */
 export async function keepHistory(
   catalog: Queryable,
   config: ClusterConfig,
+  options: { replaceWhileNoShard?: boolean } = {},
 ): Promise<{ config: ClusterConfig; differences: HistoryDifference[] }> {
   let differences: HistoryDifference[] = [];
-  const recorded = await recordHistory(catalog, versionsOf(config), (found) => {
-    differences = compareHistory(config, found);
-    const conflicts = differences.filter((d) => CONFLICTING.includes(d.kind));
-    if (conflicts.length > 0) throw refuse(config, conflicts);
-  });
+  const recorded = await recordHistory(
+    catalog,
+    versionsOf(config),
+    (found) => {
+      differences = compareHistory(config, found);
+      const conflicts = differences.filter((d) => CONFLICTING.includes(d.kind));
+      if (conflicts.length > 0) throw refuse(config, conflicts);
+    },
+    options,
+  );
   return { config: withHistory(config, recorded, true), differences };
 }
 

@@ -206,6 +206,22 @@ export async function writeClusterRow(
   );
 }
 
+/**
+ * Rewrites the cluster row while the catalog records no shard (a first init that failed before making any, rerun
+ * with a corrected config). False, changing nothing, once a shard is recorded: then the row is the cluster's.
+ */
+export async function rewriteClusterRowWhileNoShard(
+  client: Queryable,
+  row: { logicalShards: number; epochMs: number; layout: string; schemaPrefix: string },
+): Promise<boolean> {
+  const { rowCount } = await client.query(
+    `UPDATE shardflake.cluster SET logical_shards = $1, epoch_ms = $2, layout = $3, schema_prefix = $4
+      WHERE NOT EXISTS (SELECT 1 FROM shardflake.shards)`,
+    [row.logicalShards, row.epochMs, row.layout, row.schemaPrefix],
+  );
+  return rowCount === 1;
+}
+
 /** Records a shard's schema version and last migration error (null when it migrated cleanly). */
 export async function recordShardVersion(
   client: Queryable,
