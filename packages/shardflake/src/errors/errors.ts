@@ -47,6 +47,7 @@ export const ERROR_CODES = [
   'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
   'REFERENCE_DRIFT', // the copies of a reference table differ between servers (a write changed a different number of rows)
   'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
+  'REFERENCE_NOT_DETERMINISTIC', // a withReference statement whose values would differ per server (now(), random(), nextval, …): it names the function; nothing was run
   // lookups
   'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
   'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)

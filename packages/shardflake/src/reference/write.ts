@@ -5,6 +5,7 @@ import { wrapPgError } from '../postgres/connect.js';
 import type { RouterContext } from '../routing/context.js';
 import { traced } from '../telemetry/trace.js';
 import { openCrossTransaction, type ServerSession } from '../transactions/cross.js';
+import { refuseServerValues } from './deterministic.js';
 import { BEGIN_WRITE } from './sql.js';
 
 /**
@@ -24,9 +25,11 @@ import { BEGIN_WRITE } from './sql.js';
  * second would wait for, and cannot be waiting for the second there. A copy being filled (copy.ts) and `cluster
  * migrate` (install.ts) lock the servers in the same order.
  *
+ * Values computed by the server (`now()`, `random()`, `nextval`, a column default that calls one) differ per
+ * server: such a statement is refused before it runs anywhere (deterministic.ts, REFERENCE_NOT_DETERMINISTIC).
  * Drift: identical copies change as many rows for one statement. A different count means the copies differ already
- * (or the statement is not deterministic: `now()`, `random()`, a sequence that moved apart): the call fails with
- * REFERENCE_DRIFT and nothing commits. `cluster verify` compares the copies themselves.
+ * (or a sequence moved apart): the call fails with REFERENCE_DRIFT and nothing commits. `cluster verify` compares
+ * the copies themselves.
  *
  * The guard (sql.ts): each participant calls `_shardflake_begin_write()` first, which marks its transaction as a
  * reference write on that server; shard sessions never do, so their writes are refused (SF020).
@@ -103,6 +106,7 @@ export async function withReference<T>(
               throw onServer(s.server, error);
             });
           try {
+            await refuseServerValues(first, text);
             const result = await run(first);
             const others = await Promise.all(rest.map(run));
             const differ = others.findIndex((r) => r.rowCount !== result.rowCount);
