@@ -5,6 +5,7 @@ import {
   recordHistory,
   versionsOf,
 } from '../catalog/migrations.js';
+import { readOldIdsBelow } from '../catalog/shards.js';
 import type { ClusterConfig, Migration, TableTemplate } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { Queryable } from '../postgres/connect.js';
@@ -155,12 +156,21 @@ export async function keepHistory(
     },
     options,
   );
-  return { config: withHistory(config, recorded, true), differences };
+  return {
+    config: { ...withHistory(config, recorded, true), oldIdsBelow: await readOldIdsBelow(catalog) },
+    differences,
+  };
 }
 
-/** For moves: the config with the cluster's recorded history (read only; the config as it is when none is). */
+/**
+ * For moves: the config with the cluster's recorded history (read only; the config as it is when none is) and
+ * its old-id bound (so a shard's copy carries the same id rule).
+ */
 export async function clusterHistory(catalog: Queryable, config: ClusterConfig): Promise<ClusterConfig> {
-  return withHistory(config, await readHistory(catalog), false);
+  return {
+    ...withHistory(config, await readHistory(catalog), false),
+    oldIdsBelow: await readOldIdsBelow(catalog),
+  };
 }
 
 /** The recorded history and how the config differs from it (for status and verify). */

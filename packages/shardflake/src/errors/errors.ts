@@ -26,6 +26,7 @@ export const ERROR_CODES = [
   'AUTH_FAILED', // a server refused the login (wrong or missing password, no pg_hba entry): names the server, the role and where the password belongs
   'POOL_TIMEOUT', // no pooled connection to a server came free within the wait: every one stayed busy (raise poolSize)
   'DATABASE_ERROR', // PostgreSQL refused a statement; `detail` keeps the server's own fields
+  'ID_WRONG_SHARD', // a row written with an id whose bits name another shard (the id rule's CHECK constraint refused it)
   // cluster
   'INVALID_CONFIG', // a cluster config file that is not valid
   'UNKNOWN_SERVER', // a server name the config does not define

@@ -10,6 +10,7 @@ import type pg from 'pg';
 import { expectString } from '../errors/arguments.js';
 import { AuthFailedError, redactSecrets, ShardflakeError } from '../errors/errors.js';
 import { describeServerUrl } from '../errors/redact.js';
+import { ID_CHECK_CONSTRAINT } from './id-shard-rule.js';
 
 /**
  * Connections with ids as `bigint` end to end. `pg` returns int8 as a string by default; shardflake maps it to
@@ -130,6 +131,15 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
     );
   }
   const message = redactSecrets(String(e?.message ?? error));
+  // The id rule (id-shard-rule.ts): a row whose id names another shard than the one it is written in.
+  const violated = error as { constraint?: string; table?: string };
+  if (e?.code === '23514' && violated.constraint === ID_CHECK_CONSTRAINT) {
+    return new ShardflakeError(
+      'ID_WRONG_SHARD',
+      `PostgreSQL${where}: a row of table ${violated.table ?? '?'} has an id whose bits name another shard than the one it is written in, where get, lookups and verify would never find it; let next_id() make the id, or write the row in the shard its id names (router.shardOfId(id)) (docs/lookups.md)`,
+      { sqlState: e.code, detail: e.detail, cause: error },
+    );
+  }
   // SF020: the write guard of the reference tables (reference/sql.ts) refused a write outside withReference.
   const code = e?.code === 'SF020' ? 'REFERENCE_READ_ONLY' : 'DATABASE_ERROR';
   return new ShardflakeError(code, `PostgreSQL${where}: ${message}`, {
