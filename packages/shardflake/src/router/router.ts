@@ -154,8 +154,9 @@ export interface Router {
   /** Deletes the row of this id; true when the row was there. */
   delete(table: string, id: ShardflakeId): Promise<boolean>;
   /**
-   * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
-   * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
+   * Inserts many rows, split by shard (`key(row)`, the shard of an owner's id `id(row)`, or one `shard`): one
+   * multi-row INSERT per shard, one transaction per server, servers in parallel. Returns the ids in input order;
+   * `[]` for a table without an `id` column. See bulk.ts for what is atomic.
    */
   insertMany<R extends Row>(
     table: string,
