@@ -83,7 +83,9 @@ function checkedShard(shard: number, mask: bigint): number {
 
 /**
  * The tables of shard schemas the rule applies to, with their constraint's state: ordinary tables (not
- * shardflake's own `_shardflake…`) whose bigint `id` column defaults to a `next_id()`. `schemas` is SQL for a
+ * shardflake's own `_shardflake…`) whose bigint `id` column defaults to a `next_id()` — known from the default's
+ * recorded dependency on the function, not by printing it: pg_get_expr opens the relation it prints for, and a
+ * scan of every default would then wait behind any table's exclusive lock. `schemas` is SQL for a
  * text array (a parameter such as `$1::text[]`, or a literal). Also used by migrate and verify.
  */
 export function checkedTablesSql(schemas: string): string {
@@ -95,8 +97,10 @@ export function checkedTablesSql(schemas: string): string {
   JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
   LEFT JOIN pg_constraint con ON con.conrelid = c.oid AND con.conname = '${ID_CHECK_CONSTRAINT}'
  WHERE n.nspname = ANY(${schemas}) AND c.relkind = 'r' AND NOT c.relispartition
-   AND c.relname NOT LIKE '\\_shardflake%'
-   AND a.atttypid = 'int8'::regtype AND pg_get_expr(d.adbin, d.adrelid) LIKE '%next_id()%'`;
+   AND c.relname NOT LIKE '\\_shardflake%' AND a.atttypid = 'int8'::regtype
+   AND EXISTS (SELECT 1 FROM pg_depend dep JOIN pg_proc p ON p.oid = dep.refobjid
+                WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                  AND dep.refclassid = 'pg_proc'::regclass AND p.proname = 'next_id')`;
 }
 
 /** A table the rule applies to, as checkedTablesSql reads it. */
