@@ -162,7 +162,7 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
   [
     'a lookup with an unknown field',
     { ...base, lookups: { caption: { table: 'photos', column: 'caption', uniq: true } } },
-    'cluster.json: lookups.caption.uniq is not a known field (known: table, column, unique)',
+    'cluster.json: lookups.caption.uniq is not a known field (known: table, column, unique, normalize)',
   ],
   [
     'a lookup whose column is not an identifier',
