@@ -62,7 +62,11 @@ function onServer(name: string, error: unknown): unknown {
   const message = `server ${name}: ${error.message}`;
   if (error instanceof AuthFailedError)
     return new AuthFailedError(message, { ...error, server: name, sqlState: error.sqlState, cause: error });
-  return new ShardflakeError(error.code, message, { sqlState: error.sqlState, detail: error.detail, cause: error });
+  return new ShardflakeError(error.code, message, {
+    sqlState: error.sqlState,
+    detail: error.detail,
+    cause: error,
+  });
 }
 
 /**
