@@ -19,6 +19,7 @@ export const base = {
 };
 
 const { servers, ...withoutServers } = base;
+const { logicalShards: _shards, ...withoutShards } = base;
 const photos = base.tables.photos;
 const IDENTIFIER = 'letters, digits and _, starting with a letter or _, at most 63 characters';
 
@@ -32,6 +33,21 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
     'an unknown field',
     { ...base, shards: 4 },
     'cluster.json: shards is not a known field (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups)',
+  ],
+  [
+    'a required field misspelt (issue 32: the message names what was typed and what it likely means)',
+    { ...withoutShards, logicalShard: 64 },
+    "cluster.json: logicalShards is missing, and logicalShard is not a known field: did you mean logicalShards? (How many logical shards, 1 to 8192 (fewer when the layout's shard field is smaller); fixed once the cluster is made)",
+  ],
+  [
+    'an optional field misspelt',
+    { ...base, refrenceTables: {} },
+    'cluster.json: refrenceTables is not a known field: did you mean referenceTables? (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups)',
+  ],
+  [
+    "a lookup's field misspelt",
+    { ...base, lookups: { caption: { table: 'photos', colum: 'caption' } } },
+    'cluster.json: lookups.caption.column is missing, and colum is not a known field: did you mean column? (The column the lookup finds rows by (not id: rows are found by id already))',
   ],
   [
     'a $schema that is not text',
@@ -146,7 +162,7 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
   [
     'a lookup with an unknown field',
     { ...base, lookups: { caption: { table: 'photos', column: 'caption', uniq: true } } },
-    'cluster.json: lookups.caption.uniq is not a known field (known: table, column, unique)',
+    'cluster.json: lookups.caption.uniq is not a known field (known: table, column, unique, normalize)',
   ],
   [
     'a lookup whose column is not an identifier',

@@ -35,6 +35,7 @@ export type { ReferenceConfig } from './config/reference.js';
 export type { DeadlockOptions } from './deadlocks/detector.js';
 export type { ErrorCode, ErrorDetails } from './errors/errors.js';
 export {
+  AuthFailedError,
   ERROR_CODES,
   isShardflakeError,
   redactSecrets,

@@ -54,6 +54,7 @@ function exitCodeFor(error: unknown): number {
   if (error instanceof ShardflakeError) {
     return [
       'SERVER_UNREACHABLE',
+      'AUTH_FAILED',
       'DATABASE_ERROR',
       'POOL_TIMEOUT',
       'MOVE_FAILED',
@@ -98,11 +99,28 @@ export async function runCli(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * Resolves once everything written to `stream` so far has reached the operating system (or the reader is gone).
+ * Writes to a pipe are asynchronous in Node: what a slow reader has not taken yet waits in the process, and
+ * process.exit() drops it (issue 32: `cluster status --json | …` stopped at byte 65,536 with exit code 0). An
+ * empty write's callback runs after every write queued before it.
+ */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.destroyed || stream.writableEnded) return resolve();
+    // A reader that went away (EPIPE, `| head`) wants nothing more: the callback gets the error, and so does this.
+    stream.on('error', () => resolve());
+    stream.write('', () => resolve());
+  });
+}
+
 // The library installs no signal handlers; the CLI, which owns its process, stops the embedded servers a command
 // started when it is interrupted (commands that handle signals themselves set this aside while they run).
 stopEmbeddedServersOnSignals();
 const code = await runCli(process.argv);
-// Exit explicitly, with the command's code, even if something still holds the event loop open. Commands stop
-// their own servers before returning; stdout/stderr writes to files, pipes and terminals are synchronous on
-// Linux, so nothing printed is lost.
+process.exitCode = code;
+// Every byte of the command's output is handed over first, then the process ends at once, with the command's
+// code, even if something still holds the event loop open (commands stop their own servers and pools before
+// returning; this only keeps a forgotten timer from holding the shell).
+await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
 process.exit(code);

@@ -14,6 +14,7 @@ import {
   readClusterInfo,
   readShardMap,
   recordShards,
+  rewriteClusterRowWhileNoShard,
   type ShardRecord,
   writeClusterRow,
 } from '../catalog/shards.js';
@@ -88,20 +89,31 @@ export function planPlacement(config: Pick<ClusterConfig, 'servers' | 'logicalSh
   );
 }
 
-/** Writes the cluster row, or checks that an existing one matches the config. */
-async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Promise<void> {
+/**
+ * Writes the cluster row, or checks that an existing one matches the config. With `noShardYet` (no shard in the
+ * catalog or on any server: a first init failed before making one), an existing row that differs is rewritten
+ * from the config instead: the first run's choices made nothing yet.
+ */
+async function ensureClusterRow(
+  catalog: pg.Client,
+  config: ClusterConfig,
+  noShardYet: boolean,
+): Promise<void> {
   // The catalog DDL is idempotent but its ALTERs take exclusive locks: a rerun on an existing cluster skips it.
+  const row = {
+    logicalShards: config.logicalShards,
+    epochMs: config.epoch,
+    layout: config.layout.name,
+    schemaPrefix: config.schemaPrefix,
+  };
   let info = await readClusterInfo(catalog);
   if (!info) {
     await installCatalog(catalog);
     // Where routers record the deadlocks they break (a router also makes it when it is missing).
     await installDeadlockLog(catalog);
-    await writeClusterRow(catalog, {
-      logicalShards: config.logicalShards,
-      epochMs: config.epoch,
-      layout: config.layout.name,
-      schemaPrefix: config.schemaPrefix,
-    });
+    await writeClusterRow(catalog, row);
+    info = await readClusterInfo(catalog);
+  } else if (noShardYet && (await rewriteClusterRowWhileNoShard(catalog, row))) {
     info = await readClusterInfo(catalog);
   }
   if (!info) throw new ShardflakeError('DATABASE_ERROR', 'the catalog has no cluster row after writing it');
@@ -116,6 +128,17 @@ async function ensureClusterRow(catalog: pg.Client, config: ClusterConfig): Prom
       `${config.source}: the catalog on server ${config.catalog} holds a cluster created with ${mismatches.join(', ')}; the config must match it`,
     );
   }
+}
+
+/** True when a server holds a schema named like a shard under `prefix`, complete or not. */
+async function anyShardSchema(clients: ServerClients, prefix: string): Promise<boolean> {
+  for (const client of clients.values()) {
+    const { rows } = await client.query(LIST_SHARD_SCHEMAS_SQL, [prefix]).catch((e) => {
+      throw wrapPgError(e);
+    });
+    if (rows.length > 0) return true;
+  }
+  return false;
 }
 
 /**
@@ -142,7 +165,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     // It wins over what the servers hold: after a move and before `cluster cleanup`, the moved shard's schema is
     // on both servers, and only the catalog knows which copy is live.
     const placed = new Map<number, string>();
-    if (await readClusterInfo(catalog)) {
+    const info = await readClusterInfo(catalog);
+    if (info) {
       for (const s of (await readShardMap(catalog)).shards) placed.set(s.shard, s.server);
     }
 
@@ -183,9 +207,18 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
       }
     }
 
-    await ensureClusterRow(catalog, config);
+    // No shard anywhere yet (a first init that failed before making one, e.g. on a typo in a template): the
+    // catalog's cluster row and history describe nothing that exists, so the config as it is now replaces them.
+    // Schemas under the prefix the catalog recorded count too, when the config changes the prefix.
+    const noShardYet =
+      placed.size === 0 &&
+      found.size === 0 &&
+      (info === null ||
+        info.schemaPrefix === config.schemaPrefix ||
+        !(await anyShardSchema(clients, info.schemaPrefix)));
+    await ensureClusterRow(catalog, config, noShardYet);
     // New shards are made from the history the catalog keeps (recording the config's new migrations first).
-    config = (await keepHistory(catalog, config)).config;
+    config = (await keepHistory(catalog, config, { replaceWhileNoShard: noShardYet })).config;
     // Before any shard: a shard session may join against the reference tables from its first statement.
     await installReference(config, clients);
     await installTransactions(clients, config.catalog);

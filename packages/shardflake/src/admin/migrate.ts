@@ -12,6 +12,15 @@ import { redactSecrets, ShardflakeError } from '../errors/errors.js';
 import { lockShardWaiting, unlockShard } from '../fence/shard-lock.js';
 import { buildLookups, type LookupBuildReport } from '../lookups/build.js';
 import { connect } from '../postgres/connect.js';
+import {
+  type CheckedTable,
+  carriesRule,
+  checkedTablesSql,
+  type IdShardRule,
+  idShardCheckSql,
+  idShardRule,
+  validateIdCheckSql,
+} from '../postgres/id-shard-rule.js';
 import { quoteLiteral } from '../postgres/identifier.js';
 import { settlePreparedOnShards } from '../recovery/settle.js';
 import { installReference, type ReferenceInstallResult } from '../reference/install.js';
@@ -19,6 +28,50 @@ import { closeAll, connectAll, connectServer, primaryUrl } from '../topology/con
 import { applyConcurrentMigration, type IndexBuildEvent, Slots } from './migrate-concurrently.js';
 import { keepHistory } from './migrations.js';
 import { inSchema, MIGRATIONS_TABLE, shardMigrationSql } from './shard-ddl.js';
+
+/** The shards of `shards` with a table the id rule applies to that does not carry it, validated, as `rule` says. */
+async function shardsWithoutRule(
+  clients: Map<string, pg.Client>,
+  shards: readonly { shard: number; server: string; schema: string }[],
+  rule: IdShardRule,
+): Promise<Set<number>> {
+  const missing = new Set<number>();
+  for (const [server, client] of clients) {
+    const here = shards.filter((s) => s.server === server);
+    if (here.length === 0) continue;
+    const shardOf = new Map(here.map((s) => [s.schema, s.shard]));
+    const { rows } = await client.query(checkedTablesSql('$1::text[]'), [here.map((s) => s.schema)]);
+    for (const table of rows as CheckedTable[]) {
+      const shard = shardOf.get(table.schema) as number;
+      if (!carriesRule(table, rule, shard)) missing.add(shard);
+    }
+  }
+  return missing;
+}
+
+/**
+ * Puts the id rule on a shard's tables (postgres/id-shard-rule.ts): added NOT VALID in one short transaction (its
+ * lock is brief, but waits for no long transaction: 2 s at most, then the shard fails and a rerun tries again),
+ * then each table validated on its own (a scan that blocks no writer). A table whose rows already break the rule
+ * keeps it NOT VALID: new writes are checked, and `cluster verify` lists the old rows.
+ */
+async function applyIdRule(
+  client: pg.Client,
+  shard: number,
+  schema: string,
+  rule: IdShardRule,
+): Promise<void> {
+  await client.query(
+    `BEGIN; SET LOCAL lock_timeout = '2s'; ${idShardCheckSql(schema, shard, rule, false)}; COMMIT;`,
+  );
+  const { rows } = await client.query(checkedTablesSql('$1::text[]'), [[schema]]);
+  for (const table of rows as CheckedTable[]) {
+    if (table.valid !== false) continue;
+    await client.query(validateIdCheckSql(schema, table.name)).catch((error: unknown) => {
+      if ((error as { code?: string }).code !== '23514') throw error;
+    });
+  }
+}
 
 /**
  * `cluster migrate`: brings every logical shard to the config's last migration.
@@ -178,18 +231,23 @@ export async function migrateCluster(
     const reference = await installReference(config, clients);
     const map = await readShardMap(catalog);
     const versions = await readShardVersions(catalog);
+    // Shards whose tables lack the id rule as the cluster has it (a cluster made before it existed, a table a
+    // migration added, an old-id bound recorded since): visited even when their schema is current.
+    const rule = idShardRule(config.layout, config.oldIdsBelow ?? null);
+    const needsRule = await shardsWithoutRule(clients, map.shards, rule);
     const failed: ShardFailure[] = [];
     const todo = new Map<string, { shard: number; schema: string }[]>();
     let alreadyCurrent = 0;
     const ahead = new Map<number, number>();
     for (const s of map.shards) {
       const known = versions.get(s.shard)?.schemaVersion ?? 0;
-      if (known > target) {
+      if (known === target && (!needsRule.has(s.shard) || s.state === 'moving')) {
+        // A moving shard's new copy is made with the rule; the old one is dropped by cleanup.
+        alreadyCurrent++;
+      } else if (known > target) {
         // Only a cluster whose history was never recorded (made before it was kept) can get here: its shards ran
         // migrations the config no longer lists, and nothing knows their SQL. Said, never called current.
         ahead.set(known, (ahead.get(known) ?? 0) + 1);
-      } else if (known === target) {
-        alreadyCurrent++;
       } else if (s.state === 'moving') {
         failed.push({
           shard: s.shard,
@@ -297,6 +355,7 @@ export async function migrateCluster(
                    COMMIT`,
                 );
               }
+              await applyIdRule(client, shard, schema, rule);
               if ((found ?? target) < target) migrated++;
               else alreadyCurrent++;
               record(shard, target, null);

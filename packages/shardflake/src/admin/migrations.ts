@@ -5,6 +5,7 @@ import {
   recordHistory,
   versionsOf,
 } from '../catalog/migrations.js';
+import { readOldIdsBelow } from '../catalog/shards.js';
 import type { ClusterConfig, Migration, TableTemplate } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { Queryable } from '../postgres/connect.js';
@@ -136,25 +137,40 @@ function refuse(config: ClusterConfig, conflicts: readonly HistoryDifference[]):
 
 /**
  * For init and migrate: records the config's versions the catalog lacks (before anything applies them), refusing
- * a config that contradicts the recorded history. Returns the config to work from (the full recorded history and
+ * a config that contradicts the recorded history (for init, only once a shard exists: `replaceWhileNoShard`). Returns the config to work from (the full recorded history and
  * the newly recorded migrations) and the differences that were not refused (missing, renamed).
  */
 export async function keepHistory(
   catalog: Queryable,
   config: ClusterConfig,
+  options: { replaceWhileNoShard?: boolean } = {},
 ): Promise<{ config: ClusterConfig; differences: HistoryDifference[] }> {
   let differences: HistoryDifference[] = [];
-  const recorded = await recordHistory(catalog, versionsOf(config), (found) => {
-    differences = compareHistory(config, found);
-    const conflicts = differences.filter((d) => CONFLICTING.includes(d.kind));
-    if (conflicts.length > 0) throw refuse(config, conflicts);
-  });
-  return { config: withHistory(config, recorded, true), differences };
+  const recorded = await recordHistory(
+    catalog,
+    versionsOf(config),
+    (found) => {
+      differences = compareHistory(config, found);
+      const conflicts = differences.filter((d) => CONFLICTING.includes(d.kind));
+      if (conflicts.length > 0) throw refuse(config, conflicts);
+    },
+    options,
+  );
+  return {
+    config: { ...withHistory(config, recorded, true), oldIdsBelow: await readOldIdsBelow(catalog) },
+    differences,
+  };
 }
 
-/** For moves: the config with the cluster's recorded history (read only; the config as it is when none is). */
+/**
+ * For moves: the config with the cluster's recorded history (read only; the config as it is when none is) and
+ * its old-id bound (so a shard's copy carries the same id rule).
+ */
 export async function clusterHistory(catalog: Queryable, config: ClusterConfig): Promise<ClusterConfig> {
-  return withHistory(config, await readHistory(catalog), false);
+  return {
+    ...withHistory(config, await readHistory(catalog), false),
+    oldIdsBelow: await readOldIdsBelow(catalog),
+  };
 }
 
 /** The recorded history and how the config differs from it (for status and verify). */

@@ -1,11 +1,12 @@
 import type { ClusterConfig, Migration } from '../config/config.js';
 import { shardLookupsSql } from '../lookups/ddl.js';
 import { generatorSqlParts } from '../postgres/generator-sql.js';
+import { idShardCheckSql, idShardRule } from '../postgres/id-shard-rule.js';
 import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 
 /**
  * The SQL that makes one logical shard: its schema, its id generator (from src/postgres), the config's tables and
- * every migration, and the bookkeeping table `_shardflake_migrations` (one row per applied version, 0 = the
+ * every migration, the id rule on its tables (postgres/id-shard-rule.ts), and the bookkeeping table `_shardflake_migrations` (one row per applied version, 0 = the
  * tables). The bookkeeping table lives inside the shard's schema so that it travels with the shard when the shard
  * moves, and is written in the same transaction as the DDL it records: a shard is never half-migrated, and a shard
  * schema that has this table is complete.
@@ -44,6 +45,7 @@ export function shardsCreationSql(
 ): string {
   const parts = shards.map(({ shard, schema }) => ({
     schema,
+    shard,
     ...generatorSqlParts({
       schema,
       shard,
@@ -55,7 +57,7 @@ export function shardsCreationSql(
   const objects = parts.map(
     ({ schema, objects }) => `CREATE SCHEMA ${quoteIdent(schema, 'schema')};\n${objects}`,
   );
-  const rest = parts.map(({ schema, seal }) =>
+  const rest = parts.map(({ schema, shard, seal }) =>
     [
       seal.trim().replace(/;$/, ''),
       inSchema(schema),
@@ -64,6 +66,8 @@ export function shardsCreationSql(
       `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (0, 'tables')`,
       ...migrationSql(config.migrations),
       ...shardLookupsSql(schema, config.lookups ?? []),
+      // Its tables are empty: the id rule goes on validated (postgres/id-shard-rule.ts).
+      idShardCheckSql(schema, shard, idShardRule(config.layout, config.oldIdsBelow ?? null), true),
     ].join(';\n'),
   );
   // The generator's own CREATE SCHEMA IF NOT EXISTS would send a notice per shard ("already exists, skipping").

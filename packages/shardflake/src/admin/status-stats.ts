@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { connect, describeUrl } from '../postgres/connect.js';
+import { connect, describeUrl, wrapPgError } from '../postgres/connect.js';
 import { lsnToBigint } from '../topology/lsn.js';
 
 /**
@@ -40,6 +40,8 @@ export interface NodeStatus {
   lagBytes: number | null;
   /** Replicas: seconds since the last replayed transaction while WAL waits to be replayed; 0 when caught up. */
   lagSeconds: number | null;
+  /** Why a node that did not answer did not (one line, e.g. an AUTH_FAILED's); absent when it answered. */
+  error?: string;
 }
 
 const SHARD_STATS_SQL = `SELECT schemaname AS schema,
@@ -86,10 +88,12 @@ export async function readShardStats(
 export async function readNodes(urls: readonly string[], connectTimeoutMs = 3000): Promise<NodeStatus[]> {
   const answers = await Promise.all(
     urls.map(async (url) => {
-      const client = await connect(url, { connectTimeoutMs, applicationName: 'shardflake status' }).catch(
-        () => null,
-      );
-      if (!client) return null;
+      let client: pg.Client;
+      try {
+        client = await connect(url, { connectTimeoutMs, applicationName: 'shardflake status' });
+      } catch (error) {
+        return { failed: (error as Error).message };
+      }
       try {
         return (await client.query(NODE_SQL)).rows[0] as {
           in_recovery: boolean;
@@ -100,17 +104,17 @@ export async function readNodes(urls: readonly string[], connectTimeoutMs = 3000
           lsn: string | null;
           lag_seconds: number;
         };
-      } catch {
-        return null;
+      } catch (error) {
+        return { failed: wrapPgError(error).message };
       } finally {
         await client.end().catch(() => {});
       }
     }),
   );
-  const primaryLsn = answers.find((a) => a && !a.in_recovery)?.lsn;
+  const primaryLsn = answers.flatMap((a) => ('failed' in a || a.in_recovery ? [] : [a.lsn]))[0];
   return answers.map((a, i) => {
     const node = describeUrl(urls[i] as string);
-    if (!a)
+    if ('failed' in a)
       return {
         node,
         role: null,
@@ -121,6 +125,7 @@ export async function readNodes(urls: readonly string[], connectTimeoutMs = 3000
         statsReset: null,
         lagBytes: null,
         lagSeconds: null,
+        error: a.failed,
       };
     const replica = a.in_recovery;
     return {

@@ -193,7 +193,10 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       warnings.push(
         `${ahead} shards are at a schema version above ${target}: the config lacks migrations they ran, and the cluster recorded no history of them`,
       );
-    for (const s of servers.filter((x) => !x.reachable)) warnings.push(`server ${s.name} is unreachable`);
+    for (const s of servers.filter((x) => !x.reachable)) {
+      const why = s.nodes.find((n) => n.error)?.error;
+      warnings.push(why ? `server ${s.name} did not answer: ${why}` : `server ${s.name} is unreachable`);
+    }
     for (const s of servers) {
       for (const n of s.nodes.filter((x) => s.reachable && !x.reachable))
         warnings.push(`server ${s.name}: node ${n.node} is unreachable`);

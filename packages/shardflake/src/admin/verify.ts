@@ -5,6 +5,7 @@ import { lookupCheck } from '../lookups/verify.js';
 import { clusterAccess } from '../recovery/cluster-access.js';
 import { transactionChecks } from '../recovery/verify.js';
 import { referenceCheck } from '../reference/verify.js';
+import { idsCheck } from './ids-verify.js';
 import { migrationsCheck } from './migrations-verify.js';
 
 /**
@@ -20,6 +21,7 @@ export const VERIFY_CHECKS: VerifyCheck[] = [
   referenceCheck,
   lookupCheck,
   migrationsCheck,
+  idsCheck,
 ];
 
 export interface VerifyReport {

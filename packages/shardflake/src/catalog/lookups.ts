@@ -1,4 +1,4 @@
-import type { LookupDefinition } from '../config/lookups.js';
+import type { LookupDefinition, LookupNormalize } from '../config/lookups.js';
 import type { Queryable } from '../postgres/connect.js';
 
 /**
@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS shardflake.lookups (
   started_at timestamptz NOT NULL DEFAULT now(),
   ready_at timestamptz
 );
+ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS normalize text NOT NULL DEFAULT 'none';
 CREATE TABLE IF NOT EXISTS shardflake.lookup_builds (
   lookup text NOT NULL REFERENCES shardflake.lookups (name) ON DELETE CASCADE,
   shard integer NOT NULL,
@@ -43,8 +44,10 @@ export async function installLookupCatalog(client: Queryable): Promise<void> {
 export async function readLookups(client: Queryable): Promise<Map<string, LookupRecord>> {
   const { rows } = await client
     .query(
-      `SELECT name, table_name, column_name, is_unique, phase FROM shardflake.lookups
-      WHERE to_regclass('shardflake.lookups') IS NOT NULL`,
+      // normalize through the row's JSON: a catalog from before the column reads as 'none'.
+      `SELECT name, table_name, column_name, is_unique, phase,
+              coalesce(to_jsonb(l) ->> 'normalize', 'none') AS normalize
+         FROM shardflake.lookups l WHERE to_regclass('shardflake.lookups') IS NOT NULL`,
     )
     .catch((error: { code?: string }) => {
       if (error.code === '42P01') return { rows: [] };
@@ -58,10 +61,18 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
         column_name: string;
         is_unique: boolean;
         phase: LookupPhase;
+        normalize: LookupNormalize;
       }[]
     ).map((r) => [
       r.name,
-      { name: r.name, table: r.table_name, column: r.column_name, unique: r.is_unique, phase: r.phase },
+      {
+        name: r.name,
+        table: r.table_name,
+        column: r.column_name,
+        unique: r.is_unique,
+        normalize: r.normalize,
+        phase: r.phase,
+      },
     ]),
   );
 }
@@ -73,9 +84,9 @@ export async function recordLookup(
   phase: LookupPhase,
 ): Promise<LookupRecord> {
   await client.query(
-    `INSERT INTO shardflake.lookups (name, table_name, column_name, is_unique, phase, ready_at)
-     VALUES ($1, $2, $3, $4, $5, CASE WHEN $5 = 'ready' THEN now() END) ON CONFLICT (name) DO NOTHING`,
-    [lookup.name, lookup.table, lookup.column, lookup.unique, phase],
+    `INSERT INTO shardflake.lookups (name, table_name, column_name, is_unique, phase, ready_at, normalize)
+     VALUES ($1, $2, $3, $4, $5, CASE WHEN $5 = 'ready' THEN now() END, $6) ON CONFLICT (name) DO NOTHING`,
+    [lookup.name, lookup.table, lookup.column, lookup.unique, phase, lookup.normalize],
   );
   return (await readLookups(client)).get(lookup.name) as LookupRecord;
 }

@@ -85,22 +85,40 @@ export async function readHistory(client: Queryable): Promise<RecordedVersion[]>
   }
 }
 
+/** True when the catalog's map holds a shard (init installs the shards table before it records history). */
+async function anyShardRecorded(client: Queryable): Promise<boolean> {
+  const { rows } = await client.query('SELECT EXISTS (SELECT 1 FROM shardflake.shards) AS any');
+  return (rows[0] as { any: boolean }).any;
+}
+
 /**
  * Records `versions` that the catalog does not have yet, in one transaction holding the history lock, after
  * `check(recorded)` accepted the history as it is under the lock (it throws to refuse). Returns the history after.
  * `client` must not be inside a transaction.
+ *
+ * With `replaceWhileNoShard`, a history `check` refuses is replaced by `versions` when the catalog records no shard
+ * yet (checked under the same lock): the history of a first init that failed before making a shard made nothing,
+ * so a corrected config contradicts nothing.
  */
 export async function recordHistory(
   client: Queryable,
   versions: readonly RecordedVersion[],
   check: (recorded: RecordedVersion[]) => void,
+  options: { replaceWhileNoShard?: boolean } = {},
 ): Promise<RecordedVersion[]> {
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock($1, $2)', [...HISTORY_LOCK]);
     await client.query(migrationsCatalogSql());
-    const recorded = await readHistory(client);
-    check(recorded);
+    let recorded = await readHistory(client);
+    try {
+      check(recorded);
+    } catch (refusal) {
+      if (!options.replaceWhileNoShard || (await anyShardRecorded(client))) throw refusal;
+      await client.query('DELETE FROM shardflake.migrations');
+      recorded = [];
+      check(recorded);
+    }
     const known = new Set(recorded.map((r) => r.version));
     const fresh = versions.filter((v) => !known.has(v.version));
     if (fresh.length > 0)

@@ -206,6 +206,46 @@ export async function writeClusterRow(
   );
 }
 
+/**
+ * Rewrites the cluster row while the catalog records no shard (a first init that failed before making any, rerun
+ * with a corrected config). False, changing nothing, once a shard is recorded: then the row is the cluster's.
+ */
+export async function rewriteClusterRowWhileNoShard(
+  client: Queryable,
+  row: { logicalShards: number; epochMs: number; layout: string; schemaPrefix: string },
+): Promise<boolean> {
+  const { rowCount } = await client.query(
+    `UPDATE shardflake.cluster SET logical_shards = $1, epoch_ms = $2, layout = $3, schema_prefix = $4
+      WHERE NOT EXISTS (SELECT 1 FROM shardflake.shards)`,
+    [row.logicalShards, row.epochMs, row.layout, row.schemaPrefix],
+  );
+  return rowCount === 1;
+}
+
+/**
+ * The cluster's bound below which ids are old (rows adopted from a live database keep their bigserial ids, which
+ * name no shard: postgres/id-shard-rule.ts), or null when it keeps none. The column exists only once the bound was
+ * recorded, so it is read through the row's JSON (no error on a catalog without it).
+ */
+export async function readOldIdsBelow(client: Queryable): Promise<bigint | null> {
+  const { rows } = await client.query(
+    "SELECT to_jsonb(c) ->> 'old_ids_below' AS bound FROM shardflake.cluster c WHERE singleton",
+  );
+  const bound = (rows[0] as { bound: string | null } | undefined)?.bound;
+  return bound === null || bound === undefined ? null : BigInt(bound);
+}
+
+/**
+ * Records the cluster's old-id bound (adoption calls this before its rows are copied; null removes it). Shards get
+ * the rule with the bound from the next `cluster migrate` (or at once from `installIdChecks`).
+ */
+export async function recordOldIdsBelow(client: Queryable, bound: bigint | null): Promise<void> {
+  await client.query('ALTER TABLE shardflake.cluster ADD COLUMN IF NOT EXISTS old_ids_below bigint');
+  await client.query('UPDATE shardflake.cluster SET old_ids_below = $1 WHERE singleton', [
+    bound === null ? null : bound.toString(),
+  ]);
+}
+
 /** Records a shard's schema version and last migration error (null when it migrated cleanly). */
 export async function recordShardVersion(
   client: Queryable,

@@ -86,6 +86,11 @@ export interface ClusterConfig extends ReferenceConfig {
   lookups: LookupDefinition[];
   /** Where the config came from (file path), for messages. */
   source: string;
+  /**
+   * Ids below this bound are old (adopted rows' bigserial ids) and allowed in any shard (postgres/id-shard-rule.ts).
+   * Never from the file: commands that make shard DDL read it from the catalog (admin/migrations.ts).
+   */
+  oldIdsBelow?: bigint | null;
 }
 
 // Messages of the config's own fields: what is allowed, and what the file had instead (none of these is a URL).

@@ -41,15 +41,59 @@ export function section<const E extends v.ObjectEntries>(entries: E, what: strin
   const known = Object.keys(entries);
   return noArrays(
     v.strictObject(entries, (issue) => {
-      if (issue.expected === 'never') return `is not a known field (known: ${known.join(', ')})`;
-      if (issue.path?.[0]?.origin === 'key' && issue.input === undefined) {
-        const entry = entries[String(issue.path[0].key)];
+      const at = issue.path?.at(-1);
+      if (issue.expected === 'never') {
+        const meant = likelyMeant(String(at?.key), known);
+        return `is not a known field${meant ? `: did you mean ${meant}?` : ''} (known: ${known.join(', ')})`;
+      }
+      if (at?.origin === 'key' && issue.input === undefined) {
+        const missing = String(at.key);
+        const entry = entries[missing];
         const description = entry ? v.getDescription(entry) : undefined;
-        return `is missing${description ? ` (${description})` : ''}`;
+        // A required field missing beside a field nobody knows that looks like it is a misspelling: say both.
+        const typed = Object.keys((at.input as object | null) ?? {}).find(
+          (key) => !known.includes(key) && likelyMeant(key, [missing]) === missing,
+        );
+        const hint = typed ? `, and ${typed} is not a known field: did you mean ${missing}?` : '';
+        return `is missing${hint}${description ? ` (${description})` : ''}`;
       }
       return what;
     }),
   );
+}
+
+/**
+ * The known field a typed one most likely means: the same name in another case, or one within a small edit
+ * distance (1, or 2 for names of 8 characters or more: `logicalShard` → `logicalShards`, `tabels` → `tables`).
+ * Undefined when none is close.
+ */
+export function likelyMeant(typed: string, known: readonly string[]): string | undefined {
+  const lower = typed.toLowerCase();
+  let best: { name: string; distance: number } | undefined;
+  for (const name of known) {
+    const distance = name.toLowerCase() === lower ? 0 : editDistance(lower, name.toLowerCase());
+    if (distance <= (Math.min(typed.length, name.length) >= 8 ? 2 : 1) && (!best || distance < best.distance))
+      best = { name, distance };
+  }
+  return best?.name;
+}
+
+/** Levenshtein distance (insertions, deletions, substitutions, and a swap of two neighbours counted as one). */
+function editDistance(a: string, b: string): number {
+  const rows = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) (rows[0] as number[])[j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    const row = rows[i] as number[];
+    const above = rows[i - 1] as number[];
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let d = Math.min((above[j] as number) + 1, (row[j - 1] as number) + 1, (above[j - 1] as number) + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        d = Math.min(d, ((rows[i - 2] as number[])[j - 2] as number) + 1);
+      row[j] = d;
+    }
+  }
+  return (rows[a.length] as number[])[b.length] as number;
 }
 
 /** A JSON object mapping names (checked by `key`) to values (checked by `value`); `what` is its type message. */

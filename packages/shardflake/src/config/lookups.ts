@@ -30,7 +30,16 @@ export interface LookupDefinition {
    * false.
    */
   unique: boolean;
+  /**
+   * How values are compared: `none` (the column's text as it is, the default) or `lower` (ASCII letters A–Z in
+   * lower case, on write and on read: `Ann@Example.com` and `ann@example.com` are one value).
+   */
+  normalize: LookupNormalize;
 }
+
+/** The ways a lookup can normalize its values (see LookupDefinition.normalize). */
+export const LOOKUP_NORMALIZE = ['none', 'lower'] as const;
+export type LookupNormalize = (typeof LOOKUP_NORMALIZE)[number];
 
 export const MAX_LOOKUP_NAME = 40;
 
@@ -63,8 +72,17 @@ export const lookupsFields = {
               ),
               false,
             ),
+            normalize: v.optional(
+              v.pipe(
+                v.picklist(LOOKUP_NORMALIZE, 'must be "none" or "lower"'),
+                v.description(
+                  '"lower": values are compared with ASCII letters in lower case, on write and on read (Ann@X.com finds ann@x.com); default "none"',
+                ),
+              ),
+              'none',
+            ),
           },
-          'must be an object { "table": …, "column": …, "unique": true|false }',
+          'must be an object { "table": …, "column": …, "unique": true|false, "normalize": "none"|"lower" }',
         ),
         'must map lookup names to { "table": …, "column": …, "unique": true|false }',
       ),
@@ -86,7 +104,7 @@ export function resolveLookups(
   source: string,
 ): LookupDefinition[] {
   const seen = new Map<string, string>();
-  return Object.entries(fields.lookups ?? {}).map(([name, { table, column, unique }]) => {
+  return Object.entries(fields.lookups ?? {}).map(([name, { table, column, unique, normalize }]) => {
     const where = `lookups.${name}`;
     if (!tables.includes(table))
       throw bad(source, `${where}.table must name one of the config's tables (${tables.join(', ')})`);
@@ -95,6 +113,6 @@ export function resolveLookups(
     const other = seen.get(key);
     if (other !== undefined) throw bad(source, `${where}: ${key} already has a lookup (lookups.${other})`);
     seen.set(key, name);
-    return { name, table, column, unique };
+    return { name, table, column, unique, normalize };
   });
 }

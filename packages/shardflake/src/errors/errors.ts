@@ -23,8 +23,10 @@ export const ERROR_CODES = [
   // postgres
   'INVALID_IDENTIFIER', // a schema/table name that is not a plain SQL identifier
   'SERVER_UNREACHABLE', // a PostgreSQL server that does not answer
+  'AUTH_FAILED', // a server refused the login (wrong or missing password, no pg_hba entry): names the server, the role and where the password belongs
   'POOL_TIMEOUT', // no pooled connection to a server came free within the wait: every one stayed busy (raise poolSize)
   'DATABASE_ERROR', // PostgreSQL refused a statement; `detail` keeps the server's own fields
+  'ID_WRONG_SHARD', // a row written with an id whose bits name another shard (the id rule's CHECK constraint refused it)
   // cluster
   'INVALID_CONFIG', // a cluster config file that is not valid
   'UNKNOWN_SERVER', // a server name the config does not define
@@ -49,6 +51,7 @@ export const ERROR_CODES = [
   'REFERENCE_READ_ONLY', // a write to a reference table outside router.withReference (e.g. inside a shard session)
   'REFERENCE_DRIFT', // the copies of a reference table differ between servers (their contents, compared by withReference before every commit)
   'REFERENCE_MISSING', // a server without a complete copy of the reference tables (run cluster migrate)
+  'REFERENCE_NOT_DETERMINISTIC', // a withReference statement whose values would differ per server (now(), random(), nextval, …): it names the function; nothing was run
   // lookups
   'UNIQUE_VIOLATION', // a value a unique lookup already holds for another row (the message names the lookup, never the value)
   'LOOKUP_NOT_READY', // a lookup that `cluster migrate` has not built yet (or an unknown lookup name)
@@ -98,6 +101,40 @@ export class ShardflakeError extends Error {
     this.code = code;
     this.sqlState = details.sqlState;
     this.detail = details.detail;
+  }
+}
+
+/**
+ * AUTH_FAILED: a server refused the login. Besides the message (which names the server, the role, the reason and
+ * where the password belongs) it keeps those facts as fields; never the password, never the SCRAM exchange.
+ */
+export class AuthFailedError extends ShardflakeError {
+  /** The configured (or learned) server's name, when the refusal was met through one; undefined otherwise. */
+  readonly server: string | undefined;
+  /** The role the login was for. */
+  readonly role: string;
+  /** Why it was refused: `password authentication failed`, `no password given`, or the server's pg_hba sentence. */
+  readonly reason: string;
+  /** Where the password belongs. */
+  readonly hint: string;
+
+  constructor(
+    message: string,
+    facts: {
+      server?: string;
+      role: string;
+      reason: string;
+      hint: string;
+      sqlState?: string;
+      detail?: string;
+      cause?: unknown;
+    },
+  ) {
+    super('AUTH_FAILED', message, { sqlState: facts.sqlState, detail: facts.detail, cause: facts.cause });
+    this.server = facts.server;
+    this.role = facts.role;
+    this.reason = facts.reason;
+    this.hint = facts.hint;
   }
 }
 

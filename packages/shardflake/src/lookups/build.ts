@@ -19,7 +19,14 @@ import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { closeAll, connectAll, connectServer } from '../topology/connections.js';
-import { captureSql, entryTable, shardEntryTablesSql } from './ddl.js';
+import {
+  captureSql,
+  describeLookup,
+  entryTable,
+  lookupValueSql,
+  sameDefinition,
+  shardEntryTablesSql,
+} from './ddl.js';
 
 /**
  * Building a lookup for a table that already has rows (`cluster migrate`), in phases recorded in the catalog so a
@@ -101,10 +108,10 @@ export async function buildLookups(
       const started = performance.now();
       const holding = shardHolder(lock, lookup.name);
       const record = await recordLookup(catalog, lookup, 'tables');
-      if (record.table !== lookup.table || record.column !== lookup.column || record.unique !== lookup.unique)
+      if (!sameDefinition(record, lookup))
         throw new ShardflakeError(
           'INVALID_CONFIG',
-          `${config.source}: lookup ${lookup.name} was built for ${record.table}.${record.column}${record.unique ? ' (unique)' : ''}; a changed lookup needs a new name`,
+          `${config.source}: lookup ${lookup.name} was built for ${describeLookup(record)}; a changed lookup needs a new name`,
         );
       if (record.phase === 'ready') {
         reports.push({ lookup: lookup.name, alreadyBuilt: true, entriesWritten: 0, durationMs: 0 });
@@ -271,7 +278,7 @@ async function backfillBatch(
   try {
     await rowClient.query('BEGIN');
     const { rows } = await rowClient.query(
-      `SELECT id, ${column}::text AS value FROM ${table} WHERE id > $1 ORDER BY id LIMIT $2 FOR SHARE`,
+      `SELECT id, ${lookupValueSql(lookup, column)} AS value FROM ${table} WHERE id > $1 ORDER BY id LIMIT $2 FOR SHARE`,
       [after ?? -(2n ** 63n), batchSize],
     );
     const read = rows as { id: string | bigint; value: string | null }[];

@@ -18,10 +18,38 @@ import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  *   a change row still present means the transaction did not go through a shardflake session (psql, a plain
  *   pool, a router without lookups): it fails with SF010 instead of committing a row the lookup would not know.
  *
- * Values are kept as text (`column::text`), so equality is the text form's: give a case-insensitive lookup a
- * normalised column (lower(email)).
+ * Values are kept as text (`column::text`), so equality is the text form's; a lookup with `normalize: "lower"`
+ * keeps `lower(column::text COLLATE "C")` instead (lookupValueSql), which lowers ASCII letters only and so gives
+ * exactly what lookupText gives in JavaScript (a lowering that depends on a collation could put a value's entry in
+ * another shard than a read looks in).
  */
 export const CHANGES_TABLE = '_shardflake_lookup_changes';
+
+/** True when a recorded lookup is the one a config defines (a changed lookup needs a new name). */
+export function sameDefinition(recorded: LookupDefinition, lookup: LookupDefinition): boolean {
+  return (
+    recorded.table === lookup.table &&
+    recorded.column === lookup.column &&
+    recorded.unique === lookup.unique &&
+    recorded.normalize === lookup.normalize
+  );
+}
+
+/** A recorded lookup in words: `users.email (unique, lower)`. */
+export function describeLookup(lookup: LookupDefinition): string {
+  const traits = [lookup.unique ? 'unique' : '', lookup.normalize === 'lower' ? 'lower' : ''].filter(Boolean);
+  return `${lookup.table}.${lookup.column}${traits.length > 0 ? ` (${traits.join(', ')})` : ''}`;
+}
+
+/** The text a lookup keeps for a column value, as SQL over `expr` (a quoted column or `NEW.col`). */
+export function lookupValueSql(lookup: Pick<LookupDefinition, 'normalize'>, expr: string): string {
+  return lookup.normalize === 'lower' ? `lower(${expr}::text COLLATE "C")` : `${expr}::text`;
+}
+
+/** The same in JavaScript, for a value's text (`valueText`): what reads look for and hash. */
+export function lookupText(lookup: Pick<LookupDefinition, 'normalize'>, text: string): string {
+  return lookup.normalize === 'lower' ? text.replace(/[A-Z]+/g, (letters) => letters.toLowerCase()) : text;
+}
 export const UNAPPLIED_FUNCTION = '_shardflake_lookup_unapplied';
 /** SQLSTATE of a commit that would leave lookup changes unapplied (or a TRUNCATE of a table with a lookup). */
 export const UNAPPLIED_SQLSTATE = 'SF010';
@@ -98,16 +126,16 @@ BEGIN
     RETURN NULL;
   END IF;
   IF TG_OP = 'UPDATE' THEN
-    moved := (NEW.${column}::text, NEW.id) IS DISTINCT FROM (OLD.${column}::text, OLD.id);
+    moved := (${lookupValueSql(lookup, `NEW.${column}`)}, NEW.id) IS DISTINCT FROM (${lookupValueSql(lookup, `OLD.${column}`)}, OLD.id);
   END IF;
   IF TG_OP = 'DELETE' OR moved THEN
     IF OLD.${column} IS NOT NULL THEN
-      INSERT INTO ${changes} (lookup, value, id, delta, is_unique) VALUES (${name}, OLD.${column}::text, OLD.id, -1, ${unique});
+      INSERT INTO ${changes} (lookup, value, id, delta, is_unique) VALUES (${name}, ${lookupValueSql(lookup, `OLD.${column}`)}, OLD.id, -1, ${unique});
     END IF;
   END IF;
   IF TG_OP = 'INSERT' OR moved THEN
     IF NEW.${column} IS NOT NULL THEN
-      INSERT INTO ${changes} (lookup, value, id, delta, is_unique) VALUES (${name}, NEW.${column}::text, NEW.id, 1, ${unique});
+      INSERT INTO ${changes} (lookup, value, id, delta, is_unique) VALUES (${name}, ${lookupValueSql(lookup, `NEW.${column}`)}, NEW.id, 1, ${unique});
     END IF;
   END IF;
   IF current_setting('${PENDING_SETTING}', true) IS DISTINCT FROM 'on' THEN

@@ -9,7 +9,7 @@ import { acquireOn, isConnectionLost } from '../routing/lease.js';
 import { type MapState, placementIn, shardOfIdIn } from '../routing/map.js';
 import { routedStatement } from '../routing/rows.js';
 import { shardForKey } from '../routing/shard-key.js';
-import { entryTable } from './ddl.js';
+import { entryTable, lookupText, lookupValueSql } from './ddl.js';
 
 /**
  * Finding rows by a lookup's value: the entry shard h(value) gives candidate ids, and each candidate is checked in
@@ -95,7 +95,7 @@ export function createLookupReader(
     async lookup(name, value, options) {
       const fetch = options?.fetch === true;
       const def = await definition(name);
-      const text = valueText(value);
+      const text = lookupText(def, valueText(value));
       const entries = await routedStatement(
         ctx,
         'get',
@@ -120,7 +120,7 @@ export function createLookupReader(
             cached(
               `o\0${schema}\0${def.name}\0${fetch}`,
               () =>
-                `SELECT ${fetch ? '*' : 'id'} FROM ${qualified(schema, def.table)} WHERE id = $1 AND ${quoteIdent(def.column, 'column')}::text = $2`,
+                `SELECT ${fetch ? '*' : 'id'} FROM ${qualified(schema, def.table)} WHERE id = $1 AND ${lookupValueSql(def, quoteIdent(def.column, 'column'))} = $2`,
             ),
           [id, text],
         );
@@ -137,7 +137,7 @@ export function createLookupReader(
       const def = await definition(name);
       if (!Array.isArray(values))
         throw new ShardflakeError('INVALID_ARGUMENT', 'lookupMany needs an array of values');
-      const texts = values.map(valueText);
+      const texts = values.map((v) => lookupText(def, valueText(v)));
       const map = await ctx.map.fresh();
       // Entries: one statement per server over the entry shards of the values.
       const byEntryShard = groupBy(texts, (t) => shardForKey(t, map.logicalShards));
@@ -157,7 +157,7 @@ export function createLookupReader(
         map,
         byOwnerShard,
         (schema, p) =>
-          `SELECT id, ${column}::text AS value FROM ${qualified(schema, def.table)} WHERE id = ANY(${p}::bigint[])`,
+          `SELECT id, ${lookupValueSql(def, column)} AS value FROM ${qualified(schema, def.table)} WHERE id = ANY(${p}::bigint[])`,
       );
       const held = new Set(owners.map((o) => `${o.value}\0${o.id}`));
       const hit = new Map<string, LookupHit>();

@@ -4,6 +4,7 @@ import { ShardflakeError } from '../errors/errors.js';
 import { wrapPgError } from '../postgres/connect.js';
 import type { RouterContext } from '../routing/context.js';
 import { acquireOn, isConnectionLost } from '../routing/lease.js';
+import { describeLookup, sameDefinition } from './ddl.js';
 import type { Readiness } from './read.js';
 
 /**
@@ -29,10 +30,10 @@ export function lookupReadiness(ctx: RouterContext, catalog: string): Readiness 
         'LOOKUP_NOT_READY',
         `lookup ${lookup.name} is ${record ? `being built (phase ${record.phase})` : 'not built'}; run cluster migrate`,
       );
-    if (record.table !== lookup.table || record.column !== lookup.column || record.unique !== lookup.unique)
+    if (!sameDefinition(record, lookup))
       throw new ShardflakeError(
         'INVALID_CONFIG',
-        `lookup ${lookup.name} is built for ${record.table}.${record.column}${record.unique ? ' (unique)' : ''}, not what the config says`,
+        `lookup ${lookup.name} is built for ${describeLookup(record)}, not what the config says`,
       );
     ready.add(lookup.name);
   };

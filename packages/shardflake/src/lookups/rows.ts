@@ -1,15 +1,13 @@
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
-import { expectObject } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { wrapPgError } from '../postgres/connect.js';
-import type { InsertManyOptions } from '../routing/bulk.js';
+import { checkRouting, type InsertManyOptions, returnsIds, routeRows } from '../routing/bulk.js';
 import type { RouterContext } from '../routing/context.js';
 import { type MapState, placementIn } from '../routing/map.js';
 import type { Row } from '../routing/rows.js';
 import type { ShardSession, ShardTarget } from '../routing/session.js';
-import { type ShardKey, shardForKey } from '../routing/shard-key.js';
 import { insertRowsSql } from '../routing/statements.js';
 import type { Operation } from '../telemetry/events.js';
 import { inCrossTransaction, type WithShardsOptions, withShards } from '../transactions/with-shards.js';
@@ -86,25 +84,9 @@ export async function insertManyKept<R extends Row>(
 ): Promise<ShardflakeId[]> {
   if (!Array.isArray(rows))
     throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
+  checkRouting(options as InsertManyOptions<never>);
   if (rows.length === 0) return [];
-  const hasKey = typeof options?.key === 'function';
-  if (hasKey === (options?.shard !== undefined))
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      'insertMany needs either { key: (row) => shard key } or { shard }, not both',
-    );
-  const columns = Object.keys(expectObject(rows[0], 'row 0'));
-  const map = await ctx.map.fresh();
-  const byShard = new Map<number, number[]>();
-  rows.forEach((row, i) => {
-    const keys = Object.keys(expectObject(row, `row ${i}`));
-    if (keys.length !== columns.length || !columns.every((c) => c in row))
-      throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} does not have the columns of row 0`);
-    const shard = hasKey
-      ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
-      : (options.shard as number);
-    byShard.set(shard, [...(byShard.get(shard) ?? []), i]);
-  });
+  const { columns, byShard } = routeRows(rows, options, await ctx.map.fresh());
   const ids: ShardflakeId[] = new Array(rows.length);
   const queue = [...byShard];
   const failed: number[] = [];
@@ -114,10 +96,11 @@ export async function insertManyKept<R extends Row>(
       const [shard, list] = next;
       try {
         await withShardKept(ctx, { shard }, async (session) => {
+          const withIds = await returnsIds(ctx, session, session.schema, table);
           for (let i = 0; i < list.length; i += ROWS_PER_STATEMENT) {
             const part = list.slice(i, i + ROWS_PER_STATEMENT);
             const { rows: got } = await session.query(
-              insertRowsSql(session.schema, table, columns, part.length),
+              insertRowsSql(session.schema, table, columns, part.length, withIds),
               part.flatMap((r) => columns.map((c) => (rows[r] as R)[c])),
             );
             got.forEach((g, j) => {
@@ -141,5 +124,6 @@ export async function insertManyKept<R extends Row>(
       { detail: `not written: rows ${failed.slice(0, 20).join(', ')}${failed.length > 20 ? ' …' : ''}` },
     );
   }
-  return ids;
+  // A table keyed otherwise (no `id` column) has no ids to give back (routing/bulk.ts).
+  return ctx.statements.hasIdColumn(table) === false ? [] : ids;
 }

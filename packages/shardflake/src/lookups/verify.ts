@@ -9,7 +9,7 @@ import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { clusterAccess } from '../recovery/cluster-access.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { shardOfIdFor } from './build.js';
-import { entryTable } from './ddl.js';
+import { entryTable, lookupValueSql } from './ddl.js';
 
 /**
  * `cluster verify`'s lookup check: every built lookup, both ways.
@@ -152,7 +152,7 @@ async function ownersWithoutEntries(ctx: Context, lookup: LookupDefinition): Pro
     let after = -(2n ** 63n);
     for (;;) {
       const { rows } = await c.query(
-        `SELECT id, ${column}::text AS value FROM ${qualified(schema, lookup.table)}
+        `SELECT id, ${lookupValueSql(lookup, column)} AS value FROM ${qualified(schema, lookup.table)}
           WHERE id > $1 AND ${column} IS NOT NULL ORDER BY id LIMIT $2`,
         [after, ctx.batchSize],
       );
@@ -221,7 +221,7 @@ async function entriesWithoutOwners(ctx: Context, lookup: LookupDefinition): Pro
         const held = new Map<bigint, string | null>();
         if (o) {
           const { rows: owners } = await o.c.query(
-            `SELECT id, ${column}::text AS value FROM ${qualified(o.schema, lookup.table)} WHERE id = ANY($1::bigint[])`,
+            `SELECT id, ${lookupValueSql(lookup, column)} AS value FROM ${qualified(o.schema, lookup.table)} WHERE id = ANY($1::bigint[])`,
             [list.map((e) => e.id)],
           );
           for (const r of owners as { id: string; value: string | null }[]) held.set(BigInt(r.id), r.value);
@@ -261,7 +261,7 @@ async function stillWrong(ctx: Context, found: Found): Promise<boolean> {
   const holds = ctx.shards[ownerShard]
     ? (
         await client(ctx, ownerShard).c.query(
-          `SELECT 1 FROM ${qualified(client(ctx, ownerShard).schema, lookup.table)} WHERE id = $1 AND ${quoteIdent(lookup.column, 'column')}::text = $2`,
+          `SELECT 1 FROM ${qualified(client(ctx, ownerShard).schema, lookup.table)} WHERE id = $1 AND ${lookupValueSql(lookup, quoteIdent(lookup.column, 'column'))} = $2`,
           [found.id, found.value],
         )
       ).rows.length > 0
@@ -284,7 +284,7 @@ async function repair(ctx: Context, found: Found): Promise<Pick<LookupProblem, '
     await o.c.query('BEGIN');
     try {
       const { rows } = await o.c.query(
-        `SELECT 1 FROM ${qualified(o.schema, lookup.table)} WHERE id = $1 AND ${quoteIdent(lookup.column, 'column')}::text = $2 FOR SHARE`,
+        `SELECT 1 FROM ${qualified(o.schema, lookup.table)} WHERE id = $1 AND ${lookupValueSql(lookup, quoteIdent(lookup.column, 'column'))} = $2 FOR SHARE`,
         [found.id, found.value],
       );
       if (rows.length === 0) {

@@ -8,8 +8,9 @@
 import { createRequire } from 'node:module';
 import type pg from 'pg';
 import { expectString } from '../errors/arguments.js';
-import { redactSecrets, ShardflakeError } from '../errors/errors.js';
+import { AuthFailedError, redactSecrets, ShardflakeError } from '../errors/errors.js';
 import { describeServerUrl } from '../errors/redact.js';
+import { ID_CHECK_CONSTRAINT } from './id-shard-rule.js';
 
 /**
  * Connections with ids as `bigint` end to end. `pg` returns int8 as a string by default; shardflake maps it to
@@ -57,6 +58,46 @@ export interface ServerAccess {
 /** Where a URL points, without its password: `postgres://postgres:****@127.0.0.1:5432/app`. */
 export function describeUrl(url: string): string {
   return describeServerUrl(expectString(url, 'a server URL'));
+}
+
+/** Where a server's password belongs, for every message about a refused login. */
+export const PASSWORD_HINT = `give the role's password in the config's URL as \${VAR} (an environment variable), in PGPASSWORD or in the pgpass file (docs/security.md)`;
+
+/**
+ * Why the server (or node-postgres, before answering it) refused a login, in words that hold no secret and no
+ * SCRAM exchange; undefined when `error` is not a refused login. SQLSTATE 28P01 is a wrong password, 28000 a login
+ * pg_hba.conf or the role does not allow (the server's own sentence, which names host, role and database); without
+ * a password node-postgres gives up on the SCRAM exchange itself ("client password must be a string").
+ */
+export function loginRefusal(error: unknown): string | undefined {
+  for (let e = error, depth = 0; e !== null && typeof e === 'object' && depth < 5; depth++) {
+    const { code, sqlState, message, cause } = e as {
+      code?: unknown;
+      sqlState?: unknown;
+      message?: unknown;
+      cause?: unknown;
+    };
+    if (e instanceof AuthFailedError) return e.reason;
+    const state = typeof sqlState === 'string' ? sqlState : code;
+    const text = typeof message === 'string' ? message : '';
+    if (state === '28P01') return 'password authentication failed';
+    if (state === '28000') return redactSecrets(text);
+    if (/password must be a string/i.test(text)) return 'no password given';
+    if (/^SASL:/.test(text)) return "the server's SCRAM answer did not verify";
+    e = cause;
+  }
+  return undefined;
+}
+
+/** The role a URL logs in as: its user, else PGUSER, else the OS user (node-postgres' defaults). */
+export function roleOf(url: string | undefined): string {
+  let user = '';
+  try {
+    user = url ? decodeURIComponent(new URL(url).username) : '';
+  } catch {
+    // a URL that does not parse names no role; the defaults below are what node-postgres would use
+  }
+  return user || process.env.PGUSER || process.env.USER || process.env.USERNAME || '(unknown)';
 }
 
 /**
@@ -128,8 +169,9 @@ function lossReason(error: unknown): string {
 }
 
 /**
- * The one mapping of a driver error to shardflake's codes: connection loss (isConnectionLoss) is
- * SERVER_UNREACHABLE, whatever step it broke; an error the server reported on a working session is
+ * The one mapping of a driver error to shardflake's codes: a refused login (loginRefusal) is AUTH_FAILED;
+ * connection loss (isConnectionLoss) is SERVER_UNREACHABLE, whatever step it broke; an error the server reported
+ * on a working session is
  * DATABASE_ERROR (or REFERENCE_READ_ONLY for the reference tables' guard), keeping SQLSTATE and DETAIL. A
  * ShardflakeError is returned as it is.
  */
@@ -137,6 +179,14 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
   if (error instanceof ShardflakeError) return error;
   const e = error as { code?: string; message?: string; detail?: string };
   const where = url ? ` at ${describeUrl(url)}` : '';
+  const refusal = loginRefusal(error);
+  if (refusal !== undefined) {
+    const role = roleOf(url);
+    return new AuthFailedError(
+      `PostgreSQL${where} refused the login of role ${role} (${refusal}); ${PASSWORD_HINT}`,
+      { role, reason: refusal, hint: PASSWORD_HINT, sqlState: sqlStateOfLogin(e.code), cause: error },
+    );
+  }
   const state =
     typeof e?.code === 'string' && !SOCKET_CODES.has(e.code) && /^[0-9A-Z]{5}$/.test(e.code)
       ? e.code
@@ -152,6 +202,15 @@ export function wrapPgError(error: unknown, url?: string): ShardflakeError {
     );
   }
   const message = redactSecrets(String(e?.message ?? error));
+  // The id rule (id-shard-rule.ts): a row whose id names another shard than the one it is written in.
+  const violated = error as { constraint?: string; table?: string };
+  if (e?.code === '23514' && violated.constraint === ID_CHECK_CONSTRAINT) {
+    return new ShardflakeError(
+      'ID_WRONG_SHARD',
+      `PostgreSQL${where}: a row of table ${violated.table ?? '?'} has an id whose bits name another shard than the one it is written in, where get, lookups and verify would never find it; let next_id() make the id, or write the row in the shard its id names (router.shardOfId(id)) (docs/lookups.md)`,
+      { sqlState: e.code, detail: e.detail, cause: error },
+    );
+  }
   // SF020: the write guard of the reference tables (reference/sql.ts) refused a write outside withReference.
   const code = e?.code === 'SF020' ? 'REFERENCE_READ_ONLY' : 'DATABASE_ERROR';
   return new ShardflakeError(code, `PostgreSQL${where}: ${message}`, {
@@ -177,9 +236,49 @@ export interface ConnectOptions {
   maxLifetimeSeconds?: number;
 }
 
+const sqlStateOfLogin = (code: string | undefined) =>
+  code === '28P01' || code === '28000' ? code : undefined;
+
+/**
+ * node-postgres' Client, except that a connect that fails closes its socket at once. When node-postgres itself
+ * gives up during authentication (no password to answer SCRAM with), it reports the error but leaves the socket
+ * open, and pg-pool never ends a client that failed to connect: the server keeps that backend, counted against
+ * max_connections, until its authentication_timeout (60 s). A router that dialled on every operation filled a
+ * server that way (issue 32).
+ */
+let closingClient: typeof pg.Client | undefined;
+function closingClientClass(): typeof pg.Client {
+  if (closingClient) return closingClient;
+  const Base = loadPg().Client;
+  const close = (client: pg.Client) =>
+    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+  class ClosingClient extends Base {
+    // pg-pool connects with a callback, applications with the promise: both close the socket on failure.
+    override connect(): Promise<pg.Client>;
+    override connect(callback: (err: Error | null, client?: pg.Client) => void): void;
+    override connect(
+      callback?: (err: Error | null, client?: pg.Client) => void,
+    ): Promise<pg.Client> | undefined {
+      if (callback) {
+        super.connect((error: Error | null) => {
+          if (error) close(this);
+          callback(error, this);
+        });
+        return undefined;
+      }
+      return super.connect().catch((error: unknown) => {
+        close(this);
+        throw error;
+      });
+    }
+  }
+  closingClient = ClosingClient;
+  return closingClient;
+}
+
 /** One connected client with int8 → bigint. Connection failures throw SERVER_UNREACHABLE. */
 export async function connect(url: string, options: ConnectOptions = {}): Promise<pg.Client> {
-  const client = new (loadPg().Client)({
+  const client = new (closingClientClass())({
     connectionString: url,
     types: bigintTypes,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
@@ -199,6 +298,7 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
 /** A pool with int8 → bigint. */
 export function createPool(url: string, options: ConnectOptions = {}): pg.Pool {
   const pool = new (loadPg().Pool)({
+    Client: closingClientClass(),
     connectionString: url,
     types: bigintTypes,
     max: options.max ?? 10,

@@ -5,6 +5,7 @@ import { wrapPgError } from '../postgres/connect.js';
 import type { RouterContext } from '../routing/context.js';
 import { traced } from '../telemetry/trace.js';
 import { type CrossInternals, openCrossTransaction, type ServerSession } from '../transactions/cross.js';
+import { refuseServerValues } from './deterministic.js';
 import { BEGIN_WRITE, WRITTEN_DIGESTS_SQL } from './sql.js';
 
 /**
@@ -46,12 +47,14 @@ import { BEGIN_WRITE, WRITTEN_DIGESTS_SQL } from './sql.js';
  * second would wait for, and cannot be waiting for the second there. Marks never wait for each other (ROW
  * EXCLUSIVE does not conflict with itself), and a fill or `cluster migrate` locks the servers in the same order.
  *
+ * Values computed by the server (`now()`, `random()`, `nextval`, a column default that calls one) differ per
+ * server: such a statement is refused before it runs anywhere (deterministic.ts, REFERENCE_NOT_DETERMINISTIC).
+ *
  * Drift: each copy keeps a digest of each table's rows (sql.ts), to which every transaction that writes the table
  * adds its change. Before committing, the call applies its changes and reads the digests of every table it wrote,
  * on the first server and then on the others side by side: equal copies given the same statements have equal
- * digests; a copy that differed before the call (a write that missed it, a superuser's change), or a statement that
- * is not deterministic (`now()`, `random()`), makes them differ, and the call fails with REFERENCE_DRIFT and
- * nothing commits. Each statement's row count is compared too, which names the statement at once. The digests are
+ * digests; a copy that differed before the call (a write that missed it, a superuser's change) makes them
+ * differ, and the call fails with REFERENCE_DRIFT and nothing commits. Each statement's row count is compared too, which names the statement at once. The digests are
  * exact, not a race: applying locks the table's digest row until the transaction ends (on the first server first,
  * in table-name order, so two writers meet there and never deadlock), and a write of another transaction reaches a
  * digest only through that lock, so none commits anywhere between the first server's read and the last's.
@@ -204,6 +207,7 @@ async function attempt<T>(
           throw onServer(s.server, error);
         });
       try {
+        await refuseServerValues(first, text);
         const result = await run(first);
         const others = await Promise.all(rest.map(run));
         const differ = others.findIndex((r) => r.rowCount !== result.rowCount);

@@ -1,23 +1,19 @@
 import type { ClusterConfig } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { describeUrl } from '../postgres/connect.js';
+import { PASSWORD_HINT } from '../postgres/connect.js';
 import type { MapState } from '../routing/map.js';
 import { serverNodeUrls } from '../topology/connections.js';
-import type { ServerNodes } from '../topology/nodes.js';
+import { type LoginMemory, loginMemory } from '../topology/login-backoff.js';
+
+type ServerList = Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>;
 
 /**
- * The nodes of a server, from the config, or, for a server the config lacks (added for a rebalance after this
+ * The node URLs of a server, from the config, or, for a server the config lacks (added for a rebalance after this
  * router started), from the catalog's server list (catalog/servers.ts). Those addresses carry no password:
- * node-postgres takes it from PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows, or one the router
- * cannot log in to with what its environment gives, is one line naming the server and what to add.
+ * node-postgres takes it from PGPASSWORD or ~/.pgpass, as libpq does. A server neither knows is one line naming it.
  */
-export function learnedServerNodes(
-  config: Pick<ClusterConfig, 'servers'> & Partial<Pick<ClusterConfig, 'nodes'>>,
-  state: MapState | undefined,
-  server: string,
-  create: (urls: string[]) => ServerNodes,
-): ServerNodes {
-  if (server in config.servers) return create(serverNodeUrls(config, server));
+export function serverUrls(config: ServerList, state: MapState | undefined, server: string): string[] {
+  if (server in config.servers) return serverNodeUrls(config, server);
   const known = state?.servers.get(server);
   if (!known || known.length === 0) {
     throw new ShardflakeError(
@@ -25,37 +21,18 @@ export function learnedServerNodes(
       `the shard map places a shard on server ${server}, which neither this router's config nor the catalog's server list knows; add server ${server} to the config`,
     );
   }
-  const nodes = create(known);
-  return {
-    name: nodes.name,
-    hasReplicas: nodes.hasReplicas,
-    async acquire(options) {
-      try {
-        return await nodes.acquire(options);
-      } catch (error) {
-        throw loginFailure(error, server, known) ?? error;
-      }
-    },
-    positionAfterWrite: (lease) => nodes.positionAfterWrite(lease),
-    noteError: (node, error) => nodes.noteError(node, error),
-    end: () => nodes.end(),
-  };
+  return [...known];
 }
 
 /**
- * A refused login (SQLSTATE 28P01 or 28000, or node-postgres finding no password to answer SCRAM with) as one line
- * naming the server, its address and what to add; null for any other error.
+ * The router's memory of a server's refused logins (topology/login-backoff.ts), with the hint for its AUTH_FAILED:
+ * a configured server's password belongs in the config (or the environment); a learned one's, which the catalog
+ * never keeps, in the environment, or the server belongs in the router's config.
  */
-function loginFailure(error: unknown, server: string, urls: readonly string[]): ShardflakeError | null {
-  const e = (error as { cause?: unknown }).cause ?? error;
-  const code = (e as { code?: string }).code ?? (error as { sqlState?: string }).sqlState;
-  const message = String((e as { message?: string }).message ?? '');
-  const refused =
-    code === '28P01' || code === '28000' || /client password must be a string|password/i.test(message);
-  if (!refused) return null;
-  return new ShardflakeError(
-    'INVALID_CONFIG',
-    `this router learned server ${server} (${urls.map(describeUrl).join(', ')}) from the catalog, which keeps no passwords, and cannot log in to it (${code === '28P01' ? 'password authentication failed' : 'no password given'}); give its password in PGPASSWORD or ~/.pgpass, or add server ${server} to the router's config`,
-    { cause: error },
-  );
+export function serverLoginMemory(config: ServerList, urls: readonly string[], server: string): LoginMemory {
+  const hint =
+    server in config.servers
+      ? PASSWORD_HINT
+      : `this router learned server ${server} from the catalog, which keeps no passwords: add server ${server} to the router's config with its password as \${VAR}, or give the password in PGPASSWORD or the pgpass file (docs/security.md)`;
+  return loginMemory(server, { urls, hint });
 }

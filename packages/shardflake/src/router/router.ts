@@ -52,10 +52,11 @@ import type { RouterEventHook } from '../telemetry/events.js';
 import { telemetryHook, telemetryInstalled } from '../telemetry/telemetry.js';
 import { emitSafely } from '../telemetry/trace.js';
 import { primaryUrl, serverNodeUrls } from '../topology/connections.js';
+import { type LoginMemory, withLoginMemory } from '../topology/login-backoff.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
 import { createServerNodes } from '../topology/server-nodes.js';
 import type { WithShardsOptions } from '../transactions/with-shards.js';
-import { learnedServerNodes } from './learned-server.js';
+import { serverLoginMemory, serverUrls } from './learned-server.js';
 import { checkRouterOptions } from './options.js';
 import { guardStrays } from './strays.js';
 
@@ -159,8 +160,9 @@ export interface Router {
   /** Deletes the row of this id; true when the row was there. */
   delete(table: string, id: ShardflakeId): Promise<boolean>;
   /**
-   * Inserts many rows, split by shard (`key(row)` or one `shard`): one multi-row INSERT per shard, one transaction
-   * per server, servers in parallel. Returns the ids in input order. See bulk.ts for what is atomic.
+   * Inserts many rows, split by shard (`key(row)`, the shard of an owner's id `id(row)`, or one `shard`): one
+   * multi-row INSERT per shard, one transaction per server, servers in parallel. Returns the ids in input order;
+   * `[]` for a table without an `id` column. See bulk.ts for what is atomic.
    */
   insertMany<R extends Row>(
     table: string,
@@ -293,6 +295,29 @@ export async function createRouter(
       }),
   };
   const commitServers = new Map<string, ServerNodes>();
+  // Each server's node URLs (configured, or learned from the catalog) and its memory of refused logins, shared by
+  // its data and commit pools (topology/login-backoff.ts).
+  const logins = new Map<string, { urls: string[]; memory: LoginMemory }>();
+  const pools = (server: string, applicationName: string): ServerNodes => {
+    let login = logins.get(server);
+    if (!login) {
+      const urls = serverUrls(config, map.state, server);
+      login = { urls, memory: serverLoginMemory(config, urls, server) };
+      logins.set(server, login);
+    }
+    return withLoginMemory(
+      createServerNodes(server, login.urls, {
+        poolSize: opts.poolSize,
+        connectTimeoutMs: opts.connectTimeoutMs,
+        maxUses: opts.maxUses,
+        maxLifetimeSeconds: opts.maxLifetimeSeconds,
+        applicationName,
+        ...opts.replicas,
+        onEvent: hook,
+      }),
+      login.memory,
+    );
+  };
   const policy: RetryPolicy = {
     writeRetryMs: opts.writeRetryMs,
     retryBackoffMs: opts.retryBackoffMs,
@@ -374,17 +399,7 @@ export async function createRouter(
       let nodes = servers.get(server);
       if (!nodes) {
         nodes = guardStrays(
-          learnedServerNodes(config, map.state, server, (urls) =>
-            createServerNodes(server, urls, {
-              poolSize: opts.poolSize,
-              connectTimeoutMs: opts.connectTimeoutMs,
-              maxUses: opts.maxUses,
-              maxLifetimeSeconds: opts.maxLifetimeSeconds,
-              applicationName: 'shardflake router',
-              ...opts.replicas,
-              onEvent: hook,
-            }),
-          ),
+          pools(server, 'shardflake router'),
           () => loaded().schemaPrefix,
           strayCatalog,
           hook,
@@ -396,18 +411,7 @@ export async function createRouter(
     commitNodes(server) {
       let nodes = commitServers.get(server);
       if (!nodes) {
-        // A lookup's entry shard may live on a server the config lacks (moved there since): learned, as for nodes().
-        nodes = learnedServerNodes(config, map.state, server, (urls) =>
-          createServerNodes(server, urls, {
-            poolSize: opts.poolSize,
-            connectTimeoutMs: opts.connectTimeoutMs,
-            maxUses: opts.maxUses,
-            maxLifetimeSeconds: opts.maxLifetimeSeconds,
-            applicationName: 'shardflake router commit',
-            ...opts.replicas,
-            onEvent: hook,
-          }),
-        );
+        nodes = pools(server, 'shardflake router commit');
         commitServers.set(server, nodes);
       }
       return nodes;

@@ -8,7 +8,7 @@ import type { RetryReason } from '../telemetry/events.js';
 import { type OperationTrace, traced } from '../telemetry/trace.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
-import { placementIn } from './map.js';
+import { type MapState, placementIn, shardOfIdIn } from './map.js';
 import { type AttemptInfo, pause, retryReason, sqlStateOf } from './retry.js';
 import type { Row } from './rows.js';
 import { type ShardKey, shardForKey } from './shard-key.js';
@@ -31,15 +31,105 @@ export type InsertManyOptions<R extends Row = Row> =
   | {
       /** Routes each row by the shard key this function returns for it. */
       key: (row: R, index: number) => ShardKey;
-      /** Not with `key`: the two ways of routing exclude each other. */
+      /** Not with `key`: the ways of routing exclude each other. */
       shard?: undefined;
+      /** Not with `key`: the ways of routing exclude each other. */
+      id?: undefined;
     }
   | {
       /** Puts every row in this one logical shard (0 to logicalShards − 1). */
       shard: number;
-      /** Not with `shard`: the two ways of routing exclude each other. */
+      /** Not with `shard`: the ways of routing exclude each other. */
       key?: undefined;
+      /** Not with `shard`: the ways of routing exclude each other. */
+      id?: undefined;
+    }
+  | {
+      /**
+       * Puts each row beside the row of this id (its owner: `(like) => like.user_id`), in the shard the id's bits
+       * name, as `withShard({ id })` does. The row gets its own id from that shard's next_id().
+       */
+      id: (row: R, index: number) => ShardflakeId;
+      /** Not with `id`: the ways of routing exclude each other. */
+      key?: undefined;
+      /** Not with `id`: the ways of routing exclude each other. */
+      shard?: undefined;
     };
+
+/** Exactly one way of routing: `key`, `id` (functions) or `shard`. */
+export function checkRouting(options: InsertManyOptions<never>): void {
+  const ways = [
+    typeof options?.key === 'function',
+    options?.shard !== undefined,
+    typeof options?.id === 'function',
+  ].filter(Boolean).length;
+  if (ways !== 1)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insertMany needs one of { key: (row) => shard key }, { id: (row) => owner id } or { shard }',
+    );
+}
+
+/**
+ * The rows' columns (row 0's, which every row must have) and their logical shards, by `key`, `id` or one `shard`;
+ * every row checked before anything is sent. Both insertMany paths (this file, lookups/rows.ts) route with it.
+ */
+export function routeRows<R extends Row>(
+  rows: readonly R[],
+  options: InsertManyOptions<R>,
+  map: MapState,
+): { columns: string[]; byShard: Map<number, number[]> } {
+  checkRouting(options as InsertManyOptions<never>);
+  const columns = Object.keys(expectObject(rows[0], 'row 0'));
+  if (columns.length === 0)
+    throw new ShardflakeError('INVALID_ARGUMENT', 'row 0 has no columns; insertMany needs at least one');
+  for (const c of columns) quoteIdent(c, 'column');
+  const byShard = new Map<number, number[]>();
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i] as R;
+    if (typeof row !== 'object' || row === null)
+      throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} is not an object`);
+    const keys = Object.keys(row);
+    if (keys.length !== columns.length || !columns.every((c) => c in row))
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `row ${i} has the columns (${keys.join(', ')}), not those of row 0 (${columns.join(', ')}); give every row the same columns`,
+      );
+    let shard: number;
+    try {
+      if (options.key) shard = shardForKey(options.key(row, i), map.logicalShards);
+      else if (options.id) shard = shardOfIdIn(map, options.id(row, i));
+      else shard = options.shard as number;
+      placementIn(map, shard);
+    } catch (error) {
+      if (!isShardflakeError(error)) throw error;
+      throw new ShardflakeError(error.code, `row ${i}: ${error.message}`, { cause: error });
+    }
+    const list = byShard.get(shard);
+    if (list) list.push(i);
+    else byShard.set(shard, [i]);
+  }
+  return { columns, byShard };
+}
+
+/** Whether a sharded table has an `id` column to return (asked once per router and table, on a shard connection). */
+export async function returnsIds(
+  ctx: RouterContext,
+  client: { query(text: string, values: unknown[]): Promise<{ rows: unknown[] }> },
+  schema: string,
+  table: string,
+): Promise<boolean> {
+  const known = ctx.statements.hasIdColumn(table);
+  if (known !== undefined) return known;
+  const { rows } = await client.query(
+    `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(format('%I.%I', $1::text, $2::text))
+                      AND attname = 'id' AND attnum > 0 AND NOT attisdropped) AS has`,
+    [schema, table],
+  );
+  const has = (rows[0] as { has: boolean }).has;
+  ctx.statements.noteIdColumn(table, has);
+  return has;
+}
 
 /** Rows per INSERT statement at most (also bounded by 65,535 bind parameters). */
 const MAX_ROWS_PER_STATEMENT = 1000;
@@ -68,50 +158,17 @@ export async function insertMany<R extends Row>(
   quoteIdent(table, 'table');
   if (!Array.isArray(rows))
     throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
-  const hasKey = typeof options?.key === 'function';
-  if (hasKey === (options?.shard !== undefined))
-    throw new ShardflakeError(
-      'INVALID_ARGUMENT',
-      'insertMany needs either { key: (row) => shard key } or { shard }, not both',
-    );
+  checkRouting(options as InsertManyOptions<never>);
   if (rows.length === 0) return [];
-  const columns = Object.keys(expectObject(rows[0], 'row 0'));
-  if (columns.length === 0)
-    throw new ShardflakeError('INVALID_ARGUMENT', 'row 0 has no columns; insertMany needs at least one');
-  for (const c of columns) quoteIdent(c, 'column');
   const map = await ctx.map.fresh();
-  // Every row: same columns as row 0, and a valid shard key. Checked before anything is sent.
-  const byShard = new Map<number, number[]>();
-  for (let i = 0; i < rows.length; i++) {
-    const row = rows[i] as R;
-    if (typeof row !== 'object' || row === null)
-      throw new ShardflakeError('INVALID_ARGUMENT', `row ${i} is not an object`);
-    const keys = Object.keys(row);
-    if (keys.length !== columns.length || !columns.every((c) => c in row))
-      throw new ShardflakeError(
-        'INVALID_ARGUMENT',
-        `row ${i} has the columns (${keys.join(', ')}), not those of row 0 (${columns.join(', ')}); give every row the same columns`,
-      );
-    let shard: number;
-    try {
-      shard = hasKey
-        ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
-        : (options.shard as number);
-      placementIn(map, shard);
-    } catch (error) {
-      if (!isShardflakeError(error)) throw error;
-      throw new ShardflakeError(error.code, `row ${i}: ${error.message}`, { cause: error });
-    }
-    const list = byShard.get(shard);
-    if (list) list.push(i);
-    else byShard.set(shard, [i]);
-  }
+  const { columns, byShard } = routeRows(rows, options, map);
   const ids: ShardflakeId[] = new Array(rows.length);
   const batches = [...byShard].map(([shard, list]) => ({ shard, rows: list }));
   await traced(ctx.onEvent, 'insertMany', (trace) =>
     writeBatches(ctx, trace, table, columns, rows, batches, ids),
   );
-  return ids;
+  // A table keyed otherwise (no `id` column) has no ids to give back: every row was written, and the answer is [].
+  return ctx.statements.hasIdColumn(table) === false ? [] : ids;
 }
 
 async function writeBatches(
@@ -212,6 +269,7 @@ async function writeServer(
   let committing = false;
   try {
     await client.query('BEGIN');
+    const withIds = await returnsIds(ctx, client, current.placement.schema, table);
     const perStatement = Math.max(
       1,
       Math.min(MAX_ROWS_PER_STATEMENT, Math.floor(MAX_PARAMETERS / columns.length)),
@@ -222,7 +280,7 @@ async function writeServer(
         chunkRows = part.batch.rows.slice(from, from + perStatement);
         const values: unknown[] = [];
         for (const i of chunkRows) for (const c of columns) values.push((rows[i] as Row)[c]);
-        const text = insertRowsSql(part.placement.schema, table, columns, chunkRows.length);
+        const text = insertRowsSql(part.placement.schema, table, columns, chunkRows.length, withIds);
         const result = await client.query(text, values);
         result.rows.forEach((r: { id: ShardflakeId }, j) => {
           landed.push([chunkRows[j] as number, r.id]);

@@ -20,6 +20,8 @@ export async function acquireOn(
     return await nodes.acquire(options);
   } catch (error) {
     const wrapped = wrapPgError(error);
+    // An error that already starts with its server (AUTH_FAILED from the login memory) is passed on as it is.
+    if (wrapped.message.startsWith(`server ${server} `)) throw wrapped;
     throw new ShardflakeError(wrapped.code, `server ${server}: ${wrapped.message}`, {
       sqlState: wrapped.sqlState,
       detail: wrapped.detail,

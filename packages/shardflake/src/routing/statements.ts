@@ -8,6 +8,16 @@ import { quoteIdent } from '../postgres/identifier.js';
  */
 export class Statements {
   readonly #texts = new Map<string, string>();
+  /** Which sharded tables have an `id` column (routing/bulk.ts asks the server once per table). */
+  readonly #idColumns = new Map<string, boolean>();
+
+  hasIdColumn(table: string): boolean | undefined {
+    return this.#idColumns.get(table);
+  }
+
+  noteIdColumn(table: string, has: boolean): void {
+    this.#idColumns.set(table, has);
+  }
 
   #cached(key: string, build: () => string): string {
     let text = this.#texts.get(key);
@@ -85,6 +95,7 @@ export function insertRowsSql(
   table: string,
   columns: readonly string[],
   rowCount: number,
+  returningId = true,
 ): string {
   const target = `${quoteIdent(schema, 'schema')}.${quoteIdent(table, 'table')}`;
   const names = columns.map((c) => quoteIdent(c, 'column')).join(', ');
@@ -93,5 +104,5 @@ export function insertRowsSql(
     const base = r * columns.length;
     tuples.push(`(${columns.map((_, c) => `$${base + c + 1}`).join(', ')})`);
   }
-  return `INSERT INTO ${target} (${names}) VALUES ${tuples.join(', ')} RETURNING id`;
+  return `INSERT INTO ${target} (${names}) VALUES ${tuples.join(', ')}${returningId ? ' RETURNING id' : ''}`;
 }

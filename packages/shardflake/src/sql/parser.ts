@@ -1,11 +1,12 @@
 import type { Node, ParseResult, SelectStmt } from '@pgsql/types';
 import { ShardflakeError } from '../errors/errors.js';
+import { loadPgParser, missingPackage } from '../postgres/parser.js';
 import { unsupported } from './refuse.js';
 
 /**
- * The real PostgreSQL parser (libpg-query: PostgreSQL's own grammar compiled to WebAssembly, no native build) and
- * its printer (pgsql-deparser), loaded on the first `router.sql` only: together they take ≈ 1 s to load and
- * compile, which an application that never asks a cross-shard question should not pay, nor load at import.
+ * The real PostgreSQL parser (postgres/parser.ts) and its printer (pgsql-deparser), loaded on the first
+ * `router.sql` only: together they take ≈ 1 s to load and compile, which an application that never asks a
+ * cross-shard question should not pay, nor load at import.
  *
  * They are optional peer dependencies of `shardflake` (≈ 3 MB that an app without cross-shard reads should not
  * carry into its image): an app that calls `router.sql` installs them; one that does not gets MISSING_PACKAGE
@@ -18,9 +19,17 @@ interface SqlTools {
 
 let tools: Promise<SqlTools> | undefined;
 
+/** The versions `shardflake` is tested with (its peerDependencies say the same). */
+export const SQL_PACKAGES = 'libpg-query@18 pgsql-deparser@18';
+
 export function loadSqlTools(): Promise<SqlTools> {
   tools ??= (async (): Promise<SqlTools> => {
-    const [parser, printer] = await Promise.all([load('libpg-query'), load('pgsql-deparser')]);
+    const [parser, printer] = await Promise.all([
+      loadPgParser('router.sql', SQL_PACKAGES),
+      import('pgsql-deparser').catch((error: unknown) => {
+        throw missingPackage(error, 'pgsql-deparser', 'router.sql', SQL_PACKAGES);
+      }),
+    ]);
     return {
       parse: (text) => parser.parse(text),
       print: (node) => printer.deparseSync(node, { pretty: false }),
@@ -30,25 +39,6 @@ export function loadSqlTools(): Promise<SqlTools> {
     throw error;
   });
   return tools;
-}
-
-/** The versions `shardflake` is tested with (its peerDependencies say the same). */
-export const SQL_PACKAGES = 'libpg-query@18 pgsql-deparser@18';
-
-async function load(name: 'libpg-query'): Promise<typeof import('libpg-query')>;
-async function load(name: 'pgsql-deparser'): Promise<typeof import('pgsql-deparser')>;
-async function load(name: string): Promise<unknown> {
-  try {
-    return name === 'libpg-query' ? await import('libpg-query') : await import('pgsql-deparser');
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') throw error;
-    throw new ShardflakeError(
-      'MISSING_PACKAGE',
-      `router.sql needs the package ${name}, which is not installed: npm install ${SQL_PACKAGES}`,
-      { cause: error },
-    );
-  }
 }
 
 /** The one SELECT of `text`, as a tree; a syntax error is INVALID_ARGUMENT, anything but one SELECT is refused. */

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { ClusterConfig } from '../config/config.js';
-import { ShardflakeError } from '../errors/errors.js';
+import { AuthFailedError, ShardflakeError } from '../errors/errors.js';
 import { connect } from '../postgres/connect.js';
 import { checkDistinctServers, findRoles, type NodeProbe, probeOn } from './roles.js';
 
@@ -40,13 +40,33 @@ export async function primaryUrl(
   return (await findRoles(name, urls, options.connectTimeoutMs, options.requireAll ?? true)).primary.url;
 }
 
-/** One client on a server's primary. Connection failures throw SERVER_UNREACHABLE. */
+/** One client on a server's primary. Connection failures throw SERVER_UNREACHABLE, a refused login AUTH_FAILED. */
 export async function connectServer(
   config: ServerList,
   name: string,
   options: { connectTimeoutMs?: number; applicationName?: string; requireAll?: boolean } = {},
 ): Promise<pg.Client> {
-  return connect(await primaryUrl(config, name, options), options);
+  try {
+    return await connect(await primaryUrl(config, name, options), options);
+  } catch (error) {
+    throw onServer(name, error);
+  }
+}
+
+/**
+ * An error met on a server, its message starting with the server's name (`server b: …`) unless it does already;
+ * an AUTH_FAILED keeps its class and fields, with the server's name in `server`.
+ */
+function onServer(name: string, error: unknown): unknown {
+  if (!(error instanceof ShardflakeError) || error.message.startsWith(`server ${name}`)) return error;
+  const message = `server ${name}: ${error.message}`;
+  if (error instanceof AuthFailedError)
+    return new AuthFailedError(message, { ...error, server: name, sqlState: error.sqlState, cause: error });
+  return new ShardflakeError(error.code, message, {
+    sqlState: error.sqlState,
+    detail: error.detail,
+    cause: error,
+  });
 }
 
 /**
@@ -74,14 +94,8 @@ export async function connectAll(
   const failedAt = settled.findIndex((r) => r.status === 'rejected');
   try {
     if (failedAt !== -1) {
-      const reason = (settled[failedAt] as PromiseRejectedResult).reason;
       // findRoles' messages already name their server
-      if (reason instanceof ShardflakeError && !reason.message.startsWith(`server ${names[failedAt]}`)) {
-        throw new ShardflakeError(reason.code, `server ${names[failedAt]}: ${reason.message}`, {
-          cause: reason,
-        });
-      }
-      throw reason;
+      throw onServer(names[failedAt] as string, (settled[failedAt] as PromiseRejectedResult).reason);
     }
     checkDistinctServers(new Map(names.map((n) => [n, probes.get(n) as NodeProbe[]])));
     for (const name of names) {

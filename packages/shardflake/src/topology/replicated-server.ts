@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { ShardflakeError } from '../errors/errors.js';
-import { checkout, createPool, describeUrl, wrapPgError } from '../postgres/connect.js';
+import { checkout, createPool, describeUrl, loginRefusal, wrapPgError } from '../postgres/connect.js';
 import { lsnToBigint } from './lsn.js';
 import { isNodeFailure } from './node-errors.js';
 import type {
@@ -100,6 +100,7 @@ export function createReplicatedServerNodes(
   async function discover(): Promise<NodeState> {
     const deadline = performance.now() + failoverWaitMs;
     for (;;) {
+      const refusals: { url: string; error: unknown }[] = [];
       const answers = await Promise.all(
         nodes.map(async (state) => {
           try {
@@ -108,11 +109,15 @@ export function createReplicatedServerNodes(
             state.suspectAt = undefined;
             return state;
           } catch (error) {
+            if (loginRefusal(error) !== undefined) refusals.push({ url: state.url, error });
             markSuspect(state, error);
             return undefined;
           }
         }),
       );
+      // Every node refused the login: no failover will change that, so it is said now, not after the wait.
+      const refused = refusals[0];
+      if (refused && refusals.length === nodes.length) throw wrapPgError(refused.error, refused.url);
       const primaries = answers.filter((s): s is NodeState => s?.role === 'primary');
       if (primaries.length === 1) {
         primary = primaries[0] as NodeState;

@@ -63,6 +63,28 @@ function formatOption(value: string): NewFormat {
   return value as NewFormat;
 }
 
+/**
+ * The layout `id inspect` decodes 64-bit ids with: a cluster's (its config's layout with its epoch: the router
+ * refuses a config whose epoch or layout differ from the catalog's, so the config's are the cluster's), or the
+ * one --layout and --epoch name. Both at once is a mistake: a cluster's ids read with another epoch decode to
+ * another date.
+ */
+async function inspectLayout(
+  opts: { layout: string; epoch?: number; config?: string },
+  given: (option: string) => boolean,
+): Promise<Layout> {
+  if (opts.config === undefined) return chosenLayout(opts.layout, opts.epoch);
+  const clash = ['layout', 'epoch'].find(given);
+  if (clash)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--config gives the cluster's layout and epoch; leave out --${clash}`,
+    );
+  // The config module (and its dependencies) is loaded only when a config is given.
+  const { loadConfig } = await import('shardflake/internal/config/config.js');
+  return (await loadConfig(opts.config)).layout;
+}
+
 function chosenLayout(name: string, epoch: number | undefined): Layout {
   const layout = resolveLayout(name);
   return epoch === undefined ? layout : withEpoch(layout, epoch);
@@ -200,13 +222,25 @@ export function registerIdCommands(program: Command): void {
       'read every id as a 64-bit id in this text: decimal, base62, base32 (digits-only ids are otherwise decimal)',
       assertIdEncoding,
     )
+    .option(
+      '--config <file>',
+      "decode 64-bit ids with a cluster's layout and epoch, from its config file (instead of --layout and --epoch)",
+    )
     .option('--json', 'one JSON object per id and line')
     .action(
-      (
+      async (
         ids: string[],
-        opts: { layout: string; epoch?: number; format?: IdFormat; encoding?: IdEncoding; json?: boolean },
+        opts: {
+          layout: string;
+          epoch?: number;
+          config?: string;
+          format?: IdFormat;
+          encoding?: IdEncoding;
+          json?: boolean;
+        },
+        command: Command,
       ) => {
-        const layout = chosenLayout(opts.layout, opts.epoch);
+        const layout = await inspectLayout(opts, (name) => command.getOptionValueSource(name) === 'cli');
         const options = { layout, format: opts.format, encoding: opts.encoding };
         // Every id is checked before anything is printed: an invalid one fails the whole command with one line.
         const results = ids.map((text) => inspect(text, options));
