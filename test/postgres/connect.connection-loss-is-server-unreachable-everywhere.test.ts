@@ -215,13 +215,22 @@ describe('every router call that meets a lost connection', () => {
       ),
     );
     assertUnreachable(cross, 'withShards');
-    const reference = await cutWhileRunning('reference', 'reset', () =>
-      router.withReference(async (s) => {
-        await s.query("INSERT INTO plans VALUES (1, 'cut-reference')");
-        await s.query(sleepOnB('reference'));
-      }),
-    );
-    assertUnreachable(reference, 'withReference');
+    // withReference refuses pg_sleep (volatile: REFERENCE_NOT_DETERMINISTIC), so its statement on b is made to wait
+    // on a row another transaction holds there: an uncommitted insert of the same key, straight to b.
+    const blocker = await connect(b.url);
+    await blocker.query(`BEGIN; SELECT shardflake_reference._shardflake_begin_write();
+                         INSERT INTO shardflake_reference.plans VALUES (2, 'blocker')`);
+    try {
+      const reference = await cutWhileRunning('refwait', 'reset', () =>
+        router.withReference(async (s) => {
+          await s.query("INSERT INTO plans VALUES (1, 'cut-reference')");
+          await s.query("INSERT INTO plans VALUES (2, 'cut-reference') /* refwait */");
+        }),
+      );
+      assertUnreachable(reference, 'withReference');
+    } finally {
+      await blocker.query('ROLLBACK').finally(() => blocker.end());
+    }
     // Nothing of either committed anywhere.
     const onA = await router.withShard({ shard: shards[0] as number }, async (s) =>
       Number((await s.query("SELECT count(*) AS n FROM photos WHERE caption = 'cut-cross'")).rows[0]?.n),

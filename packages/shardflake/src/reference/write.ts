@@ -29,7 +29,7 @@ import { BEGIN_WRITE, WRITTEN_DIGESTS_SQL } from './sql.js';
  * - fill first: the writer's mark returns a list that names the new copy (committed before the lock was let go),
  *   so the writer — which has run no statement yet — rolls back and starts again with the new copy among its
  *   servers (it also remembers it until the catalog lists it). The new copy is synced by then: it committed first.
- * A new copy on a server this router cannot log in to fails the write (INVALID_CONFIG naming the server, from
+ * A new copy on a server this router cannot log in to fails the write (AUTH_FAILED naming the server and role, from
  * router/learned-server.ts): a write never commits on a subset of the copies.
  *
  * Commit: one cross-server transaction (transactions/cross.ts) with one participant per server, joined in server
