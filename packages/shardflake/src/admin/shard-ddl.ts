@@ -12,6 +12,17 @@ import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  */
 export const MIGRATIONS_TABLE = '_shardflake_migrations';
 
+/**
+ * In a cluster adopted from a live database (config `adopt`, src/adopt/): which shard holds each row of a non-root
+ * table that the source made, by its old id. Entry (table, id) lives in shard id mod logicalShards, so finding an
+ * old id's row is one read of that entry, then the row (routing/old-ids.ts). Filled by the adoption's copy and
+ * stream, read-only after the cutover (a deleted row's entry only leads to no row). A table of the shard schema, so
+ * entries move with their shard.
+ */
+export const OLD_IDS_TABLE = '_shardflake_old_ids';
+
+const OLD_IDS_SQL = `CREATE TABLE IF NOT EXISTS ${OLD_IDS_TABLE} (tbl text NOT NULL, id bigint NOT NULL, shard integer NOT NULL, PRIMARY KEY (tbl, id))`;
+
 /** Runs the config's statements with the shard's schema as the only schema on the search path. */
 export function inSchema(schema: string): string {
   return `SET LOCAL search_path TO ${quoteIdent(schema, 'schema')}`;
@@ -64,6 +75,7 @@ export function shardsCreationSql(
       `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (0, 'tables')`,
       ...migrationSql(config.migrations),
       ...shardLookupsSql(schema, config.lookups ?? []),
+      ...(config.adopt ? [OLD_IDS_SQL] : []),
     ].join(';\n'),
   );
   // The generator's own CREATE SCHEMA IF NOT EXISTS would send a notice per shard ("already exists, skipping").
