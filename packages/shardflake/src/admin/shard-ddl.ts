@@ -1,4 +1,5 @@
 import type { ClusterConfig, Migration } from '../config/config.js';
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import { shardLookupsSql } from '../lookups/ddl.js';
 import { generatorSqlParts } from '../postgres/generator-sql.js';
 import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
@@ -12,15 +13,7 @@ import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  */
 export const MIGRATIONS_TABLE = '_shardflake_migrations';
 
-/**
- * In a cluster adopted from a live database (config `adopt`, src/adopt/): which shard holds each row of a non-root
- * table that the source made, by its old id. Entry (table, id) lives in shard id mod logicalShards, so finding an
- * old id's row is one read of that entry, then the row (routing/old-ids.ts). Filled by the adoption's copy and
- * stream, read-only after the cutover (a deleted row's entry only leads to no row). A table of the shard schema, so
- * entries move with their shard.
- */
-export const OLD_IDS_TABLE = '_shardflake_old_ids';
-
+/** The old-id entries of an adopted cluster (config/adopt.ts says what they are). */
 const OLD_IDS_SQL = `CREATE TABLE IF NOT EXISTS ${OLD_IDS_TABLE} (tbl text NOT NULL, id bigint NOT NULL, shard integer NOT NULL, PRIMARY KEY (tbl, id))`;
 
 /** Runs the config's statements with the shard's schema as the only schema on the search path. */

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { OLD_IDS_TABLE } from '../admin/shard-ddl.js';
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { entryTable } from '../lookups/ddl.js';

@@ -79,7 +79,20 @@ function place(
         const column = t.columns.find((c) => c.name === fk.columns[0]);
         if (!column?.notNull) continue;
         const candidate = { column: column.name, parent: ref.table, depth: parent.depth + 1 };
-        if (!best || candidate.depth < best.placement.depth) best = { table: t.name, placement: candidate };
+        // Nearest the root first; then a column of the primary key (follows(follower_id, followee_id) goes by
+        // follower_id), in key order, then the column order of the table.
+        const rank = (table: SourceTable, c: string) => {
+          const inKey = table.primaryKey?.indexOf(c) ?? -1;
+          return inKey === -1 ? 100 + table.columns.findIndex((x) => x.name === c) : inKey;
+        };
+        if (
+          !best ||
+          candidate.depth < best.placement.depth ||
+          (best.table === t.name &&
+            candidate.depth === best.placement.depth &&
+            rank(t, candidate.column) < rank(t, best.placement.column))
+        )
+          best = { table: t.name, placement: candidate };
       }
     }
     if (best) {

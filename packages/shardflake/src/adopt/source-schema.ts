@@ -74,7 +74,9 @@ export async function readSourceSchema(client: Queryable, schema: string): Promi
             EXISTS (SELECT 1 FROM pg_depend dep
                       LEFT JOIN pg_proc p ON dep.refclassid = 'pg_proc'::regclass AND p.oid = dep.refobjid
                       LEFT JOIN pg_class s ON dep.refclassid = 'pg_class'::regclass AND s.oid = dep.refobjid
+                                           AND s.relkind = 'S'
                      WHERE dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid
+                       AND (p.oid IS NOT NULL OR s.oid IS NOT NULL)
                        AND coalesce(p.pronamespace, s.relnamespace) NOT IN
                            (SELECT oid FROM pg_namespace WHERE nspname IN ('pg_catalog', 'information_schema'))
                    ) AS uses_source

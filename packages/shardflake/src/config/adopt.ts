@@ -117,6 +117,15 @@ export const adoptFields = {
 
 type AdoptFields = v.InferOutput<v.ObjectSchema<typeof adoptFields, undefined>>;
 
+/**
+ * In a cluster adopted from a live database: which shard holds each row of a non-root table that the source made,
+ * by its old id. Entry (table, id) lives in shard id mod logicalShards, so finding an old id's row is one read of
+ * that entry, then the row (routing/old-ids.ts). Filled by the adoption's copy and stream, read-only after the
+ * cutover (a deleted row's entry only leads to no row). A table of every shard schema (admin/shard-ddl.ts makes it
+ * when the config has `adopt`), so entries move with their shard.
+ */
+export const OLD_IDS_TABLE = '_shardflake_old_ids';
+
 export const DEFAULT_MAX_SLOT_WAL_BYTES = 4_000_000_000;
 export const DEFAULT_ADOPT_PAUSE_MS = 1000;
 

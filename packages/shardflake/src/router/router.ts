@@ -271,6 +271,15 @@ export async function createRouter(
         : undefined,
   });
   const servers = new Map<string, ServerNodes>();
+  // While an adoption runs, the shards are served from the source (routing/old-ids.ts): the config's `adopt.from`
+  // is how this router reaches it (a router without it learns the address from the catalog, as for new servers).
+  const withSource = config.adopt
+    ? {
+        ...config,
+        servers: { ...config.servers, [config.adopt.server]: config.adopt.from },
+        nodes: { ...(config.nodes ?? {}), [config.adopt.server]: [config.adopt.from] },
+      }
+    : config;
   // Fence on discovery (strays.ts): the catalog read now, and a connection of its own for a shard's lock.
   const strayCatalog = {
     get reader() {
@@ -327,7 +336,7 @@ export async function createRouter(
       let nodes = servers.get(server);
       if (!nodes) {
         nodes = guardStrays(
-          learnedServerNodes(config, map.state, server, (urls) =>
+          learnedServerNodes(withSource, map.state, server, (urls) =>
             createServerNodes(server, urls, {
               poolSize: opts.poolSize,
               connectTimeoutMs: opts.connectTimeoutMs,

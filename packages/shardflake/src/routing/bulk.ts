@@ -8,7 +8,7 @@ import type { RetryReason } from '../telemetry/events.js';
 import { type OperationTrace, traced } from '../telemetry/trace.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
-import { placementIn } from './map.js';
+import { placementIn, shardOfIdIn } from './map.js';
 import { type AttemptInfo, pause, retryReason, sqlStateOf } from './retry.js';
 import type { Row } from './rows.js';
 import { type ShardKey, shardForKey } from './shard-key.js';
@@ -39,6 +39,15 @@ export type InsertManyOptions<R extends Row = Row> =
       shard: number;
       /** Not with `shard`: the two ways of routing exclude each other. */
       key?: undefined;
+    }
+  | {
+      /**
+       * Puts each row beside the row of the id this function returns for it (its shard bits; an old id of an
+       * adopted cluster as the root id it is).
+       */
+      id: (row: R, index: number) => ShardflakeId;
+      key?: undefined;
+      shard?: undefined;
     };
 
 /** Rows per INSERT statement at most (also bounded by 65,535 bind parameters). */
@@ -69,10 +78,11 @@ export async function insertMany<R extends Row>(
   if (!Array.isArray(rows))
     throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
   const hasKey = typeof options?.key === 'function';
-  if (hasKey === (options?.shard !== undefined))
+  const byId = typeof (options as { id?: unknown })?.id === 'function' ? (options as { id: (row: R, i: number) => ShardflakeId }).id : undefined;
+  if ([hasKey, options?.shard !== undefined, byId !== undefined].filter(Boolean).length !== 1)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      'insertMany needs either { key: (row) => shard key } or { shard }, not both',
+      'insertMany needs one of { key: (row) => shard key }, { id: (row) => id } or { shard }',
     );
   if (rows.length === 0) return [];
   const columns = Object.keys(expectObject(rows[0], 'row 0'));
@@ -94,9 +104,11 @@ export async function insertMany<R extends Row>(
       );
     let shard: number;
     try {
-      shard = hasKey
-        ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
-        : (options.shard as number);
+      shard = byId
+        ? shardOfIdIn(map, byId(row, i))
+        : hasKey
+          ? shardForKey(options.key?.(row, i) as ShardKey, map.logicalShards)
+          : (options.shard as number);
       placementIn(map, shard);
     } catch (error) {
       if (!isShardflakeError(error)) throw error;

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { type AdoptionRouting, readAdoptionRouting } from '../catalog/adopt.js';
 import { readServers } from '../catalog/servers.js';
 import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import { shown } from '../errors/arguments.js';
@@ -8,6 +9,7 @@ import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../ids/
 import { connect, createPool, type Queryable, wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
 import type { RouterEvent } from '../telemetry/events.js';
+import { isOldId, servedDuringAdoption, shardOfOldRootId } from './old-ids.js';
 
 /**
  * The router's copy of the shard map, and how it stays current.
@@ -37,6 +39,8 @@ export interface MapState {
   schemaPrefix: string;
   /** The servers the catalog knows (catalog/servers.ts): node addresses without passwords. */
   servers: Map<string, string[]>;
+  /** A cluster adopted from a live database: its boundary of old ids, and before the switch the source (old-ids.ts). */
+  adoption?: AdoptionRouting;
 }
 
 export interface ShardMapOptions {
@@ -95,6 +99,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
         );
       const map = await readShardMap(catalogPool);
       const servers = await readServers(catalogPool);
+      const adoption = await readAdoptionRouting(catalogPool);
       const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
       const shardField = layout.fields.find((f) => f.kind === 'shard');
       if (!shardField)
@@ -102,15 +107,18 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       const shards: ShardPlacement[] = [];
       for (const s of map.shards) shards[s.shard] = s;
       const previous = state?.version ?? 0n;
-      state = {
-        version: map.version,
-        logicalShards: info.logicalShards,
-        layout,
-        shardField,
-        shards,
-        schemaPrefix: info.schemaPrefix,
-        servers,
-      };
+      state = servedDuringAdoption(
+        {
+          version: map.version,
+          logicalShards: info.logicalShards,
+          layout,
+          shardField,
+          shards,
+          schemaPrefix: info.schemaPrefix,
+          servers,
+        },
+        adoption,
+      );
       options.onMapChange?.(map.version);
       if (options.emit && map.version !== previous)
         options.emit({ type: 'map', version: map.version, previous });
@@ -300,6 +308,8 @@ export function shardOfIdIn(map: MapState, id: ShardflakeId): number {
   if (typeof id !== 'bigint') throw new ShardflakeError('INVALID_ID', `ids are bigint, not ${typeof id}`);
   if (id < 0n)
     throw new ShardflakeError('INVALID_ID', `${id} is not an id of this cluster: ids are not negative`);
+  // An id the adopted source made carries no shard bits: taken as a root id, it routes as the key it was.
+  if (isOldId(id, map.adoption?.oldIdsBelow)) return shardOfOldRootId(map.logicalShards, id);
   const shard = Number((id >> BigInt(map.shardField.shift)) & map.shardField.max);
   if (shard >= map.logicalShards)
     throw new ShardflakeError(
