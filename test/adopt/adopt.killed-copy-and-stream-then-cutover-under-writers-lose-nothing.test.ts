@@ -99,7 +99,10 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
   const errors: unknown[] = [];
   const router = await createRouter(config, { writeRetryMs: 15_000 });
   try {
-    assert.equal(((await router.get('users', 7n as ShardflakeId)) as { email: string }).email, 'user7@example.com');
+    assert.equal(
+      ((await router.get('users', 7n as ShardflakeId)) as { email: string }).email,
+      'user7@example.com',
+    );
 
     // Writers: one straight on the source, one through the router; each remembers what was acknowledged.
     const acked = { source: [] as string[], router: [] as string[], sourceRefused: 0 };
@@ -151,23 +154,34 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
     assert.equal(final.code, 0, final.stderr);
     const result = JSON.parse(final.stdout);
     assert.equal(result.phase, 'done');
-    assert.ok(result.cutover.pauseMs < config.adopt?.pauseBoundMs!, `pause ${result.cutover.pauseMs} ms`);
+    assert.ok(
+      result.cutover.pauseMs < (config.adopt?.pauseBoundMs ?? 0),
+      `pause ${result.cutover.pauseMs} ms`,
+    );
     await sleep(300);
     writing = false;
     await Promise.all([sourceWriter, routerWriter]);
     assert.deepEqual(errors, [], 'the router saw no error through the cutover');
     assert.equal(acked.sourceRefused, 1, 'the writer on the source met the fence');
-    assert.ok(acked.router.length > 20 && acked.source.length > 40, `${acked.router.length}, ${acked.source.length}`);
+    assert.ok(
+      acked.router.length > 20 && acked.source.length > 40,
+      `${acked.router.length}, ${acked.source.length}`,
+    );
 
     // Exactly once: every acknowledged caption once in the cluster, nothing unacknowledged from the source.
-    const { rows } = await router.sql("SELECT caption, count(*) AS n FROM photos WHERE caption LIKE 'src-%' OR caption LIKE 'rt-%' GROUP BY caption");
+    const { rows } = await router.sql(
+      "SELECT caption, count(*) AS n FROM photos WHERE caption LIKE 'src-%' OR caption LIKE 'rt-%' GROUP BY caption",
+    );
     const counts = new Map((rows as { caption: string; n: bigint }[]).map((r) => [r.caption, Number(r.n)]));
     for (const caption of [...acked.source, ...acked.router]) assert.equal(counts.get(caption), 1, caption);
     assert.equal(counts.size, acked.source.length + acked.router.length);
 
     // The fenced source refuses writes with the moved shard's error.
     await withClient(source.url, async (c) => {
-      await assert.rejects(c.query("UPDATE users SET name = 'x' WHERE id = 1"), (e: { code?: string }) => e.code === 'SF001');
+      await assert.rejects(
+        c.query("UPDATE users SET name = 'x' WHERE id = 1"),
+        (e: { code?: string }) => e.code === 'SF001',
+      );
     });
 
     // 5. Old ids after the cutover.
@@ -175,7 +189,10 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
     assert.equal(u5.email, 'user5@example.com');
     const u10 = (await router.get('users', 10n as ShardflakeId)) as { bio: string };
     assert.equal(u10.bio.length, 5002, 'a TOASTed value kept through updates that did not send it');
-    assert.equal(((await router.get('photos', 17n as ShardflakeId)) as { caption: string }).caption, 'photo 17');
+    assert.equal(
+      ((await router.get('photos', 17n as ShardflakeId)) as { caption: string }).caption,
+      'photo 17',
+    );
     assert.equal(await router.update('photos', 17n as ShardflakeId, { likes: 99 }), true);
     assert.equal(((await router.get('photos', 17n as ShardflakeId)) as { likes: number }).likes, 99);
     assert.equal(await router.delete('comments', 2n as ShardflakeId), true);
@@ -188,7 +205,11 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
       return Number(r.rows[0]?.n);
     });
     assert.ok(mine >= 3, `user 3's photos are in user 3's shard (${mine})`);
-    const newPhoto = await router.insert('photos', { user_id: 3n, caption: 'after' }, { id: 3n as ShardflakeId });
+    const newPhoto = await router.insert(
+      'photos',
+      { user_id: 3n, caption: 'after' },
+      { id: 3n as ShardflakeId },
+    );
     assert.equal(router.shardOfId(newPhoto), router.shardOfId(3n as ShardflakeId));
     assert.ok(newPhoto > BigInt(result.oldIdsBelow), 'new ids sit above every old id');
     const status2 = JSON.parse((await adopt(['status', '--json']).done).stdout);

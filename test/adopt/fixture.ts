@@ -76,7 +76,7 @@ export async function sourceSnapshot(url: string): Promise<string> {
     ]) {
       parts.push((await c.query(sql)).rows);
     }
-    return JSON.stringify(parts, (_k, v) => (typeof v === "bigint" ? v.toString() : v));
+    return JSON.stringify(parts, (_k, v) => (typeof v === 'bigint' ? v.toString() : v));
   });
 }
 

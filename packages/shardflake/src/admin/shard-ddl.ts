@@ -1,5 +1,5 @@
-import type { ClusterConfig, Migration } from '../config/config.js';
 import { OLD_IDS_TABLE } from '../config/adopt.js';
+import type { ClusterConfig, Migration } from '../config/config.js';
 import { shardLookupsSql } from '../lookups/ddl.js';
 import { generatorSqlParts } from '../postgres/generator-sql.js';
 import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';

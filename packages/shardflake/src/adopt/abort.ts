@@ -55,7 +55,9 @@ export async function abortAdoption(config: ClusterConfig): Promise<AbortResult>
     if (config.adopt) {
       const source = await connect(config.adopt.from, { applicationName: 'shardflake adopt abort' });
       try {
-        const { rows } = await source.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [names.slot]);
+        const { rows } = await source.query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [
+          names.slot,
+        ]);
         droppedSlot = rows.length > 0;
         await dropSlot(source, names.slot);
         await dropPublication(source, names.publication);
@@ -65,13 +67,15 @@ export async function abortAdoption(config: ClusterConfig): Promise<AbortResult>
     }
     const removeCluster = record?.createdCluster === true;
     for (const [, client] of clients) {
-      const { rows } = await client.query('SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1', [`${names.slot}:%`]);
+      const { rows } = await client.query('SELECT gid FROM pg_prepared_xacts WHERE gid LIKE $1', [
+        `${names.slot}:%`,
+      ]);
       for (const { gid } of rows as { gid: string }[])
         await client.query(`ROLLBACK PREPARED ${quoteLiteral(gid)}`);
       await client.query(`DROP SCHEMA IF EXISTS ${quoteIdent(APPLIED_SCHEMA)} CASCADE`);
     }
     if (record && removeCluster) {
-      for (const [server, client] of clients) {
+      for (const [, client] of clients) {
         const { rows } = await client.query(
           `SELECT nspname::text AS s FROM pg_namespace WHERE nspname ~ ('^' || $1 || '[0-9]{4}$')`,
           [config.schemaPrefix],

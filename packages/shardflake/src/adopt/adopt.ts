@@ -8,15 +8,6 @@
  */
 export { type AbortResult, abortAdoption } from './abort.js';
 export { type AdoptPlan, DEFAULT_ADOPT_SHARDS, type PlanOptions, planAdoption } from './plan.js';
-export {
-  type AdoptProgress,
-  type AdoptRunOptions,
-  type AdoptRunResult,
-  adoptionNames,
-  runAdoption,
-} from './run.js';
-export { type AdoptStatus, adoptionStatus, requireAdoptSection } from './status.js';
-
 /**
  * The modules, in the order an adoption runs them:
  * - source-schema.ts reads the source's pg_catalog; plan.ts turns it into a config (placement, templates, lookups,
@@ -30,3 +21,11 @@ export { type AdoptStatus, adoptionStatus, requireAdoptSection } from './status.
  * - status.ts and abort.ts.
  */
 export { cutoverRequest } from './request.js';
+export {
+  type AdoptProgress,
+  type AdoptRunOptions,
+  type AdoptRunResult,
+  adoptionNames,
+  runAdoption,
+} from './run.js';
+export { type AdoptStatus, adoptionStatus, requireAdoptSection } from './status.js';

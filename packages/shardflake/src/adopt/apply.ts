@@ -73,9 +73,7 @@ export async function setApplied(client: pg.ClientBase, lsn: string): Promise<vo
 }
 
 export async function readApplied(client: pg.ClientBase): Promise<string | null> {
-  const { rows } = await client.query(
-    `SELECT to_regclass('${APPLIED_SCHEMA}.applied') IS NOT NULL AS ok`,
-  );
+  const { rows } = await client.query(`SELECT to_regclass('${APPLIED_SCHEMA}.applied') IS NOT NULL AS ok`);
   if (!(rows[0] as { ok: boolean }).ok) return null;
   const r = await client.query(`SELECT lsn::text AS lsn FROM ${APPLIED_SCHEMA}.applied`);
   return (r.rows[0] as { lsn: string } | undefined)?.lsn ?? null;
@@ -87,7 +85,10 @@ const gidOf = (slot: string, lsn: string, server: string) => `${slot}:${lsn}:${s
  * Settles batches a killed run left prepared (see the top of the file): commits a batch every server prepared or
  * committed, rolls back any other. Returns the LSN every server is at afterwards.
  */
-export async function settlePrepared(writers: ReadonlyMap<string, pg.Client>, slot: string): Promise<string | null> {
+export async function settlePrepared(
+  writers: ReadonlyMap<string, pg.Client>,
+  slot: string,
+): Promise<string | null> {
   const prepared = new Map<string, Set<string>>();
   const applied = new Map<string, string | null>();
   for (const [server, client] of writers) {
@@ -105,7 +106,9 @@ export async function settlePrepared(writers: ReadonlyMap<string, pg.Client>, sl
     const everyone = [...writers.keys()].every((s) => servers.has(s) || applied.get(s) === lsn);
     for (const server of servers) {
       const client = writers.get(server) as pg.Client;
-      await client.query(`${everyone ? 'COMMIT' : 'ROLLBACK'} PREPARED ${quoteLiteral(gidOf(slot, lsn, server))}`);
+      await client.query(
+        `${everyone ? 'COMMIT' : 'ROLLBACK'} PREPARED ${quoteLiteral(gidOf(slot, lsn, server))}`,
+      );
     }
   }
   const at = new Set<string | null>();
@@ -133,6 +136,12 @@ export class Applier {
     private readonly slot: string,
   ) {
     this.byName = model.tables;
+  }
+
+  /** Learns the relations a transaction describes without applying it (one an earlier run already applied). */
+  learn(transaction: PeekedTransaction): void {
+    for (const m of transaction.messages)
+      if (m.tag === 'relation') this.relations.set(m.relation.oid, m.relation);
   }
 
   /** Applies whole transactions as one batch on every server; returns the LSN every server is at now. */
@@ -190,7 +199,10 @@ export class Applier {
     const rel = this.relations.get(oid);
     const t = rel ? this.byName.get(rel.name) : undefined;
     if (!rel || !t)
-      throw new ShardflakeError('ADOPT_FAILED', `a change of relation ${rel?.name ?? oid} that the adoption does not know`);
+      throw new ShardflakeError(
+        'ADOPT_FAILED',
+        `a change of relation ${rel?.name ?? oid} that the adoption does not know`,
+      );
     return t;
   }
 
@@ -227,7 +239,10 @@ export class Applier {
   private async shardOfRow(t: TableModel, row: ReadonlyMap<string, TupleValue>): Promise<number> {
     const value = row.get(t.column as string);
     if (typeof value !== 'string')
-      throw new ShardflakeError('ADOPT_FAILED', `a row of ${t.name} without its placement column ${t.column}`);
+      throw new ShardflakeError(
+        'ADOPT_FAILED',
+        `a row of ${t.name} without its placement column ${t.column}`,
+      );
     if (t.parent === undefined || t.parent === this.model.root)
       return shardOfOldRootId(BigInt(value), this.model.logicalShards);
     return this.shardOfId(t.parent, value);
@@ -304,12 +319,18 @@ export class Applier {
   private async insert(t: TableModel, row: Map<string, TupleValue>): Promise<void> {
     if (t.kind === 'reference') {
       for (const server of this.targets.servers)
-        this.writer(server).push(this.upsertSql(REFERENCE_SCHEMA, t, t.columns), t.columns.map((c) => row.get(c)));
+        this.writer(server).push(
+          this.upsertSql(REFERENCE_SCHEMA, t, t.columns),
+          t.columns.map((c) => row.get(c)),
+        );
       return;
     }
     const shard = await this.shardOfRow(t, row);
     const at = this.targets.placement(shard);
-    this.writer(at.server).push(this.upsertSql(at.schema, t, t.columns), t.columns.map((c) => row.get(c)));
+    this.writer(at.server).push(
+      this.upsertSql(at.schema, t, t.columns),
+      t.columns.map((c) => row.get(c)),
+    );
     if (t.entryId !== undefined) this.oldIdEntry(t, row.get(t.entryId) as string, shard);
     this.lookupChanges(t, null, row);
   }
@@ -374,11 +395,20 @@ export class Applier {
         this.keyValues(t, key),
       );
       const old = rows[0];
-      if (!old) throw new ShardflakeError('ADOPT_FAILED', `a row of ${t.name} changed by the source is not on its shard`);
+      if (!old)
+        throw new ShardflakeError(
+          'ADOPT_FAILED',
+          `a row of ${t.name} changed by the source is not on its shard`,
+        );
       const before = new Map(t.columns.map((c) => [c, old[c] as string | null]));
-      const merged = new Map(t.columns.map((c) => [c, row.get(c) === undefined ? before.get(c) : row.get(c)]));
+      const merged = new Map(
+        t.columns.map((c) => [c, row.get(c) === undefined ? before.get(c) : row.get(c)]),
+      );
       const target = this.targets.placement(to);
-      this.writer(target.server).push(this.upsertSql(target.schema, t, t.columns), t.columns.map((c) => merged.get(c)));
+      this.writer(target.server).push(
+        this.upsertSql(target.schema, t, t.columns),
+        t.columns.map((c) => merged.get(c)),
+      );
       this.lookupChanges(t, before, merged);
       if (t.entryId !== undefined) this.oldIdEntry(t, merged.get(t.entryId) as string, to);
     }

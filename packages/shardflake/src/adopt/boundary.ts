@@ -22,12 +22,16 @@ export async function oldIdsBoundary(
   const parts: string[] = [];
   for (const t of model.tables.values()) {
     if (t.kind !== 'sharded' || t.key.length !== 1) continue;
-    parts.push(`SELECT max(${quoteIdent(t.key[0] as string)})::numeric AS m FROM ${qualified(model.adopt.schema, t.name)}`);
+    parts.push(
+      `SELECT max(${quoteIdent(t.key[0] as string)})::numeric AS m FROM ${qualified(model.adopt.schema, t.name)}`,
+    );
   }
   parts.push(
     `SELECT max(coalesce(last_value, 0))::numeric AS m FROM pg_sequences WHERE schemaname = ${`'${model.adopt.schema.replace(/'/g, "''")}'`}`,
   );
-  const { rows } = await source.query(`SELECT coalesce(max(m), 0)::text AS m FROM (${parts.join(' UNION ALL ')}) x`);
+  const { rows } = await source.query(
+    `SELECT coalesce(max(m), 0)::text AS m FROM (${parts.join(' UNION ALL ')}) x`,
+  );
   const highest = BigInt((rows[0] as { m: string }).m.split('.')[0] as string);
   const boundary = idRange(now, now, config.layout).min;
   const needed = highest * 2n + 1_000_000n;

@@ -78,7 +78,9 @@ export class ShardSplitter {
     const values = row.split('\t');
     const id = values[this.target.idColumn] as string;
     if (entries !== undefined) {
-      const entryShard = Number(((BigInt(id) % BigInt(logicalShards)) + BigInt(logicalShards)) % BigInt(logicalShards));
+      const entryShard = Number(
+        ((BigInt(id) % BigInt(logicalShards)) + BigInt(logicalShards)) % BigInt(logicalShards),
+      );
       add(this.entries, entryShard, `${entries}\t${id}\t${shard}`);
     }
     for (const l of lookups) {

@@ -61,7 +61,9 @@ async function copyLines(
   if (lines.length === 0) return;
   await targets.withCopier(server, async (client) => {
     const stream = client.query(
-      copyFrom(`COPY ${qualified(schema, table)} (${columns.map((c) => quoteIdent(c)).join(', ')}) FROM STDIN`),
+      copyFrom(
+        `COPY ${qualified(schema, table)} (${columns.map((c) => quoteIdent(c)).join(', ')}) FROM STDIN`,
+      ),
     );
     await new Promise<void>((resolve, reject) => {
       stream.on('error', reject);
@@ -73,7 +75,12 @@ async function copyLines(
   });
 }
 
-async function flush(model: AdoptModel, targets: Targets, t: TableModel, split: ShardSplitter): Promise<void> {
+async function flush(
+  model: AdoptModel,
+  targets: Targets,
+  t: TableModel,
+  split: ShardSplitter,
+): Promise<void> {
   const jobs: Promise<void>[] = [];
   for (const [shard, lines] of split.rows) {
     const p = targets.placement(shard);

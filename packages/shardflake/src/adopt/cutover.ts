@@ -146,9 +146,7 @@ export async function cutoverAdoption(c: CutoverContext, fenced: boolean): Promi
         await locker.query(`SET LOCAL statement_timeout = ${Math.max(1, Math.round(c.pauseBoundMs))}`);
         const { rows } = await locker.query('SELECT pg_current_wal_lsn()::text AS lsn');
         await c.stream.drain((rows[0] as { lsn: string }).lsn);
-        await locker.query(
-          fenceSql(c.schema, c.tables, adoptedMessage(c.catalogServer)),
-        );
+        await locker.query(fenceSql(c.schema, c.tables, adoptedMessage(c.catalogServer)));
         await locker.query('COMMIT');
       } catch (error) {
         await locker.query('ROLLBACK').catch(() => {});
@@ -186,4 +184,3 @@ export async function cutoverAdoption(c: CutoverContext, fenced: boolean): Promi
   await c.afterStep?.('switched');
   return { pauseMs, verifyPauseMs: verify.pauseMs, verifyMs: verify.verifyMs, mapVersion };
 }
-

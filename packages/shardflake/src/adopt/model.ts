@@ -55,7 +55,10 @@ export function buildModel(config: ClusterConfig, source: readonly SourceTable[]
   for (const name of [...sharded, ...adopt.reference]) {
     const t = byName.get(name) as SourceTable;
     if (!t.primaryKey)
-      throw new ShardflakeError('ADOPT_REFUSED', `table ${name} has no primary key; add one (see adopt plan)`);
+      throw new ShardflakeError(
+        'ADOPT_REFUSED',
+        `table ${name} has no primary key; add one (see adopt plan)`,
+      );
     const p = adopt.place[name];
     const key = t.primaryKey;
     const intKey = key.length === 1 && t.columns.find((c) => c.name === key[0])?.integer === true;

@@ -64,7 +64,9 @@ function place(
   schema: string,
 ): Map<string, Placement> {
   const rootTable = tables.get(root) as SourceTable;
-  const placed = new Map<string, Placement>([[root, { column: rootTable.primaryKey?.[0] as string, depth: 0 }]]);
+  const placed = new Map<string, Placement>([
+    [root, { column: rootTable.primaryKey?.[0] as string, depth: 0 }],
+  ]);
   for (let changed = true; changed; ) {
     changed = false;
     let best: { table: string; placement: Placement } | undefined;
@@ -123,7 +125,8 @@ function columnSql(c: SourceColumn, asId: boolean, widened: boolean): string {
   const parts = [quoteIdent(c.name), type];
   if (c.notNull) parts.push('NOT NULL');
   if (asId) parts.push(`DEFAULT ${ID_DEFAULT}`);
-  else if (c.default !== null && !c.defaultUsesSourceObjects && c.identity === '') parts.push(`DEFAULT ${c.default}`);
+  else if (c.default !== null && !c.defaultUsesSourceObjects && c.identity === '')
+    parts.push(`DEFAULT ${c.default}`);
   return parts.join(' ');
 }
 
@@ -138,10 +141,14 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
   const logicalShards = options.logicalShards ?? DEFAULT_ADOPT_SHARDS;
   const referenceList = [...(options.reference ?? [])];
   const servers = Object.keys(options.servers);
-  if (servers.length === 0) throw new ShardflakeError('INVALID_ARGUMENT', 'adopt plan needs at least one server');
+  if (servers.length === 0)
+    throw new ShardflakeError('INVALID_ARGUMENT', 'adopt plan needs at least one server');
   const catalog = options.catalog ?? (servers[0] as string);
   if (!servers.includes(catalog))
-    throw new ShardflakeError('UNKNOWN_SERVER', `--catalog ${catalog} is not one of --servers (${servers.join(', ')})`);
+    throw new ShardflakeError(
+      'UNKNOWN_SERVER',
+      `--catalog ${catalog} is not one of --servers (${servers.join(', ')})`,
+    );
   const client = await connect(options.from, { applicationName: 'shardflake adopt plan' });
   let source: SourceTable[];
   try {
@@ -164,14 +171,15 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
     );
   }
   const rootPk = root.primaryKey;
-  if (!rootPk || rootPk.length !== 1 || !root.columns.find((c) => c.name === rootPk[0])?.integer) {
+  if (rootPk?.length !== 1 || !root.columns.find((c) => c.name === rootPk[0])?.integer) {
     throw new ShardflakeError(
       'ADOPT_REFUSED',
       `the root table ${root.name} needs a primary key of one integer column (its ids place its rows), not ${rootPk ? `(${rootPk.join(', ')})` : 'none'}`,
     );
   }
   for (const name of referenceList) {
-    if (!tables.has(name)) refusals.push(`--reference ${name}: the source has no table ${name} in schema ${schema}`);
+    if (!tables.has(name))
+      refusals.push(`--reference ${name}: the source has no table ${name} in schema ${schema}`);
     if (name === root.name) refusals.push(`--reference ${name}: the root table cannot be a reference table`);
   }
   const reference = new Set(referenceList);
@@ -208,9 +216,13 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
       );
   }
   if (refusals.length > 0) {
-    throw new ShardflakeError('ADOPT_REFUSED', `adopt plan cannot place every table: ${refusals.join('; ')}`, {
-      detail: refusals.join('\n'),
-    });
+    throw new ShardflakeError(
+      'ADOPT_REFUSED',
+      `adopt plan cannot place every table: ${refusals.join('; ')}`,
+      {
+        detail: refusals.join('\n'),
+      },
+    );
   }
 
   // Ids that become next_id(): integer serial or identity primary keys; the columns pointing at them widen.
@@ -246,9 +258,12 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
         notes.push(
           `${name}.${c.name}: ${c.type === 'bigint' ? '' : `${c.type} becomes bigint, `}its ${c.identity ? 'identity' : 'serial'} default becomes next_id() (new rows get ids that carry their shard)`,
         );
-      } else if (widen) notes.push(`${name}.${c.name}: ${c.type} becomes bigint (it holds ids, which new rows make 64-bit)`);
+      } else if (widen)
+        notes.push(`${name}.${c.name}: ${c.type} becomes bigint (it holds ids, which new rows make 64-bit)`);
       else if (c.default !== null && (c.defaultUsesSourceObjects || c.identity !== ''))
-        notes.push(`${name}.${c.name}: its default ${c.default} is dropped (it uses the source's own objects)`);
+        notes.push(
+          `${name}.${c.name}: its default ${c.default} is dropped (it uses the source's own objects)`,
+        );
       else if (c.identity !== '') notes.push(`${name}.${c.name}: its identity is dropped`);
       lines.push(columnSql(c, asId, widen));
     }
@@ -261,7 +276,9 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
         else if (k.columns.length === 1) {
           const lookup = `${name}_${k.columns[0]}`.slice(0, MAX_LOOKUP_NAME);
           lookups[lookup] = { table: name, column: k.columns[0] as string, unique: true };
-          notes.push(`${name}: unique ${k.columns[0]} becomes the unique lookup ${lookup} (unique across the cluster)`);
+          notes.push(
+            `${name}: unique ${k.columns[0]} becomes the unique lookup ${lookup} (unique across the cluster)`,
+          );
         } else
           notes.push(
             `${name}: unique constraint ${k.name} (${k.columns.join(', ')}) is dropped: it lacks the placement column ${p?.column}, so its rows may be in different shards`,
@@ -281,13 +298,17 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
     const statements = [`CREATE TABLE ${quoteIdent(name)} (\n  ${lines.join(',\n  ')}\n)`];
     for (const index of t.indexes.filter((i) => !i.constraint)) {
       if (index.unique) {
-        const holds =
-          isReference || (p !== undefined && index.columns !== null && index.columns.includes(p.column));
+        const holds = isReference || (p !== undefined && index.columns?.includes(p.column) === true);
         if (holds) statements.push(indexSql(index.definition, schema));
-        else if (index.columns?.length === 1 && !Object.values(lookups).some((l) => l.table === name && l.column === index.columns?.[0])) {
+        else if (
+          index.columns?.length === 1 &&
+          !Object.values(lookups).some((l) => l.table === name && l.column === index.columns?.[0])
+        ) {
           const lookup = `${name}_${index.columns[0]}`.slice(0, MAX_LOOKUP_NAME);
           lookups[lookup] = { table: name, column: index.columns[0] as string, unique: true };
-          notes.push(`${name}: unique index ${index.name} becomes the unique lookup ${lookup} (unique across the cluster)`);
+          notes.push(
+            `${name}: unique index ${index.name} becomes the unique lookup ${lookup} (unique across the cluster)`,
+          );
         } else if (index.columns?.length !== 1)
           notes.push(`${name}: unique index ${index.name} is dropped: it cannot hold across shards`);
       } else statements.push(indexSql(index.definition, schema));

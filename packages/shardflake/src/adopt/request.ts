@@ -20,13 +20,21 @@ import { type AdoptRunOptions, type AdoptRunResult, runAdoption } from './run.js
 export async function cutoverRequest(
   config: ClusterConfig,
   options: AdoptRunOptions & { timeoutMs?: number } = {},
-): Promise<{ by: 'this process'; result: AdoptRunResult } | { by: 'the running adopt run'; pauseMs: number | null }> {
-  const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake adopt cutover' });
+): Promise<
+  { by: 'this process'; result: AdoptRunResult } | { by: 'the running adopt run'; pauseMs: number | null }
+> {
+  const catalog = await connectServer(config, config.catalog, {
+    applicationName: 'shardflake adopt cutover',
+  });
   try {
     const record = await readAdoption(catalog);
     if (!record || record.phase === 'aborted')
-      throw new ShardflakeError('INVALID_ARGUMENT', `${config.source}: no adoption to cut over; start one with adopt run`);
-    if (adoptPhaseReached(record.phase, 'switched')) return { by: 'the running adopt run', pauseMs: record.pauseMs };
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `${config.source}: no adoption to cut over; start one with adopt run`,
+      );
+    if (adoptPhaseReached(record.phase, 'switched'))
+      return { by: 'the running adopt run', pauseMs: record.pauseMs };
     if (record.phase === 'copying')
       throw new ShardflakeError(
         'INVALID_ARGUMENT',
@@ -40,7 +48,8 @@ export async function cutoverRequest(
     const deadline = performance.now() + (options.timeoutMs ?? 600_000);
     for (;;) {
       const now = await readAdoption(catalog);
-      if (now && adoptPhaseReached(now.phase, 'switched')) return { by: 'the running adopt run', pauseMs: now.pauseMs };
+      if (now && adoptPhaseReached(now.phase, 'switched'))
+        return { by: 'the running adopt run', pauseMs: now.pauseMs };
       if (await tryLockAdoption(catalog)) {
         // The run that held the adoption has stopped without switching.
         await unlockAdoption(catalog);

@@ -1,6 +1,5 @@
 import type pg from 'pg';
 import { initCluster } from '../admin/init.js';
-import { OLD_IDS_TABLE } from '../config/adopt.js';
 import {
   type AdoptionRecord,
   adoptPhaseReached,
@@ -15,6 +14,7 @@ import {
 } from '../catalog/adopt.js';
 import { recordServers, withoutPassword } from '../catalog/servers.js';
 import { installCatalog, readClusterInfo, setShardsState } from '../catalog/shards.js';
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import type { ClusterConfig } from '../config/config.js';
 import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
@@ -28,7 +28,7 @@ import { oldIdsBoundary } from './boundary.js';
 import { copyTables } from './copy.js';
 import { type CutoverResult, cutoverAdoption } from './cutover.js';
 import { type AdoptModel, buildModel } from './model.js';
-import { dropPublication, dropSlot, createPublication } from './slot.js';
+import { createPublication, dropPublication, dropSlot } from './slot.js';
 import { readSourceSchema } from './source-schema.js';
 import { Stream } from './stream.js';
 import { Targets } from './targets.js';
@@ -99,8 +99,11 @@ async function checkSource(source: pg.ClientBase): Promise<void> {
   const r = rows[0] as { wal_level: string; may_replicate: boolean };
   const problems: string[] = [];
   if (r.wal_level !== 'logical')
-    problems.push(`wal_level is ${r.wal_level}, not logical (set wal_level = logical and restart the source)`);
-  if (!r.may_replicate) problems.push('the role has neither REPLICATION nor SUPERUSER (ALTER ROLE … REPLICATION)');
+    problems.push(
+      `wal_level is ${r.wal_level}, not logical (set wal_level = logical and restart the source)`,
+    );
+  if (!r.may_replicate)
+    problems.push('the role has neither REPLICATION nor SUPERUSER (ALTER ROLE … REPLICATION)');
   if (problems.length > 0)
     throw new ShardflakeError('ADOPT_REFUSED', `the source cannot be adopted yet: ${problems.join('; ')}`);
 }
@@ -119,14 +122,21 @@ async function emptyTargets(model: AdoptModel, targets: Targets, clients: Readon
     }
     for (const t of model.tables.values())
       if (t.kind === 'reference') names.push(qualified(REFERENCE_SCHEMA, t.name));
-    for (let i = 0; i < names.length; i += 4000) await client.query(`TRUNCATE ${names.slice(i, i + 4000).join(', ')}`);
+    for (let i = 0; i < names.length; i += 4000)
+      await client.query(`TRUNCATE ${names.slice(i, i + 4000).join(', ')}`);
   }
 }
 
-export async function runAdoption(config: ClusterConfig, options: AdoptRunOptions = {}): Promise<AdoptRunResult> {
+export async function runAdoption(
+  config: ClusterConfig,
+  options: AdoptRunOptions = {},
+): Promise<AdoptRunResult> {
   const adopt = config.adopt;
   if (!adopt)
-    throw new ShardflakeError('INVALID_CONFIG', `${config.source}: has no adopt section; make one with cluster adopt plan`);
+    throw new ShardflakeError(
+      'INVALID_CONFIG',
+      `${config.source}: has no adopt section; make one with cluster adopt plan`,
+    );
   const names = adoptionNames(config);
   const catalog = await connectServer(config, config.catalog, { applicationName: 'shardflake adopt' });
   const opened: pg.Client[] = [catalog];
@@ -212,12 +222,7 @@ export async function runAdoption(config: ClusterConfig, options: AdoptRunOption
 
     if (record.phase === 'copying') {
       await dropSlot(source, names.slot);
-      await createPublication(
-        source,
-        names.publication,
-        adopt.schema,
-        model.order,
-      );
+      await createPublication(source, names.publication, adopt.schema, model.order);
       await emptyTargets(model, targets, clients);
       await recordTableEstimates(
         catalog,
@@ -229,7 +234,8 @@ export async function runAdoption(config: ClusterConfig, options: AdoptRunOption
       const copied = await copyTables(model, targets, {
         snapshot: slot.snapshot,
         workers: options.copyWorkers ?? 2,
-        onProgress: (p) => options.onProgress?.({ phase: 'copying', done: p.done, total: p.total, table: p.table }),
+        onProgress: (p) =>
+          options.onProgress?.({ phase: 'copying', done: p.done, total: p.total, table: p.table }),
         onTableDone: async (table, rows) => {
           await recordTableCopy(catalog, table, BigInt(rows), true);
           await options.afterStep?.(`table:${table}`);
@@ -246,7 +252,10 @@ export async function runAdoption(config: ClusterConfig, options: AdoptRunOption
 
     const at = await settlePrepared(clients, names.slot);
     if (at === null)
-      throw new ShardflakeError('ADOPT_FAILED', 'the target servers have no applied position; run adopt abort and start again');
+      throw new ShardflakeError(
+        'ADOPT_FAILED',
+        'the target servers have no applied position; run adopt abort and start again',
+      );
     let lastProgress = 0;
     const stream = new Stream(
       model,
@@ -261,7 +270,12 @@ export async function runAdoption(config: ClusterConfig, options: AdoptRunOption
         result.changesApplied = p.changes;
         if (performance.now() - lastProgress < 200) return;
         lastProgress = performance.now();
-        options.onProgress?.({ phase: 'streaming', done: p.changes, total: p.changes, behindBytes: p.behindBytes });
+        options.onProgress?.({
+          phase: 'streaming',
+          done: p.changes,
+          total: p.changes,
+          behindBytes: p.behindBytes,
+        });
       },
     );
     const cutoverContext = {
@@ -283,7 +297,7 @@ export async function runAdoption(config: ClusterConfig, options: AdoptRunOption
       let appliedOnce = false;
       for (;;) {
         if (options.signal?.aborted) return { ...result, phase: 'streaming' };
-        const read = await stream.step();
+        const { read, atEnd } = await stream.step();
         if (read > 0 && !appliedOnce) {
           appliedOnce = true;
           await options.afterStep?.('applied');
@@ -292,7 +306,7 @@ export async function runAdoption(config: ClusterConfig, options: AdoptRunOption
           askedAt = performance.now();
           asked = (await readAdoption(catalog))?.cutoverRequested === true;
         }
-        if (read === 0 && (options.cutover || asked)) break;
+        if (atEnd && (options.cutover || asked)) break;
         if (read === 0) await sleep(options.pollMs ?? 200);
       }
       result.cutover = await cutoverAdoption(cutoverContext, false);

@@ -58,7 +58,9 @@ const INTEGER_TYPES = ['smallint', 'integer', 'bigint'];
 
 export async function readSourceSchema(client: Queryable, schema: string): Promise<SourceTable[]> {
   // Expressions below are printed for this search path: objects of the source's schema come out unqualified.
-  await client.query(`SELECT set_config('search_path', $1, false)`, [`"${schema.replace(/"/g, '""')}", pg_catalog`]);
+  await client.query(`SELECT set_config('search_path', $1, false)`, [
+    `"${schema.replace(/"/g, '""')}", pg_catalog`,
+  ]);
   const { rows: tableRows } = await client.query(
     `SELECT c.oid, c.relname::text AS name, c.reltuples::bigint AS estimate, c.relkind = 'p' AS partitioned
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

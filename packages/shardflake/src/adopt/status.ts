@@ -1,7 +1,7 @@
 import {
+  ADOPT_LOCK_KEY,
   type AdoptionRecord,
   type AdoptionTable,
-  ADOPT_LOCK_KEY,
   readAdoption,
   readAdoptionTables,
 } from '../catalog/adopt.js';
@@ -92,7 +92,11 @@ export async function adoptionStatus(config: ClusterConfig): Promise<AdoptStatus
     estimatedRows,
     behindBytes: behind,
     behindSeconds:
-      behind !== null && behind > 0n && record.appliedAt ? (Date.now() - record.appliedAt.getTime()) / 1000 : behind === 0n ? 0 : null,
+      behind !== null && behind > 0n && record.appliedAt
+        ? (Date.now() - record.appliedAt.getTime()) / 1000
+        : behind === 0n
+          ? 0
+          : null,
     heldBytes: slot?.exists ? slot.heldBytes : null,
     walStatus: slot?.walStatus ?? null,
     maxSlotWalBytes: config.adopt?.maxSlotWalBytes ?? 0,

@@ -39,8 +39,12 @@ export class Stream {
     this.appliedLsn = appliedLsn;
   }
 
-  /** One round: at most about `batchChanges` changes; returns how many transactions it read (0: none left). */
-  async step(uptoLsn?: string): Promise<number> {
+  /**
+   * One round: at most about `batchChanges` changes. Returns how many transactions it read and whether it reached
+   * the end of what the slot had (a round that read less than a full batch): under steady writes the slot is never
+   * empty, so "caught up" means one round took everything there was.
+   */
+  async step(uptoLsn?: string): Promise<{ read: number; atEnd: boolean }> {
     const state = await checkSlotBound(this.source, this.names.slot, this.model.adopt.maxSlotWalBytes);
     const transactions = await peekTransactions(
       this.source,
@@ -49,7 +53,10 @@ export class Stream {
       this.batchChanges,
       uptoLsn,
     );
-    const fresh = transactions.filter((t) => t.endLsn > parseLsn(this.appliedLsn));
+    const applied = parseLsn(this.appliedLsn);
+    // A kill between a batch's commit and the slot's advance leaves it in the slot: its relations still count.
+    for (const t of transactions) if (t.endLsn <= applied) this.applier.learn(t);
+    const fresh = transactions.filter((t) => t.endLsn > applied);
     if (fresh.length > 0) this.appliedLsn = await this.applier.apply(fresh);
     if (transactions.length > 0) await advanceSlot(this.source, this.names.slot, this.appliedLsn);
     const behind = fresh.length > 0 ? state.behindBytes : 0n;
@@ -63,15 +70,17 @@ export class Stream {
       heldBytes: state.heldBytes,
       appliedLsn: this.appliedLsn,
     });
-    return transactions.length;
+    const changes = transactions.reduce((n, t) => n + t.messages.length, 0);
+    return { read: transactions.length, atEnd: changes < this.batchChanges };
   }
 
+  /** Steps until a round took everything the slot had. */
   async catchUp(): Promise<void> {
-    while ((await this.step()) > 0) {}
+    while (!(await this.step()).atEnd) {}
   }
 
   /** Applies every transaction that committed before `lsn`, and nothing after it. */
   async drain(lsn: string): Promise<void> {
-    while ((await this.step(lsn)) > 0) {}
+    while ((await this.step(lsn)).read > 0) {}
   }
 }

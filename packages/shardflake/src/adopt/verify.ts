@@ -92,13 +92,20 @@ export async function compareCopies(
         } else if (d.rows > 0n) found.set(key(name, Number(r.s)), d);
       }
     }
-    const counts = async (table: (schema: string) => string, into: Map<string, bigint>, label: string, byTbl: boolean) => {
+    const counts = async (
+      table: (schema: string) => string,
+      into: Map<string, bigint>,
+      label: string,
+      byTbl: boolean,
+    ) => {
       const list = shards.map(
-        (p) => `SELECT ${byTbl ? 'tbl' : `'${label}'`} AS k, count(*)::bigint AS n FROM ${table(p.schema)}${byTbl ? ' GROUP BY tbl' : ''}`,
+        (p) =>
+          `SELECT ${byTbl ? 'tbl' : `'${label}'`} AS k, count(*)::bigint AS n FROM ${table(p.schema)}${byTbl ? ' GROUP BY tbl' : ''}`,
       );
       for (let i = 0; i < list.length; i += 2000) {
         const { rows } = await client.query(list.slice(i, i + 2000).join(' UNION ALL '));
-        for (const r of rows as { k: string; n: bigint }[]) into.set(r.k, (into.get(r.k) ?? 0n) + BigInt(r.n));
+        for (const r of rows as { k: string; n: bigint }[])
+          into.set(r.k, (into.get(r.k) ?? 0n) + BigInt(r.n));
       }
     };
     if ([...model.tables.values()].some((t) => t.entryId !== undefined))
@@ -124,9 +131,13 @@ export async function compareCopies(
     }
     const got = found.get(k);
     if (!got || got.rows !== want.rows)
-      differences.push(`${table} in shard ${shard}: ${got?.rows ?? 0n} rows, the source has ${want.rows} for it`);
+      differences.push(
+        `${table} in shard ${shard}: ${got?.rows ?? 0n} rows, the source has ${want.rows} for it`,
+      );
     else if (got.sum !== want.sum)
-      differences.push(`${table} in shard ${shard}: ${want.rows} rows as on the source, but different contents`);
+      differences.push(
+        `${table} in shard ${shard}: ${want.rows} rows as on the source, but different contents`,
+      );
   }
   for (const [k, got] of found) {
     if (k.includes('@')) continue;
@@ -137,9 +148,13 @@ export async function compareCopies(
   }
   for (const [table, want] of wanted.entries)
     if ((entries.get(table) ?? 0n) !== want)
-      differences.push(`old-id entries of ${table}: ${entries.get(table) ?? 0n}, the source has ${want} rows`);
+      differences.push(
+        `old-id entries of ${table}: ${entries.get(table) ?? 0n}, the source has ${want} rows`,
+      );
   for (const [lookup, want] of wanted.lookups)
     if ((lookups.get(lookup) ?? 0n) !== want)
-      differences.push(`lookup ${lookup}: ${lookups.get(lookup) ?? 0n} entries, the source has ${want} values`);
+      differences.push(
+        `lookup ${lookup}: ${lookups.get(lookup) ?? 0n} entries, the source has ${want} values`,
+      );
   return differences;
 }

@@ -281,7 +281,9 @@ export async function requestAdoptCutover(client: Queryable): Promise<boolean> {
 /** Marks the adoption aborted (its tables' rows go: nothing of the adoption is left but this row). */
 export async function markAdoptionAborted(client: Queryable): Promise<void> {
   if (!(await exists(client))) return;
-  await client.query("UPDATE shardflake.adoption SET phase = 'aborted', cutover_requested = false WHERE singleton");
+  await client.query(
+    "UPDATE shardflake.adoption SET phase = 'aborted', cutover_requested = false WHERE singleton",
+  );
   await client.query('DELETE FROM shardflake.adoption_tables');
 }
 

@@ -58,6 +58,7 @@ export const adoptFields = {
         from: v.pipe(
           v.string('needs a postgres:// URL'),
           v.regex(/^(postgres(ql)?:\/\/|\$\{)/, 'needs a postgres:// URL'),
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: ${VAR} is the config's own syntax, shown to the reader
           v.description('The live database adopted into the cluster (a postgres:// URL; ${VAR} allowed)'),
         ),
         schema: v.optional(
@@ -85,7 +86,9 @@ export const adoptFields = {
             ),
             'must map each sharded table to { "column": …, "parent": … }',
           ),
-          v.description('How each sharded table is placed: the root by its id, the others beside their parent'),
+          v.description(
+            'How each sharded table is placed: the root by its id, the others beside their parent',
+          ),
         ),
         reference: v.optional(
           v.pipe(
@@ -98,7 +101,9 @@ export const adoptFields = {
             v.number('must be a whole number of bytes'),
             v.safeInteger('must be a whole number of bytes'),
             v.minValue(1_000_000, 'must be at least 1000000 bytes'),
-            v.description('Most WAL the source may hold for the adoption before the run stops (default 4 GB)'),
+            v.description(
+              'Most WAL the source may hold for the adoption before the run stops (default 4 GB)',
+            ),
           ),
         ),
         pauseBoundMs: v.optional(
@@ -150,7 +155,10 @@ export function resolveAdopt(
   const where = 'adopt';
   const server = a.server ?? 'source';
   if (servers.includes(server))
-    throw bad(source, `${where}.server ${server} is also a server of the cluster; name the source another way`);
+    throw bad(
+      source,
+      `${where}.server ${server} is also a server of the cluster; name the source another way`,
+    );
   const place = a.place;
   if (!(a.root in place)) throw bad(source, `${where}.place must place the root table ${a.root}`);
   for (const [name, p] of Object.entries(place)) {

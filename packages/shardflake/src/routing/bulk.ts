@@ -78,7 +78,10 @@ export async function insertMany<R extends Row>(
   if (!Array.isArray(rows))
     throw new ShardflakeError('INVALID_ARGUMENT', 'insertMany needs an array of rows');
   const hasKey = typeof options?.key === 'function';
-  const byId = typeof (options as { id?: unknown })?.id === 'function' ? (options as { id: (row: R, i: number) => ShardflakeId }).id : undefined;
+  const byId =
+    typeof (options as { id?: unknown })?.id === 'function'
+      ? (options as { id: (row: R, i: number) => ShardflakeId }).id
+      : undefined;
   if ([hasKey, options?.shard !== undefined, byId !== undefined].filter(Boolean).length !== 1)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',

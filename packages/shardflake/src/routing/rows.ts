@@ -1,16 +1,16 @@
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import { expectObject, expectString } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { wrapPgError } from '../postgres/connect.js';
+import { qualified } from '../postgres/identifier.js';
 import type { Operation } from '../telemetry/events.js';
 import { type OperationTrace, traced } from '../telemetry/trace.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
 import { type MapState, shardOfIdIn } from './map.js';
-import { OLD_IDS_TABLE } from '../config/adopt.js';
-import { qualified } from '../postgres/identifier.js';
 import { needsOldIdEntry, shardOfOldRootId } from './old-ids.js';
 import { type AttemptInfo, routed } from './retry.js';
 import { type ShardKey, shardForKey } from './shard-key.js';

@@ -50,7 +50,8 @@ export function parseServerList(value: string): Record<string, string> {
         'INVALID_ARGUMENT',
         '--servers must be NAME=postgres://…[,NAME=postgres://…], names of letters, digits, _ or -',
       );
-    if (name in servers) throw new ShardflakeError('INVALID_ARGUMENT', `--servers names server ${name} twice`);
+    if (name in servers)
+      throw new ShardflakeError('INVALID_ARGUMENT', `--servers names server ${name} twice`);
     servers[name] = url;
   }
   return servers;
@@ -63,7 +64,8 @@ export function parseServerList(value: string): Record<string, string> {
 function withoutLiteralPassword(url: string, variable: string, moved: string[]): string {
   try {
     const parsed = new URL(url);
-    if (!parsed.password || parsed.password.startsWith('%24%7B') || parsed.password.startsWith('${')) return url;
+    if (!parsed.password || parsed.password.startsWith('%24%7B') || parsed.password.startsWith('${'))
+      return url;
     parsed.password = 'PASSWORD_PLACEHOLDER';
     moved.push(variable);
     return parsed.toString().replace('PASSWORD_PLACEHOLDER', `\${${variable}}`);
@@ -113,7 +115,9 @@ export function registerAdoptCommands(cluster: Command): void {
 
   adopt
     .command('plan')
-    .description("print a cluster config (JSON) for adopting a live database, made from the source's own definitions")
+    .description(
+      "print a cluster config (JSON) for adopting a live database, made from the source's own definitions",
+    )
     .requiredOption('--from <url>', 'the live database (postgres://…)')
     .requiredOption('--root <table>', 'the root table: its rows own the others (e.g. users)')
     .requiredOption('--servers <list>', 'the cluster servers: NAME=URL[,NAME=URL…]')
@@ -165,7 +169,9 @@ export function registerAdoptCommands(cluster: Command): void {
 
   adopt
     .command('run')
-    .description('create the cluster, copy the source at a snapshot, then apply its later commits until the cutover; rerun to resume')
+    .description(
+      'create the cluster, copy the source at a snapshot, then apply its later commits until the cutover; rerun to resume',
+    )
     .requiredOption('--config <file>', 'cluster config with an adopt section (from adopt plan)')
     .option('--cutover', 'cut over as soon as the stream has caught up')
     .option('--copy-workers <n>', 'tables copied at once (default 2)', positiveInteger('--copy-workers'))
