@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { registerBenchAdoptCommand } from './bench-adopt.js';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchCrossCommand } from './bench-cross.js';
@@ -26,4 +27,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchCrossCommand(bench);
   registerBenchLookupsCommand(bench);
   registerBenchFaultsCommand(bench);
+  registerBenchAdoptCommand(bench);
 }
