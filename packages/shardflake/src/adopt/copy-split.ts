@@ -40,19 +40,35 @@ export function unescapeCopyText(value: string): string {
   });
 }
 
-export class ShardSplitter {
-  /** COPY lines per shard for the table itself. */
-  readonly rows = new Map<number, string[]>();
+/** What one flush writes: COPY lines per shard for the table, its old-id entries and its lookups' entries. */
+export interface SplitBuffers {
+  rows: Map<number, string[]>;
   /** `tbl \t id \t shard` lines per entry shard. */
-  readonly entries = new Map<number, string[]>();
+  entries: Map<number, string[]>;
   /** `value \t id` lines per lookup, per entry shard. */
-  readonly lookupEntries = new Map<string, Map<number, string[]>>();
+  lookupEntries: Map<string, Map<number, string[]>>;
+}
+
+export class ShardSplitter implements SplitBuffers {
+  rows = new Map<number, string[]>();
+  entries = new Map<number, string[]>();
+  lookupEntries = new Map<string, Map<number, string[]>>();
   bytes = 0;
   count = 0;
   private tail = '';
 
   constructor(private readonly target: SplitTarget) {
     for (const l of target.lookups) this.lookupEntries.set(l.name, new Map());
+  }
+
+  /** Hands over the lines split so far and starts new buffers (the next chunks split while these are written). */
+  take(): SplitBuffers {
+    const taken = { rows: this.rows, entries: this.entries, lookupEntries: this.lookupEntries };
+    this.rows = new Map();
+    this.entries = new Map();
+    this.lookupEntries = new Map([...taken.lookupEntries.keys()].map((k) => [k, new Map()]));
+    this.bytes = 0;
+    return taken;
   }
 
   /** Takes a chunk of COPY output; whole lines are split now, a partial last line waits for the next chunk. */
@@ -75,8 +91,7 @@ export class ShardSplitter {
     this.count++;
     const { entries, lookups, logicalShards } = this.target;
     if (!entries && lookups.length === 0) return;
-    const values = row.split('\t');
-    const id = values[this.target.idColumn] as string;
+    const id = field(row, this.target.idColumn);
     if (entries !== undefined) {
       const entryShard = Number(
         ((BigInt(id) % BigInt(logicalShards)) + BigInt(logicalShards)) % BigInt(logicalShards),
@@ -84,12 +99,20 @@ export class ShardSplitter {
       add(this.entries, entryShard, `${entries}\t${id}\t${shard}`);
     }
     for (const l of lookups) {
-      const value = values[l.column] as string;
+      const value = field(row, l.column);
       if (value === '\\N') continue;
       const at = shardForKey(unescapeCopyText(value), logicalShards);
       add(this.lookupEntries.get(l.name) as Map<number, string[]>, at, `${value}\t${id}`);
     }
   }
+}
+
+/** The `n`th tab-separated field of a COPY text row, without splitting the whole row. */
+function field(row: string, n: number): string {
+  let start = 0;
+  for (let i = 0; i < n; i++) start = row.indexOf('\t', start) + 1;
+  const end = row.indexOf('\t', start);
+  return end === -1 ? row.slice(start) : row.slice(start, end);
 }
 
 function add(map: Map<number, string[]>, key: number, line: string): void {

@@ -6,7 +6,7 @@ import { entryTable } from '../lookups/ddl.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
-import { ShardSplitter } from './copy-split.js';
+import { ShardSplitter, type SplitBuffers } from './copy-split.js';
 import { type AdoptModel, placementSql, type TableModel } from './model.js';
 import type { Targets } from './targets.js';
 
@@ -40,7 +40,7 @@ export interface CopyOptions {
 }
 
 /** How many bytes of split rows one table holds in memory before they are written out. */
-const FLUSH_BYTES = 16_000_000;
+const FLUSH_BYTES = 64_000_000;
 
 async function sourceSession(url: string, snapshot: string): Promise<pg.Client> {
   const client = await connect(url, { applicationName: 'shardflake adopt copy' });
@@ -75,12 +75,7 @@ async function copyLines(
   });
 }
 
-async function flush(
-  model: AdoptModel,
-  targets: Targets,
-  t: TableModel,
-  split: ShardSplitter,
-): Promise<void> {
+async function flush(targets: Targets, t: TableModel, split: SplitBuffers): Promise<void> {
   const jobs: Promise<void>[] = [];
   for (const [shard, lines] of split.rows) {
     const p = targets.placement(shard);
@@ -96,14 +91,9 @@ async function flush(
       jobs.push(copyLines(targets, p.server, p.schema, entryTable(lookup), ['value', 'id'], lines));
     }
   }
-  split.rows.clear();
-  split.entries.clear();
-  for (const byShard of split.lookupEntries.values()) byShard.clear();
-  split.bytes = 0;
   const settled = await Promise.allSettled(jobs);
   const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) throw failed.reason;
-  void model;
 }
 
 /** One sharded table: read at the snapshot with each row's shard, split, written out. */
@@ -124,13 +114,20 @@ async function copySharded(
   });
   const reader = source.query(copyTo(`COPY (SELECT ${shard}, ${columns} FROM ${from}) TO STDOUT`));
   let before = 0;
+  // Double buffering: the split rows are written while the next ones are read and split.
+  let writing: Promise<void> = Promise.resolve();
   for await (const chunk of reader) {
     split.push((chunk as Buffer).toString('utf8'));
     counted(split.count - before);
     before = split.count;
-    if (split.bytes > FLUSH_BYTES) await flush(model, targets, t, split);
+    if (split.bytes > FLUSH_BYTES) {
+      await writing;
+      writing = flush(targets, t, split.take());
+      writing.catch(() => {});
+    }
   }
-  await flush(model, targets, t, split);
+  await writing;
+  await flush(targets, t, split.take());
   return split.count;
 }
 
