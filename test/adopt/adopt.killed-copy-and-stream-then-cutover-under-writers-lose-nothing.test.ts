@@ -97,7 +97,13 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
 
   // A router made now serves the application from the source.
   const errors: unknown[] = [];
-  const router = await createRouter(config, { writeRetryMs: 15_000 });
+  const mapEvents: string[] = [];
+  const router = await createRouter(config, {
+    writeRetryMs: 15_000,
+    onEvent: (e) => {
+      if (e.type === 'map' && e.adoption) mapEvents.push(e.adoption);
+    },
+  });
   try {
     assert.equal(
       ((await router.get('users', 7n as ShardflakeId)) as { email: string }).email,
@@ -214,6 +220,13 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
     assert.ok(newPhoto > BigInt(result.oldIdsBelow), 'new ids sit above every old id');
     const status2 = JSON.parse((await adopt(['status', '--json']).done).stdout);
     assert.equal(status2.phase, 'done');
+    assert.deepEqual(
+      [mapEvents[0], mapEvents.at(-1)],
+      ['source', 'shards'],
+      'the router said where it served from',
+    );
+    const cluster = await startCli(['cluster', 'status', '--config', file, '--json'], env).done;
+    assert.equal(JSON.parse(cluster.stdout).adoption?.phase, 'done', cluster.stderr);
     assert.equal(await sourceSlots(source.url), 0, 'no slot left on the source');
   } finally {
     await router.close();

@@ -1,3 +1,4 @@
+import { readAdoption } from '../catalog/adopt.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from '../catalog/shards.js';
 import { type ClusterConfig, targetVersion } from '../config/config.js';
 import { ShardflakeError } from '../errors/errors.js';
@@ -97,6 +98,22 @@ export interface ClusterStatus {
    * cluster's prepared transactions now with what their decision servers say (see transactions/cross.ts).
    */
   transactions: TransactionsStatus;
+  /**
+   * The adoption of a live database into this cluster (src/adopt/), when there is one: its phase (before
+   * `switched` routers serve every shard from the source), the source without its password, the last LSN every
+   * server applied and how far the source was ahead then, the cutover's write pause, and the boundary of old ids
+   * (a string: it exceeds 2^53). `cluster adopt status` shows more.
+   */
+  adoption?: {
+    phase: string;
+    source: string;
+    root: string;
+    appliedLsn: string | null;
+    behindBytes: number | null;
+    pauseMs: number | null;
+    oldIdsBelow: string;
+    lastError: string | null;
+  };
 }
 
 /**
@@ -200,6 +217,9 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       warnings.push(
         `in-doubt transaction ${g.gid} on server ${g.server} (${Math.round(g.ageMs / 1000)} s, decision: ${g.decision}); run cluster recover`,
       );
+    const adoption = await readAdoption(catalog);
+    if (adoption?.lastError && adoption.phase !== 'done' && adoption.phase !== 'aborted')
+      warnings.push(`the adoption of ${describeUrl(adoption.sourceUrl)} stopped: ${adoption.lastError}`);
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -220,6 +240,20 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       moves,
       shards,
       transactions,
+      ...(adoption
+        ? {
+            adoption: {
+              phase: adoption.phase,
+              source: describeUrl(adoption.sourceUrl),
+              root: adoption.root,
+              appliedLsn: adoption.appliedLsn,
+              behindBytes: adoption.behindBytes === null ? null : Number(adoption.behindBytes),
+              pauseMs: adoption.pauseMs,
+              oldIdsBelow: adoption.oldIdsBelow.toString(),
+              lastError: adoption.lastError,
+            },
+          }
+        : {}),
     };
   } finally {
     await catalog.end().catch(() => {});

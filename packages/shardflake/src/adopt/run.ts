@@ -27,6 +27,7 @@ import { appliedSql, setApplied, settlePrepared } from './apply.js';
 import { oldIdsBoundary } from './boundary.js';
 import { copyTables } from './copy.js';
 import { type CutoverResult, cutoverAdoption } from './cutover.js';
+import { deferIndexes, rebuildIndexes } from './indexes.js';
 import { type AdoptModel, buildModel } from './model.js';
 import { createPublication, dropPublication, dropSlot } from './slot.js';
 import { readSourceSchema } from './source-schema.js';
@@ -224,6 +225,11 @@ export async function runAdoption(
       await dropSlot(source, names.slot);
       await createPublication(source, names.publication, adopt.schema, model.order);
       await emptyTargets(model, targets, clients);
+      for (const [server, client] of clients)
+        await deferIndexes(
+          client,
+          targets.shardsOn(server).map((p) => p.schema),
+        );
       await recordTableEstimates(
         catalog,
         new Map(model.order.map((n) => [n, model.tables.get(n)?.estimate ?? 0n])),
@@ -242,6 +248,7 @@ export async function runAdoption(
         },
       });
       await slot.connection.end().catch(() => {});
+      await Promise.all([...clients.values()].map((client) => rebuildIndexes(client)));
       result.copyMs = performance.now() - started;
       result.copied = Object.fromEntries(copied);
       for (const client of clients.values()) await setApplied(client, slot.consistentPoint);

@@ -416,7 +416,13 @@ export async function createRouter(
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
-    withReference: (fn) => withReference(ctx, serverOrder(config), fn),
+    withReference: async (fn) =>
+      // While an adoption serves every shard from the source, the source's own tables are the reference tables.
+      (await map.fresh()).adoption?.servingFromSource
+        ? withShard(ctx, { shard: 0 }, (s) =>
+            fn({ servers: [s.server], query: (text, values) => s.query(text, values) }),
+          )
+        : withReference(ctx, serverOrder(config), fn),
     withShards: (targets, fn) => withShardsKept(ctx, targets, fn),
     recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),

@@ -121,7 +121,12 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       );
       options.onMapChange?.(map.version);
       if (options.emit && map.version !== previous)
-        options.emit({ type: 'map', version: map.version, previous });
+        options.emit({
+          type: 'map',
+          version: map.version,
+          previous,
+          ...(adoption ? { adoption: adoption.servingFromSource ? 'source' : 'shards' } : {}),
+        });
       for (const [wake, version] of mapWaiters) if (map.version > version) wake();
     } catch (error) {
       throw wrapPgError(error);
