@@ -74,6 +74,29 @@ test('adopt: abort restores the source; kill -9 in the copy and in the stream, t
   copied.child.kill('SIGKILL');
   await copied.done;
   assert.notEqual(await sourceSnapshot(source.url), before, 'the run made its slot and publication');
+  // Copied and idle, nothing left in the slot: cluster verify compares the source with the shards, shard by shard.
+  const clean = await startCli(['cluster', 'verify', '--config', file, '--json'], env).done;
+  assert.equal(clean.code, 0, clean.stdout + clean.stderr);
+  const schema = await withClient(a.url, async (c) => {
+    const { rows } = await c.query(
+      "SELECT table_schema AS s FROM information_schema.tables WHERE table_name = 'photos' AND table_schema LIKE 'shard_%' ORDER BY 1 LIMIT 1",
+    );
+    const s = (rows[0] as { s: string }).s;
+    await c.query(
+      `SET session_replication_role = replica; UPDATE "${s}".photos SET caption = 'tampered' WHERE id = (SELECT min(id) FROM "${s}".photos)`,
+    );
+    return s;
+  });
+  const dirty = await startCli(['cluster', 'verify', '--config', file, '--json'], env).done;
+  assert.equal(dirty.code, 1);
+  const shardNumber = Number(schema.slice('shard_'.length));
+  assert.ok(
+    JSON.parse(dirty.stdout).problems.some(
+      (p: { what: string }) =>
+        p.what.includes(`photos in shard ${shardNumber}: `) && p.what.includes('different contents'),
+    ),
+    dirty.stdout,
+  );
   const aborted = await adopt(['abort']).done;
   assert.equal(aborted.code, 0, aborted.stderr);
   assert.equal(await sourceSnapshot(source.url), before);

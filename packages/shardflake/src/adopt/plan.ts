@@ -251,6 +251,8 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
     const isReference = reference.has(name);
     const p = placed.get(name);
     const lines: string[] = [];
+    // A lookup finds rows by their integer `id` (lookups/): a table without one keeps no lookup.
+    const hasId = t.columns.some((c) => c.name === 'id' && c.integer);
     for (const c of t.columns) {
       const asId = idColumns.has(`${name}.${c.name}`);
       const widen = widened.has(`${name}.${c.name}`) && c.type !== 'bigint';
@@ -273,7 +275,7 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
       if (k.kind === 'u') {
         const holds = isReference || (p !== undefined && k.columns.includes(p.column));
         if (holds) lines.push(`CONSTRAINT ${quoteIdent(k.name)} ${k.definition}`);
-        else if (k.columns.length === 1) {
+        else if (k.columns.length === 1 && hasId) {
           const lookup = `${name}_${k.columns[0]}`.slice(0, MAX_LOOKUP_NAME);
           lookups[lookup] = { table: name, column: k.columns[0] as string, unique: true };
           notes.push(
@@ -302,6 +304,7 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
         if (holds) statements.push(indexSql(index.definition, schema));
         else if (
           index.columns?.length === 1 &&
+          hasId &&
           !Object.values(lookups).some((l) => l.table === name && l.column === index.columns?.[0])
         ) {
           const lookup = `${name}_${index.columns[0]}`.slice(0, MAX_LOOKUP_NAME);
@@ -309,7 +312,7 @@ export async function planAdoption(options: PlanOptions): Promise<AdoptPlan> {
           notes.push(
             `${name}: unique index ${index.name} becomes the unique lookup ${lookup} (unique across the cluster)`,
           );
-        } else if (index.columns?.length !== 1)
+        } else if (index.columns?.length !== 1 || !hasId)
           notes.push(`${name}: unique index ${index.name} is dropped: it cannot hold across shards`);
       } else statements.push(indexSql(index.definition, schema));
     }

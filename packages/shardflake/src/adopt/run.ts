@@ -18,6 +18,7 @@ import { OLD_IDS_TABLE } from '../config/adopt.js';
 import type { ClusterConfig } from '../config/config.js';
 import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
+import { isFenced } from '../fence/fence.js';
 import { entryTable } from '../lookups/ddl.js';
 import { createSlotWithSnapshot } from '../move/snapshot-copy.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
@@ -193,6 +194,11 @@ export async function runAdoption(
       record = (await readAdoption(catalog)) as AdoptionRecord;
     }
     result.oldIdsBelow = record.oldIdsBelow;
+    // Killed between the fence's commit and recording it: the source says so itself.
+    if (record.phase === 'streaming' && (await isFenced(source, adopt.schema))) {
+      await setAdoptionPhase(catalog, 'fenced');
+      record.phase = 'fenced';
+    }
     if (record.root !== adopt.root || record.sourceSchema !== adopt.schema)
       throw new ShardflakeError(
         'INVALID_CONFIG',

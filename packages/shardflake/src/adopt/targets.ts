@@ -40,11 +40,22 @@ export class Targets {
     return this.placements.filter((p) => p?.server === server);
   }
 
-  /** A new connection to `server` in replica mode (the caller ends it, or `close` does). */
-  async connect(server: string, applicationName = 'shardflake adopt'): Promise<pg.Client> {
+  /**
+   * A new connection to `server` in replica mode (the caller ends it, or `close` does). `asyncCommit` only for the
+   * copy, whose rows a crash may lose (a later synchronous commit on the server, the applied position, flushes
+   * them before the copy counts as done): the stream's batches commit synchronously, since the slot is confirmed
+   * after them.
+   */
+  async connect(
+    server: string,
+    applicationName = 'shardflake adopt',
+    asyncCommit = false,
+  ): Promise<pg.Client> {
     const client = await connect(await primaryUrl(this.config, server), { applicationName });
     this.open.push(client);
-    await client.query('SET session_replication_role = replica; SET synchronous_commit = off');
+    await client.query(
+      `SET session_replication_role = replica${asyncCommit ? '; SET synchronous_commit = off' : ''}`,
+    );
     return client;
   }
 
@@ -54,7 +65,7 @@ export class Targets {
     if (!client) {
       if ((this.made.get(server) ?? 0) < this.perServer) {
         this.made.set(server, (this.made.get(server) ?? 0) + 1);
-        client = await this.connect(server, 'shardflake adopt copy');
+        client = await this.connect(server, 'shardflake adopt copy', true);
       } else {
         client = await new Promise<pg.Client>((resolve) => {
           const list = this.waiting.get(server) ?? [];
