@@ -1,12 +1,15 @@
 import { shardForKey } from '../routing/shard-key.js';
 
 /**
- * The rows of one table's `COPY (SELECT shard, columns…) TO STDOUT` (text format), split into one buffer of COPY
- * lines per shard, with their old-id and lookup entries: the text format ends every row with a newline (a newline
- * inside a value is written `\n`) and separates columns with a tab, so a row is split without parsing its values.
+ * The rows of one table's `COPY (SELECT shard, columns…) TO STDOUT` (text format), routed to the server that holds
+ * each row's shard, with their old-id and lookup entries: the text format ends every row with a newline (a newline
+ * inside a value is written `\n`) and separates columns with a tab, so a row is routed without parsing its values.
+ * Lines keep their shard as their first column: they go into the server's staging table as they are (copy.ts).
  */
 export interface SplitTarget {
   logicalShards: number;
+  /** The server that holds a shard. */
+  serverOf: (shard: number) => string;
   /** Index among the table's columns of its `id` (what entries point at). */
   idColumn: number;
   /** The table's name in old-id entries (tables that have them). */
@@ -40,69 +43,58 @@ export function unescapeCopyText(value: string): string {
   });
 }
 
-/** What one flush writes: COPY lines per shard for the table, its old-id entries and its lookups' entries. */
-export interface SplitBuffers {
-  rows: Map<number, string[]>;
-  /** `tbl \t id \t shard` lines per entry shard. */
-  entries: Map<number, string[]>;
-  /** `value \t id` lines per lookup, per entry shard. */
-  lookupEntries: Map<string, Map<number, string[]>>;
+/** What one chunk routes: staging lines per server for the rows, the old-id entries and each lookup's entries. */
+export interface SplitLines {
+  /** `shard \t columns…` per server. */
+  rows: Map<string, string[]>;
+  /** `entry shard \t tbl \t id \t shard` per server. */
+  entries: Map<string, string[]>;
+  /** `entry shard \t value \t id` per lookup, per server. */
+  lookupEntries: Map<string, Map<string, string[]>>;
 }
 
-export class ShardSplitter implements SplitBuffers {
-  rows = new Map<number, string[]>();
-  entries = new Map<number, string[]>();
-  lookupEntries = new Map<string, Map<number, string[]>>();
-  bytes = 0;
+export class ShardSplitter {
   count = 0;
   private tail = '';
 
-  constructor(private readonly target: SplitTarget) {
-    for (const l of target.lookups) this.lookupEntries.set(l.name, new Map());
-  }
+  constructor(private readonly target: SplitTarget) {}
 
-  /** Hands over the lines split so far and starts new buffers (the next chunks split while these are written). */
-  take(): SplitBuffers {
-    const taken = { rows: this.rows, entries: this.entries, lookupEntries: this.lookupEntries };
-    this.rows = new Map();
-    this.entries = new Map();
-    this.lookupEntries = new Map([...taken.lookupEntries.keys()].map((k) => [k, new Map()]));
-    this.bytes = 0;
-    return taken;
-  }
-
-  /** Takes a chunk of COPY output; whole lines are split now, a partial last line waits for the next chunk. */
-  push(chunk: string): void {
+  /** Routes the whole lines of a chunk of COPY output (a partial last line waits for the next chunk). */
+  push(chunk: string): SplitLines {
+    const out: SplitLines = {
+      rows: new Map(),
+      entries: new Map(),
+      lookupEntries: new Map(this.target.lookups.map((l) => [l.name, new Map()])),
+    };
     const text = this.tail + chunk;
     let start = 0;
     for (let end = text.indexOf('\n', start); end !== -1; end = text.indexOf('\n', start)) {
-      this.line(text.slice(start, end));
+      this.line(text.slice(start, end), out);
       start = end + 1;
     }
     this.tail = text.slice(start);
+    return out;
   }
 
-  private line(line: string): void {
+  private line(line: string, out: SplitLines): void {
     const tab = line.indexOf('\t');
     const shard = Number(line.slice(0, tab));
-    const row = line.slice(tab + 1);
-    add(this.rows, shard, row);
-    this.bytes += row.length + 1;
+    const { entries, lookups, logicalShards, serverOf } = this.target;
+    add(out.rows, serverOf(shard), line);
     this.count++;
-    const { entries, lookups, logicalShards } = this.target;
-    if (!entries && lookups.length === 0) return;
+    if (entries === undefined && lookups.length === 0) return;
+    const row = line.slice(tab + 1);
     const id = field(row, this.target.idColumn);
     if (entries !== undefined) {
-      const entryShard = Number(
-        ((BigInt(id) % BigInt(logicalShards)) + BigInt(logicalShards)) % BigInt(logicalShards),
-      );
-      add(this.entries, entryShard, `${entries}\t${id}\t${shard}`);
+      const n = BigInt(logicalShards);
+      const entryShard = Number(((BigInt(id) % n) + n) % n);
+      add(out.entries, serverOf(entryShard), `${entryShard}\t${entries}\t${id}\t${shard}`);
     }
     for (const l of lookups) {
       const value = field(row, l.column);
       if (value === '\\N') continue;
       const at = shardForKey(unescapeCopyText(value), logicalShards);
-      add(this.lookupEntries.get(l.name) as Map<number, string[]>, at, `${value}\t${id}`);
+      add(out.lookupEntries.get(l.name) as Map<string, string[]>, serverOf(at), `${at}\t${value}\t${id}`);
     }
   }
 }
@@ -115,7 +107,7 @@ function field(row: string, n: number): string {
   return end === -1 ? row.slice(start) : row.slice(start, end);
 }
 
-function add(map: Map<number, string[]>, key: number, line: string): void {
+function add(map: Map<string, string[]>, key: string, line: string): void {
   const list = map.get(key);
   if (list) list.push(line);
   else map.set(key, [line]);

@@ -30,7 +30,7 @@ import { copyTables } from './copy.js';
 import { type CutoverResult, cutoverAdoption } from './cutover.js';
 import { deferIndexes, rebuildIndexes } from './indexes.js';
 import { type AdoptModel, buildModel } from './model.js';
-import { createPublication, dropPublication, dropSlot } from './slot.js';
+import { createPublication, dropPublication, dropSlot, slotState } from './slot.js';
 import { readSourceSchema } from './source-schema.js';
 import { Stream } from './stream.js';
 import { Targets } from './targets.js';
@@ -79,7 +79,10 @@ export interface AdoptRunResult {
   phase: AdoptionRecord['phase'];
   /** Rows copied per table by this run (empty when an earlier run copied). */
   copied: Record<string, number>;
+  /** The copy, from the slot to the last row written and the secondary indexes built. */
   copyMs: number | null;
+  /** Of which the secondary indexes built after the rows. */
+  indexMs: number | null;
   changesApplied: number;
   cutover: CutoverResult | null;
   oldIdsBelow: bigint;
@@ -160,6 +163,7 @@ export async function runAdoption(
       phase: record?.phase ?? 'copying',
       copied: {},
       copyMs: null,
+      indexMs: null,
       changesApplied: 0,
       cutover: null,
       oldIdsBelow: record?.oldIdsBelow ?? 0n,
@@ -228,9 +232,14 @@ export async function runAdoption(
     }
 
     if (record.phase === 'copying') {
-      await dropSlot(source, names.slot);
+      // A killed copy left its slot (made before the first row): its rows are emptied before the slot goes, so a
+      // kill between the two finds the slot again. Without a slot nothing was copied, and the (many) shard tables
+      // are not truncated for nothing.
+      if ((await slotState(source, names.slot)).exists) {
+        await emptyTargets(model, targets, clients);
+        await dropSlot(source, names.slot);
+      }
       await createPublication(source, names.publication, adopt.schema, model.order);
-      await emptyTargets(model, targets, clients);
       for (const [server, client] of clients)
         await deferIndexes(
           client,
@@ -254,7 +263,9 @@ export async function runAdoption(
         },
       });
       await slot.connection.end().catch(() => {});
+      const indexesAt = performance.now();
       await Promise.all([...clients.values()].map((client) => rebuildIndexes(client)));
+      result.indexMs = performance.now() - indexesAt;
       result.copyMs = performance.now() - started;
       result.copied = Object.fromEntries(copied);
       for (const client of clients.values()) await setApplied(client, slot.consistentPoint);
