@@ -105,13 +105,21 @@ export interface ClusterStatus {
    * (a string: it exceeds 2^53). `cluster adopt status` shows more.
    */
   adoption?: {
+    /** copying, streaming, fenced, switched, done or aborted (catalog/adopt.ts). */
     phase: string;
+    /** The source's URL without its password. */
     source: string;
+    /** The root table: its rows own the others. */
     root: string;
+    /** The last source LSN every server applied, or null before the stream started. */
     appliedLsn: string | null;
+    /** How far the source's WAL was ahead of the stream when it last applied (bytes). */
     behindBytes: number | null;
+    /** The cutover's write pause (ms), once it happened. */
     pauseMs: number | null;
+    /** Every id below this is one the source made (a decimal string). */
     oldIdsBelow: string;
+    /** What stopped the last run, or null. */
     lastError: string | null;
   };
 }

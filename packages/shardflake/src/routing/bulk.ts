@@ -46,7 +46,9 @@ export type InsertManyOptions<R extends Row = Row> =
        * adopted cluster as the root id it is).
        */
       id: (row: R, index: number) => ShardflakeId;
+      /** Not with `id`: the ways of routing exclude each other. */
       key?: undefined;
+      /** Not with `id`: the ways of routing exclude each other. */
       shard?: undefined;
     };
 
