@@ -129,6 +129,49 @@ export function adoptedMessage(catalogServer: string): string {
   return `this table was adopted into a shardflake cluster (catalog on server ${catalogServer}); write through the router, which now serves it from the shards`;
 }
 
+const PAUSE_ATTEMPTS = 3;
+
+/** A write pause that did not finish within its bound (nothing was fenced); `error` is what to report. */
+class PauseOverrun extends Error {
+  constructor(readonly error: ShardflakeError) {
+    super(error.message);
+  }
+}
+
+/** Step 2: lock, drain to the lock's LSN, fence, commit; returns when the pause started. */
+async function fencedPause(c: CutoverContext): Promise<number> {
+  const locker = await connect(c.sourceUrl, { applicationName: 'shardflake adopt cutover' });
+  try {
+    await locker.query(boundedSessionSql(c.pauseBoundMs));
+    const pausedAt = await lockSource(c, locker, 'READ COMMITTED');
+    try {
+      await locker.query(`SET LOCAL statement_timeout = ${Math.max(1, Math.round(c.pauseBoundMs))}`);
+      const { rows } = await locker.query('SELECT pg_current_wal_lsn()::text AS lsn');
+      await c.stream.drain((rows[0] as { lsn: string }).lsn);
+      await locker.query(fenceSql(c.schema, c.tables, adoptedMessage(c.catalogServer)));
+      await locker.query('COMMIT');
+      return pausedAt;
+    } catch (error) {
+      await locker.query('ROLLBACK').catch(() => {});
+      if (
+        error instanceof ShardflakeError &&
+        error.code !== 'DATABASE_ERROR' &&
+        error.code !== 'SERVER_UNREACHABLE'
+      )
+        throw error;
+      throw new PauseOverrun(
+        new ShardflakeError(
+          'ADOPT_FAILED',
+          `the cutover's write pause did not finish within ${c.pauseBoundMs} ms in ${PAUSE_ATTEMPTS} tries (${(error instanceof ShardflakeError ? error : wrapPgError(error)).message}); nothing was fenced and writes go on on the source; run adopt cutover again when the source is less busy, or raise adopt.pauseBoundMs`,
+          { cause: error },
+        ),
+      );
+    }
+  } finally {
+    await locker.end().catch(() => {});
+  }
+}
+
 /** Steps 2 and 3, after the verification; `verified` false on a rerun that finds the source fenced already. */
 export async function cutoverAdoption(c: CutoverContext, fenced: boolean): Promise<CutoverResult> {
   let verify = { pauseMs: 0, verifyMs: 0 };
@@ -137,29 +180,17 @@ export async function cutoverAdoption(c: CutoverContext, fenced: boolean): Promi
     await c.stream.catchUp();
     verify = await verifyPinned(c);
     await c.afterStep?.('verified');
-    await c.stream.catchUp();
-    const locker = await connect(c.sourceUrl, { applicationName: 'shardflake adopt cutover' });
-    try {
-      await locker.query(boundedSessionSql(c.pauseBoundMs));
-      pausedAt = await lockSource(c, locker, 'READ COMMITTED');
+    // A pause that outgrows its bound ends with nothing fenced (the locking session is ended by the server):
+    // the stream catches up again, and the pause is tried again, a few times.
+    for (let attempt = 1; ; attempt++) {
+      await c.stream.catchUp();
       try {
-        await locker.query(`SET LOCAL statement_timeout = ${Math.max(1, Math.round(c.pauseBoundMs))}`);
-        const { rows } = await locker.query('SELECT pg_current_wal_lsn()::text AS lsn');
-        await c.stream.drain((rows[0] as { lsn: string }).lsn);
-        await locker.query(fenceSql(c.schema, c.tables, adoptedMessage(c.catalogServer)));
-        await locker.query('COMMIT');
+        pausedAt = await fencedPause(c);
+        break;
       } catch (error) {
-        await locker.query('ROLLBACK').catch(() => {});
-        throw error instanceof ShardflakeError
-          ? error
-          : new ShardflakeError(
-              'ADOPT_FAILED',
-              `the cutover's write pause did not finish within ${c.pauseBoundMs} ms (${wrapPgError(error).message}); nothing was fenced and writes go on on the source; run adopt cutover again when the stream has less to catch up`,
-              { cause: error },
-            );
+        if (!(error instanceof PauseOverrun)) throw error;
+        if (attempt >= PAUSE_ATTEMPTS) throw error.error;
       }
-    } finally {
-      await locker.end().catch(() => {});
     }
     await setAdoptionPhase(c.catalog, 'fenced');
     await c.afterStep?.('fenced');

@@ -230,6 +230,19 @@ export async function runAdoption(
       await client.query(appliedSql());
       clients.set(server, client);
     }
+    if (clients.size > 1) {
+      // Each applied batch commits on every server or none: PREPARE TRANSACTION.
+      const without: string[] = [];
+      for (const [server, client] of clients) {
+        const { rows } = await client.query("SELECT current_setting('max_prepared_transactions')::int AS n");
+        if ((rows[0] as { n: number }).n === 0) without.push(server);
+      }
+      if (without.length > 0)
+        throw new ShardflakeError(
+          'ADOPT_REFUSED',
+          `server ${without.join(', ')} has max_prepared_transactions = 0: the stream commits each batch on every server or none; set it above 0 (a restart)`,
+        );
+    }
 
     if (record.phase === 'copying') {
       // A killed copy left its slot (made before the first row): its rows are emptied before the slot goes, so a
