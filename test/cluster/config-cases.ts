@@ -32,7 +32,7 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
   [
     'an unknown field',
     { ...base, shards: 4 },
-    'cluster.json: shards is not a known field (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups)',
+    'cluster.json: shards is not a known field (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups, adopt)',
   ],
   [
     'a required field misspelt (issue 32: the message names what was typed and what it likely means)',
@@ -179,6 +179,16 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
     { ...base, lookups: { Caption: { table: 'photos', column: 'caption' } } },
     'cluster.json: lookups.Caption is not a good lookup name: use lower-case letters, digits or _ (at most 40), starting with a letter or _',
   ],
+  [
+    'an adopt section without its source',
+    { ...base, adopt: { root: 'photos', place: { photos: { column: 'id' } } } },
+    'cluster.json: adopt.from is missing (The live database adopted into the cluster (a postgres:// URL; ${VAR} allowed))',
+  ],
+  [
+    'an adopt placement of the wrong shape',
+    { ...base, adopt: { from: 'postgres://x@h/db', root: 'photos', place: { photos: 'id' } } },
+    'cluster.json: adopt.place.photos must be an object { "column": …, "parent": … }',
+  ],
 ];
 
 /**
@@ -186,6 +196,35 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
  * that leaves its schema): the JSON Schema cannot see these, the validator's second pass does.
  */
 export const badMeanings: [what: string, config: unknown, code: string, message: string][] = [
+  [
+    'an adopt root that is not placed',
+    { ...base, adopt: { from: 'postgres://x@h/db', root: 'users', place: { photos: { column: 'id' } } } },
+    'INVALID_CONFIG',
+    'cluster.json: adopt.place must place the root table users',
+  ],
+  [
+    'an adopted table whose parent is not placed',
+    {
+      ...base,
+      tables: { ...base.tables, users: 'CREATE TABLE users (id bigint PRIMARY KEY DEFAULT next_id())' },
+      adopt: {
+        from: 'postgres://x@h/db',
+        root: 'users',
+        place: { users: { column: 'id' }, photos: { column: 'user_id', parent: 'albums' } },
+      },
+    },
+    'INVALID_CONFIG',
+    'cluster.json: adopt.place.photos.parent must name another placed table',
+  ],
+  [
+    'an adopt source named like a cluster server',
+    {
+      ...base,
+      adopt: { from: 'postgres://x@h/db', server: 'a', root: 'photos', place: { photos: { column: 'id' } } },
+    },
+    'INVALID_CONFIG',
+    'cluster.json: adopt.server a is also a server of the cluster; name the source another way',
+  ],
   [
     'a catalog naming no server',
     { ...base, catalog: 'c' },

@@ -11,6 +11,7 @@ const blocks = [
   ...pageBlocks('docs/operations.md', ['console recorded']),
   ...pageBlocks('docs/applications.md', ['console recorded']),
   ...pageBlocks('docs/moves.md', ['sh', 'console recorded']),
+  ...pageBlocks('docs/adopt.md', ['sh', 'console recorded']),
   ...pageBlocks('docs/benchmarks.md', ['sh', 'console recorded']),
   ...pageBlocks('docs/backups.md', ['sh', 'console recorded']),
 ];

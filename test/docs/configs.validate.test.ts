@@ -31,3 +31,4 @@ function check(blocks: Block[], base?: object): void {
 
 check(pageBlocks('docs/cluster.md', ['json']));
 check(pageBlocks('docs/lookups.md', ['json']), USERS);
+check(pageBlocks('docs/adopt.md', ['json']));

@@ -31,6 +31,7 @@ const fragments: Block[] = [
   ...pageBlocks('docs/operations.md', ['ts']),
   ...pageBlocks('docs/applications.md', ['ts']),
   ...pageBlocks('docs/across-shards.md', ['ts']),
+  ...pageBlocks('docs/adopt.md', ['ts']),
 ];
 
 test('every TypeScript fragment of the docs type-checks strictly', () => {

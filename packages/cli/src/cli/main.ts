@@ -58,6 +58,7 @@ function exitCodeFor(error: unknown): number {
       'DATABASE_ERROR',
       'POOL_TIMEOUT',
       'MOVE_FAILED',
+      'ADOPT_FAILED',
       'MIGRATION_FAILED',
       'NO_PRIMARY',
       'PREPARED_TRANSACTIONS_DISABLED',

@@ -56,6 +56,7 @@ export function dashboardPage(options: { refreshMs: number }): string {
 <main>
   <div id="error" hidden></div>
   <section><h2>Servers</h2><table id="servers"><thead></thead><tbody></tbody></table></section>
+  <section id="adoption-section" hidden><h2>Adoption</h2><p id="adoption"></p></section>
   <section><h2>Moves</h2><p id="no-moves" class="muted">No move in progress.</p>
     <table id="moves" hidden><thead><tr><th>move</th><th>shard</th><th>from → to</th><th>phase</th><th>progress</th><th>time</th><th>error</th></tr></thead><tbody></tbody></table></section>
   <section><h2>Shard map <span id="map-caption" class="muted"></span> <select id="colour-by" hidden><option value="">colour: server</option></select></h2><div id="legend"></div><canvas id="map" width="0" height="0"></canvas></section>
@@ -101,6 +102,17 @@ async function getJson(path) {
   const body = await res.json();
   if (!res.ok) throw new Error(body && body.error ? body.error.code + ": " + body.error.message : res.status + " " + res.statusText);
   return body;
+}
+
+function renderAdoption(status) {
+  const a = status.adoption;
+  $("adoption-section").hidden = !a;
+  if (!a) return;
+  const behind = a.behindBytes === null ? "" : ", " + (a.behindBytes / 1e6).toFixed(1) + " MB behind";
+  const pause = a.pauseMs === null ? "" : ", cutover paused writes " + Math.round(a.pauseMs) + " ms";
+  $("adoption").textContent = "Adopting " + a.source + " (root " + a.root + "): " + a.phase + behind + pause +
+    (a.phase === "copying" || a.phase === "streaming" ? "; routers serve every shard from the source until the switch" : "") +
+    (a.lastError ? "; stopped: " + a.lastError : "");
 }
 
 function renderServers(status) {
@@ -218,6 +230,7 @@ function renderStatus(status) {
   $("summary").textContent = "map version " + status.version + " · " + status.mappedShards + " of " + status.logicalShards +
     " shards mapped · layout " + status.layout + " · target schema v" + status.targetSchemaVersion;
   renderServers(status);
+  renderAdoption(status);
   $("versions").replaceChildren(...Object.entries(status.schemaVersions || {}).map(([v, n]) => el("div", {}, "v" + v + ": " + n + " shards")));
   $("warnings").replaceChildren(...(status.warnings || []).map((w) => el("li", {}, w)));
   renderTransactions(status.transactions);

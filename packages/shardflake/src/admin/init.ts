@@ -13,6 +13,7 @@ import {
   installCatalog,
   readClusterInfo,
   readShardMap,
+  recordOldIdsBelow,
   recordShards,
   rewriteClusterRowWhileNoShard,
   type ShardRecord,
@@ -217,6 +218,9 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
         info.schemaPrefix === config.schemaPrefix ||
         !(await anyShardSchema(clients, info.schemaPrefix)));
     await ensureClusterRow(catalog, config, noShardYet);
+    // A bound given with the config (an adoption's, adopt/run.ts) is the cluster's before any shard gets its id rule.
+    if (config.oldIdsBelow !== undefined && config.oldIdsBelow !== null)
+      await recordOldIdsBelow(catalog, config.oldIdsBelow);
     // New shards are made from the history the catalog keeps (recording the config's new migrations first).
     config = (await keepHistory(catalog, config, { replaceWhileNoShard: noShardYet })).config;
     // Before any shard: a shard session may join against the reference tables from its first statement.

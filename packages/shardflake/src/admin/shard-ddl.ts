@@ -1,3 +1,4 @@
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import type { ClusterConfig, Migration } from '../config/config.js';
 import { shardLookupsSql } from '../lookups/ddl.js';
 import { generatorSqlParts } from '../postgres/generator-sql.js';
@@ -12,6 +13,9 @@ import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  * schema that has this table is complete.
  */
 export const MIGRATIONS_TABLE = '_shardflake_migrations';
+
+/** The old-id entries of an adopted cluster (config/adopt.ts says what they are). */
+const OLD_IDS_SQL = `CREATE TABLE IF NOT EXISTS ${OLD_IDS_TABLE} (tbl text NOT NULL, id bigint NOT NULL, shard integer NOT NULL, PRIMARY KEY (tbl, id))`;
 
 /** Runs the config's statements with the shard's schema as the only schema on the search path. */
 export function inSchema(schema: string): string {
@@ -66,6 +70,7 @@ export function shardsCreationSql(
       `INSERT INTO ${MIGRATIONS_TABLE} (version, name) VALUES (0, 'tables')`,
       ...migrationSql(config.migrations),
       ...shardLookupsSql(schema, config.lookups ?? []),
+      ...(config.adopt ? [OLD_IDS_SQL] : []),
       // Its tables are empty: the id rule goes on validated (postgres/id-shard-rule.ts).
       idShardCheckSql(schema, shard, idShardRule(config.layout, config.oldIdsBelow ?? null), true),
     ].join(';\n'),

@@ -1,3 +1,4 @@
+import { readAdoption } from '../catalog/adopt.js';
 import { type DeadlocksStatus, readDeadlocks } from '../catalog/deadlocks.js';
 import { lastRestorePoint, type RestorePointRecord } from '../catalog/restore-points.js';
 import { readClusterInfo, readShardMap, readShardVersions, type ShardState } from '../catalog/shards.js';
@@ -110,6 +111,30 @@ export interface ClusterStatus {
    * the last day and in the last 7, and the latest few.
    */
   deadlocks: DeadlocksStatus;
+  /**
+   * The adoption of a live database into this cluster (src/adopt/), when there is one: its phase (before
+   * `switched` routers serve every shard from the source), the source without its password, the last LSN every
+   * server applied and how far the source was ahead then, the cutover's write pause, and the boundary of old ids
+   * (a string: it exceeds 2^53). `cluster adopt status` shows more.
+   */
+  adoption?: {
+    /** copying, streaming, fenced, switched, done or aborted (catalog/adopt.ts). */
+    phase: string;
+    /** The source's URL without its password. */
+    source: string;
+    /** The root table: its rows own the others. */
+    root: string;
+    /** The last source LSN every server applied, or null before the stream started. */
+    appliedLsn: string | null;
+    /** How far the source's WAL was ahead of the stream when it last applied (bytes). */
+    behindBytes: number | null;
+    /** The cutover's write pause (ms), once it happened. */
+    pauseMs: number | null;
+    /** Every id below this is one the source made (a decimal string). */
+    oldIdsBelow: string;
+    /** What stopped the last run, or null. */
+    lastError: string | null;
+  };
 }
 
 /**
@@ -227,6 +252,9 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       );
     // A role that may not read the table (made after its grants) sees no deadlocks rather than no status.
     const deadlocks = await readDeadlocks(catalog).catch(() => ({ lastDay: 0, kept: 0, latest: [] }));
+    const adoption = await readAdoption(catalog);
+    if (adoption?.lastError && adoption.phase !== 'done' && adoption.phase !== 'aborted')
+      warnings.push(`the adoption of ${describeUrl(adoption.sourceUrl)} stopped: ${adoption.lastError}`);
     const overflow = layout.signedOverflowAt;
     if (overflow && overflow.getTime() - now < OVERFLOW_WARNING_YEARS * 365.25 * 86_400_000) {
       warnings.push(`ids of this layout and epoch stop fitting a signed bigint on ${overflow.toISOString()}`);
@@ -249,6 +277,20 @@ export async function clusterStatus(config: ClusterConfig, now = Date.now()): Pr
       transactions,
       lastRestorePoint: lastPoint,
       deadlocks,
+      ...(adoption
+        ? {
+            adoption: {
+              phase: adoption.phase,
+              source: describeUrl(adoption.sourceUrl),
+              root: adoption.root,
+              appliedLsn: adoption.appliedLsn,
+              behindBytes: adoption.behindBytes === null ? null : Number(adoption.behindBytes),
+              pauseMs: adoption.pauseMs,
+              oldIdsBelow: adoption.oldIdsBelow.toString(),
+              lastError: adoption.lastError,
+            },
+          }
+        : {}),
     };
   } finally {
     await catalog.end().catch(() => {});

@@ -15,6 +15,7 @@ import {
   GENERATOR_LANGUAGES,
   type GeneratorLanguage,
 } from '../postgres/generator-sql.js';
+import { type AdoptConfig, adoptFields, resolveAdopt } from './adopt.js';
 import { pathOf, section } from './fields.js';
 import { type LookupDefinition, lookupsFields, resolveLookups } from './lookups.js';
 import { type ReferenceConfig, referenceFields, resolveReference } from './reference.js';
@@ -84,6 +85,8 @@ export interface ClusterConfig extends ReferenceConfig {
   migrations: Migration[];
   /** Columns found without their shard key (src/lookups/). */
   lookups: LookupDefinition[];
+  /** The live database this cluster is adopted from, and how its tables are placed (src/adopt/). */
+  adopt?: AdoptConfig;
   /** Where the config came from (file path), for messages. */
   source: string;
   /**
@@ -175,6 +178,7 @@ export const configSchema = section(
     ...tablesFields,
     ...referenceFields,
     ...lookupsFields,
+    ...adoptFields,
   },
   'must be a JSON object',
 );
@@ -233,6 +237,14 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
   }
   const epoch = parseEpoch(file.epoch, base, source, now);
   const { tables, migrations } = resolveTables(file, source);
+  const reference = resolveReference(file, source, { tables, migrations });
+  const adopt = resolveAdopt(
+    file,
+    tables.map((t) => t.name),
+    reference.referenceTables.map((t) => t.name),
+    Object.keys(servers),
+    source,
+  );
   return {
     servers,
     nodes,
@@ -244,12 +256,13 @@ export function validateConfig(raw: unknown, source = 'config', now = Date.now()
     nextIdLanguage: file.nextIdLanguage ?? DEFAULT_GENERATOR_LANGUAGE,
     tables,
     migrations,
-    ...resolveReference(file, source, { tables, migrations }),
+    ...reference,
     lookups: resolveLookups(
       file,
       tables.map((t) => t.name),
       source,
     ),
+    ...(adopt ? { adopt } : {}),
     source,
   };
 }

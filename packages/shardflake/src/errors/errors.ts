@@ -61,6 +61,9 @@ export const ERROR_CODES = [
   'RESTORE_FAILED', // a shard's rows copied from a restored server do not match the restored copy (nothing was kept)
   'INSUFFICIENT_PRIVILEGE', // the role a command runs as lacks a privilege it needs (docs/security.md), or a schema shardflake uses is another role's
   'MISSING_PACKAGE', // an optional package a feature needs is not installed (the message says what to install)
+  // adoption
+  'ADOPT_REFUSED', // adopt plan or run cannot take the source as it is (the message names each table or setting and what to do)
+  'ADOPT_FAILED', // an adoption run stopped (the message says why); a rerun resumes it, adopt abort undoes it before the cutover
 ] as const;
 
 /** The stable code of a `ShardflakeError`, one of `ERROR_CODES`; docs/errors.md says what each means. */

@@ -96,6 +96,24 @@ export function createLookupReader(
       const fetch = options?.fetch === true;
       const def = await definition(name);
       const text = lookupText(def, valueText(value));
+      // While an adoption serves every shard from the source (routing/old-ids.ts), the source's own table is
+      // the truth: its unique constraint still holds, and the entries are being built on the shards.
+      if ((await ctx.map.fresh()).adoption?.servingFromSource) {
+        const { rows } = await routedStatement(
+          ctx,
+          'get',
+          () => 0,
+          false,
+          (schema) =>
+            `SELECT ${fetch ? '*' : 'id'} FROM ${qualified(schema, def.table)} WHERE ${lookupValueSql(def, quoteIdent(def.column, 'column'))} = $1 LIMIT 1`,
+          [text],
+        );
+        const found = rows[0] as Record<string, unknown> | undefined;
+        if (!found) return null;
+        const id = BigInt(found.id as bigint) as ShardflakeId;
+        const shard = shardOfIdIn(await ctx.map.fresh(), id);
+        return fetch ? { id, shard, row: found } : { id, shard };
+      }
       const entries = await routedStatement(
         ctx,
         'get',
@@ -137,6 +155,8 @@ export function createLookupReader(
       const def = await definition(name);
       if (!Array.isArray(values))
         throw new ShardflakeError('INVALID_ARGUMENT', 'lookupMany needs an array of values');
+      if ((await ctx.map.fresh()).adoption?.servingFromSource)
+        return Promise.all(values.map((v) => this.lookup(def.name, v)));
       const texts = values.map((v) => lookupText(def, valueText(v)));
       const map = await ctx.map.fresh();
       // Entries: one statement per server over the entry shards of the values.

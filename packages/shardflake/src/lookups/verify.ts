@@ -1,5 +1,7 @@
+import { type AdoptionRouting, readAdoptionRouting } from '../catalog/adopt.js';
 import { readLookups } from '../catalog/lookups.js';
 import { readShardMap, type ShardPlacement } from '../catalog/shards.js';
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import type { ClusterConfig } from '../config/config.js';
 import type { LookupDefinition } from '../config/lookups.js';
 import type { Problem, VerifyCheck } from '../config/verify-check.js';
@@ -7,6 +9,7 @@ import { ShardflakeError } from '../errors/errors.js';
 import type { Queryable, ServerAccess } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { clusterAccess } from '../recovery/cluster-access.js';
+import { isOldId, shardOfOldRootId } from '../routing/old-ids.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { shardOfIdFor } from './build.js';
 import { entryTable, lookupValueSql } from './ddl.js';
@@ -76,7 +79,13 @@ export async function verifyLookups(
   const built = await readLookups(catalog);
   const map = await readShardMap(catalog);
   const batchSize = options.batchSize ?? 5000;
-  const ctx: Context = { config, clients, shards: map.shards, batchSize };
+  const ctx: Context = {
+    config,
+    clients,
+    shards: map.shards,
+    batchSize,
+    adoption: (await readAdoptionRouting(catalog)) ?? undefined,
+  };
   if (options.repair) await refuseWhileInDoubt(clients);
   const problems: LookupProblem[] = [];
   for (const lookup of lookups) {
@@ -109,6 +118,25 @@ interface Context {
   clients: ReadonlyMap<string, Queryable>;
   shards: readonly ShardPlacement[];
   batchSize: number;
+  /** An adopted cluster's boundary of old ids (routing/old-ids.ts): their rows are found by their old-id rule. */
+  adoption?: AdoptionRouting;
+}
+
+/**
+ * The shard that holds row `id` of `table`: its shard bits, or in an adopted cluster for an old id the root's rule
+ * (id mod shards) or its old-id entry (-1 when it has none).
+ */
+async function ownerShardOf(ctx: Context, table: string, id: bigint): Promise<number> {
+  const a = ctx.adoption;
+  if (!a || !isOldId(id, a.oldIdsBelow)) return shardOfIdFor(ctx.config.layout, id);
+  const at = shardOfOldRootId(ctx.shards.length, id);
+  if (table === a.root || !a.tables.includes(table)) return at;
+  const e = client(ctx, at);
+  const { rows } = await e.c.query(
+    `SELECT shard FROM ${qualified(e.schema, OLD_IDS_TABLE)} WHERE tbl = $1 AND id = $2`,
+    [table, id],
+  );
+  return (rows[0] as { shard: number } | undefined)?.shard ?? -1;
 }
 
 function describe(found: Found): string {
@@ -213,7 +241,7 @@ async function entriesWithoutOwners(ctx: Context, lookup: LookupDefinition): Pro
           found.push({ lookup, kind: 'misplaced-entry', id: e.id, value: e.value, shard: placement.shard });
           continue;
         }
-        const s = shardOfIdFor(ctx.config.layout, e.id);
+        const s = await ownerShardOf(ctx, lookup.table, e.id);
         byOwner.set(s, [...(byOwner.get(s) ?? []), e]);
       }
       for (const [ownerShard, list] of byOwner) {
@@ -257,7 +285,7 @@ async function stillWrong(ctx: Context, found: Found): Promise<boolean> {
     `SELECT 1 FROM ${qualified(e.schema, entryTable(lookup.name))} WHERE value = $1 AND id = $2`,
     [found.value, found.id],
   );
-  const ownerShard = shardOfIdFor(ctx.config.layout, found.id);
+  const ownerShard = await ownerShardOf(ctx, lookup.table, found.id);
   const holds = ctx.shards[ownerShard]
     ? (
         await client(ctx, ownerShard).c.query(

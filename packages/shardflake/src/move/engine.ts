@@ -1,5 +1,6 @@
 import { clusterHistory } from '../admin/migrations.js';
 import { shardsCreationSql } from '../admin/shard-ddl.js';
+import { readAdoptionRouting } from '../catalog/adopt.js';
 import {
   createBatch,
   installMoves,
@@ -517,6 +518,11 @@ export async function moveSets(
     // The target copies are made from the cluster's recorded history, not from whatever the config still lists.
     config = await clusterHistory(catalog, config);
     await installMoves(catalog);
+    if ((await readAdoptionRouting(catalog))?.servingFromSource)
+      throw new ShardflakeError(
+        'SHARD_BUSY',
+        'this cluster is adopting a live database (cluster adopt): its shards move only after the cutover',
+      );
     // Routers on an older config learn the servers of this move from the catalog (catalog/servers.ts).
     await recordServers(catalog, config.nodes);
     for (const shard of [...shards].sort((a, b) => a - b)) await lock(shard);

@@ -49,14 +49,15 @@ export interface SnapshotCopyResult {
  * Creates the logical replication slot `slot` (pgoutput) on the source with an exported snapshot, over a
  * replication connection that must stay open and idle until every copy session has imported the snapshot.
  */
-async function createSlotWithSnapshot(
+export async function createSlotWithSnapshot(
   sourceUrl: string,
   slot: string,
-): Promise<{ connection: pg.Client; snapshot: string }> {
+  applicationName = 'shardflake move slot',
+): Promise<{ connection: pg.Client; snapshot: string; consistentPoint: string }> {
   const connection = new (loadPg().Client)({
     connectionString: sourceUrl,
     replication: 'database',
-    application_name: 'shardflake move slot',
+    application_name: applicationName,
     connectionTimeoutMillis: 5000,
   } as pg.ClientConfig);
   connection.on('error', () => {});
@@ -65,7 +66,8 @@ async function createSlotWithSnapshot(
     const { rows } = await connection.query(
       `CREATE_REPLICATION_SLOT ${quoteIdent(slot)} LOGICAL pgoutput (SNAPSHOT 'export')`,
     );
-    return { connection, snapshot: (rows[0] as { snapshot_name: string }).snapshot_name };
+    const row = rows[0] as { snapshot_name: string; consistent_point: string };
+    return { connection, snapshot: row.snapshot_name, consistentPoint: row.consistent_point };
   } catch (error) {
     await connection.end().catch(() => {});
     throw wrapPgError(error, sourceUrl);

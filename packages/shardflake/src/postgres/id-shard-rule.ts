@@ -44,6 +44,15 @@ export const ID_CHECK_CONSTRAINT = '_shardflake_id_in_this_shard';
 const RULE_VERSION = 1;
 
 /**
+ * The one boundary check of old ids: an id in 0 ≤ id < oldIdsBelow was made by a database the cluster adopted
+ * (adopt/), not by a shard's next_id(), so its bits say nothing of its shard. The router (routing/old-ids.ts) and
+ * the rule below both ask this.
+ */
+export function isOldId(id: bigint, oldIdsBelow: bigint | null | undefined): boolean {
+  return oldIdsBelow !== null && oldIdsBelow !== undefined && id >= 0n && id < oldIdsBelow;
+}
+
+/**
  * The rule for a cluster's layout (with its epoch) and, for a cluster that keeps adopted rows' old ids, the bound
  * below which ids are exempt (default none). The function the adoption work calls with its bound.
  */
@@ -63,8 +72,7 @@ export function idShardRule(layout: Layout, oldIdsBelow: bigint | null = null): 
   return Object.freeze({
     oldIdsBelow,
     shardOf,
-    allows: (id: bigint, shard: number) =>
-      id >= 0n && ((oldIdsBelow !== null && id < oldIdsBelow) || shardOf(id) === shard),
+    allows: (id: bigint, shard: number) => isOldId(id, oldIdsBelow) || (id >= 0n && shardOf(id) === shard),
     checkSql(shard: number) {
       // `>>` on bigint shifts arithmetically; the mask keeps the shard field's bits only.
       const own = `((id >> ${shift}) & ${mask}) = ${checkedShard(shard, mask)}`;

@@ -281,6 +281,15 @@ export async function createRouter(
         : undefined,
   });
   const servers = new Map<string, ServerNodes>();
+  // While an adoption runs, the shards are served from the source (routing/old-ids.ts): the config's `adopt.from`
+  // is how this router reaches it (a router without it learns the address from the catalog, as for new servers).
+  const withSource = config.adopt
+    ? {
+        ...config,
+        servers: { ...config.servers, [config.adopt.server]: config.adopt.from },
+        nodes: { ...(config.nodes ?? {}), [config.adopt.server]: [config.adopt.from] },
+      }
+    : config;
   // Fence on discovery (strays.ts): the catalog read now, and a connection of its own for a shard's lock.
   const strayCatalog = {
     get reader() {
@@ -301,8 +310,8 @@ export async function createRouter(
   const pools = (server: string, applicationName: string): ServerNodes => {
     let login = logins.get(server);
     if (!login) {
-      const urls = serverUrls(config, map.state, server);
-      login = { urls, memory: serverLoginMemory(config, urls, server) };
+      const urls = serverUrls(withSource, map.state, server);
+      login = { urls, memory: serverLoginMemory(withSource, urls, server) };
       logins.set(server, login);
     }
     return withLoginMemory(
@@ -470,7 +479,13 @@ export async function createRouter(
     async *sqlStream(text, values, streamOptions) {
       yield* (await import('../sql/index.js')).streamSql(ctx, text, values, streamOptions);
     },
-    withReference: (fn) => withReference(ctx, referenceTargets, fn),
+    withReference: async (fn) =>
+      // While an adoption serves every shard from the source, the source's own tables are the reference tables.
+      (await map.fresh()).adoption?.servingFromSource
+        ? withShard(ctx, { shard: 0 }, (s) =>
+            fn({ servers: [s.server], query: (text, values) => s.query(text, values) }),
+          )
+        : withReference(ctx, referenceTargets, fn),
     withShards: (targets, fn, shardsOptions) => withShardsKept(ctx, targets, fn, shardsOptions),
     recoverTransactions: () => transactions.recover(),
     readToken: () => ctx.positions.toToken(),

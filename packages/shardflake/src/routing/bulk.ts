@@ -47,7 +47,8 @@ export type InsertManyOptions<R extends Row = Row> =
   | {
       /**
        * Puts each row beside the row of this id (its owner: `(like) => like.user_id`), in the shard the id's bits
-       * name, as `withShard({ id })` does. The row gets its own id from that shard's next_id().
+       * name, as `withShard({ id })` does (an old id of an adopted cluster routes as the root id it is, adopt/).
+       * The row gets its own id from that shard's next_id().
        */
       id: (row: R, index: number) => ShardflakeId;
       /** Not with `id`: the ways of routing exclude each other. */

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { type AdoptionRouting, readAdoptionRouting } from '../catalog/adopt.js';
 import { readReferenceCopies } from '../catalog/reference-copies.js';
 import { readServers } from '../catalog/servers.js';
 import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
@@ -9,6 +10,7 @@ import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../ids/
 import { connect, createPool, type Queryable, wrapPgError } from '../postgres/connect.js';
 import { quoteIdent } from '../postgres/identifier.js';
 import type { RouterEvent } from '../telemetry/events.js';
+import { isOldId, servedDuringAdoption, shardOfOldRootId } from './old-ids.js';
 
 /**
  * The router's copy of the shard map, and how it stays current.
@@ -40,6 +42,8 @@ export interface MapState {
   servers: Map<string, string[]>;
   /** The servers the catalog records as holding a synced copy of the reference tables (catalog/reference-copies.ts). */
   referenceCopies: string[];
+  /** A cluster adopted from a live database: its boundary of old ids, and before the switch the source (old-ids.ts). */
+  adoption?: AdoptionRouting;
 }
 
 export interface ShardMapOptions {
@@ -99,6 +103,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       const map = await readShardMap(catalogPool);
       const servers = await readServers(catalogPool);
       const referenceCopies = await readReferenceCopies(catalogPool);
+      const adoption = await readAdoptionRouting(catalogPool);
       const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
       const shardField = layout.fields.find((f) => f.kind === 'shard');
       if (!shardField)
@@ -106,19 +111,27 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       const shards: ShardPlacement[] = [];
       for (const s of map.shards) shards[s.shard] = s;
       const previous = state?.version ?? 0n;
-      state = {
-        version: map.version,
-        logicalShards: info.logicalShards,
-        layout,
-        shardField,
-        shards,
-        schemaPrefix: info.schemaPrefix,
-        servers,
-        referenceCopies,
-      };
+      state = servedDuringAdoption(
+        {
+          version: map.version,
+          logicalShards: info.logicalShards,
+          layout,
+          shardField,
+          shards,
+          schemaPrefix: info.schemaPrefix,
+          servers,
+          referenceCopies,
+        },
+        adoption,
+      );
       options.onMapChange?.(map.version);
       if (options.emit && map.version !== previous)
-        options.emit({ type: 'map', version: map.version, previous });
+        options.emit({
+          type: 'map',
+          version: map.version,
+          previous,
+          ...(adoption ? { adoption: adoption.servingFromSource ? 'source' : 'shards' } : {}),
+        });
       for (const [wake, version] of mapWaiters) if (map.version > version) wake();
     } catch (error) {
       throw wrapPgError(error);
@@ -306,6 +319,8 @@ export function shardOfIdIn(map: MapState, id: ShardflakeId): number {
   if (typeof id !== 'bigint') throw new ShardflakeError('INVALID_ID', `ids are bigint, not ${typeof id}`);
   if (id < 0n)
     throw new ShardflakeError('INVALID_ID', `${id} is not an id of this cluster: ids are not negative`);
+  // An id the adopted source made carries no shard bits: taken as a root id, it routes as the key it was.
+  if (isOldId(id, map.adoption?.oldIdsBelow)) return shardOfOldRootId(map.logicalShards, id);
   const shard = Number((id >> BigInt(map.shardField.shift)) & map.shardField.max);
   if (shard >= map.logicalShards)
     throw new ShardflakeError(

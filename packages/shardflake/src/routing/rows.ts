@@ -1,14 +1,17 @@
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
+import { OLD_IDS_TABLE } from '../config/adopt.js';
 import { expectObject, expectString } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { wrapPgError } from '../postgres/connect.js';
+import { qualified } from '../postgres/identifier.js';
 import type { Operation } from '../telemetry/events.js';
 import { type OperationTrace, traced } from '../telemetry/trace.js';
 import type { RouterContext } from './context.js';
 import { acquireOn, isConnectionLost } from './lease.js';
 import { type MapState, shardOfIdIn } from './map.js';
+import { needsOldIdEntry, shardOfOldRootId } from './old-ids.js';
 import { type AttemptInfo, routed } from './retry.js';
 import { type ShardKey, shardForKey } from './shard-key.js';
 
@@ -24,6 +27,11 @@ export interface InsertOptions {
   key?: ShardKey;
   /** The logical shard to insert into (0 to logicalShards − 1), used instead of `key` when given. */
   shard?: number;
+  /**
+   * Beside the row of this id (its shard bits; in an adopted cluster an old id is taken as the root id it is):
+   * used instead of `key` when given.
+   */
+  id?: ShardflakeId;
 }
 
 /**
@@ -105,6 +113,29 @@ function writeRow(
     : routedStatement(ctx, operation, shardOf, true, text, values);
 }
 
+/**
+ * The shard of row `id` of `table`, for `routed`: its shard bits, or for an old id of a non-root adopted table its
+ * old-id entry (one read of shard id mod logicalShards; old-ids.ts); null when an old id has no entry (no row).
+ */
+async function rowShard(
+  ctx: RouterContext,
+  table: string,
+  id: ShardflakeId,
+): Promise<((map: MapState) => number) | null> {
+  const map = await ctx.map.fresh();
+  if (!needsOldIdEntry(map.adoption, table, id)) return (m) => shardOfIdIn(m, id);
+  const { rows } = await routedStatement(
+    ctx,
+    'get',
+    () => shardOfOldRootId(map.logicalShards, id),
+    false,
+    (schema) => `SELECT shard FROM ${qualified(schema, OLD_IDS_TABLE)} WHERE tbl = $1 AND id = $2`,
+    [table, id],
+  );
+  const shard = (rows[0] as { shard: number } | undefined)?.shard;
+  return shard === undefined ? null : () => shard;
+}
+
 export async function insertRow(
   ctx: RouterContext,
   table: string,
@@ -113,14 +144,18 @@ export async function insertRow(
 ): Promise<ShardflakeId> {
   expectString(table, 'insert table', 'INVALID_IDENTIFIER');
   expectObject(row, 'insert row');
-  if (options?.shard === undefined && options?.key === undefined)
+  if (options?.shard === undefined && options?.key === undefined && options?.id === undefined)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      'insert needs a shard key ({ key }) or a shard ({ shard })',
+      'insert needs a shard key ({ key }), an id to place it beside ({ id }) or a shard ({ shard })',
     );
   const columns = Object.keys(row);
   const values = columns.map((c) => row[c]);
-  const shardOf = (map: MapState) => options.shard ?? shardForKey(options.key as ShardKey, map.logicalShards);
+  const shardOf = (map: MapState) =>
+    options.shard ??
+    (options.id !== undefined
+      ? shardOfIdIn(map, options.id)
+      : shardForKey(options.key as ShardKey, map.logicalShards));
   const result = await writeRow(
     ctx,
     'insert',
@@ -138,10 +173,12 @@ export async function getRow<R extends object = Row>(
   id: ShardflakeId,
 ): Promise<R | null> {
   expectString(table, 'get table', 'INVALID_IDENTIFIER');
+  const shardOf = await rowShard(ctx, table, id);
+  if (!shardOf) return null;
   const result = await routedStatement(
     ctx,
     'get',
-    (map) => shardOfIdIn(map, id),
+    shardOf,
     false,
     (schema) => ctx.statements.get(schema, table),
     [id],
@@ -159,11 +196,13 @@ export async function updateRow(
   const columns = Object.keys(expectObject(changes, 'update changes'));
   if (columns.length === 0)
     throw new ShardflakeError('INVALID_ARGUMENT', 'update needs at least one column to change');
+  const shardOf = await rowShard(ctx, table, id);
+  if (!shardOf) return false;
   const result = await writeRow(
     ctx,
     'update',
     table,
-    (map) => shardOfIdIn(map, id),
+    shardOf,
     (schema) => ctx.statements.update(schema, table, columns),
     [id, ...columns.map((c) => changes[c])],
   );
@@ -172,11 +211,13 @@ export async function updateRow(
 
 export async function deleteRow(ctx: RouterContext, table: string, id: ShardflakeId): Promise<boolean> {
   expectString(table, 'delete table', 'INVALID_IDENTIFIER');
+  const shardOf = await rowShard(ctx, table, id);
+  if (!shardOf) return false;
   const result = await writeRow(
     ctx,
     'delete',
     table,
-    (map) => shardOfIdIn(map, id),
+    shardOf,
     (schema) => ctx.statements.delete(schema, table),
     [id],
   );

@@ -190,6 +190,8 @@ function statementIn(query: ShardQuery, schema: string): string {
 }
 
 function allShards(map: MapState, shards: readonly number[] | undefined): number[] {
+  // While an adoption serves every shard from the source's one schema, one shard reads all of it once.
+  if (!shards && map.adoption?.servingFromSource) return [0];
   return shards ? [...new Set(shards)] : Array.from({ length: map.logicalShards }, (_, i) => i);
 }
 

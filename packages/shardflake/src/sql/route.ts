@@ -36,7 +36,9 @@ export function serverStatements(
   trace?: OperationTrace,
 ): Map<string, string> {
   const schemas = new Map<string, string[]>();
-  for (let shard = 0; shard < map.logicalShards; shard++) {
+  // While an adoption serves every shard from the source's one schema, one shard reads all of it once.
+  const count = map.adoption?.servingFromSource ? 1 : map.logicalShards;
+  for (let shard = 0; shard < count; shard++) {
     const p = placementIn(map, shard);
     trace?.shard(shard);
     const list = schemas.get(p.server);

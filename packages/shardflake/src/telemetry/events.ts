@@ -107,6 +107,11 @@ export interface MapEvent {
   version: bigint;
   /** The version the router had before (0n at start). */
   previous: bigint;
+  /**
+   * In a cluster adopted from a live database (docs/adopt.md): `source` while the router serves every shard from
+   * the source (before the switch), `shards` after it; absent in a cluster that adopted nothing.
+   */
+  adoption?: 'source' | 'shards';
 }
 
 /** Reported when the catalog stops answering the router (it serves from its last map) and when it answers again. */

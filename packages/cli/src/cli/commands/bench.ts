@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { registerBenchAdoptCommand } from './bench-adopt.js';
 import { registerBenchAppCommand } from './bench-app.js';
 import { registerBenchClusterCommand } from './bench-cluster.js';
 import { registerBenchCrossCommand } from './bench-cross.js';
@@ -28,4 +29,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchLookupsCommand(bench);
   registerBenchFaultsCommand(bench);
   registerBenchRestorePointCommand(bench);
+  registerBenchAdoptCommand(bench);
 }

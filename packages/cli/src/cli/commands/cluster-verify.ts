@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { VERIFY_CHECKS, type VerifyReport, verifyCluster } from 'shardflake/internal/admin/verify.js';
+import { adoptionCheck } from 'shardflake/internal/adopt/verify-check.js';
 import { loadConfig } from 'shardflake/internal/config/config.js';
 import { repairLookups } from 'shardflake/internal/lookups/verify.js';
 import { leftoversCheck } from 'shardflake/internal/move/leftovers-check.js';
@@ -35,7 +36,9 @@ export function registerVerifyCommand(cluster: Command): void {
               .join(''),
           );
       }
-      const report = await verifyCluster(config, { checks: [...VERIFY_CHECKS, leftoversCheck] });
+      const report = await verifyCluster(config, {
+        checks: [...VERIFY_CHECKS, leftoversCheck, adoptionCheck],
+      });
       process.stdout.write(flags.json ? `${toJson(report)}\n` : formatVerify(report));
       if (!report.ok) {
         process.stderr.write(

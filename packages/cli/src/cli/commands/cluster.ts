@@ -6,6 +6,7 @@ import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { checkPrivileges } from 'shardflake/internal/fence/privileges.js';
 import { describeUrl } from 'shardflake/internal/postgres/connect.js';
 import type { ReferenceInstallResult } from 'shardflake/internal/reference/install.js';
+import { registerAdoptCommands } from './cluster-adopt.js';
 import { registerBackupCommands } from './cluster-backups.js';
 import { registerDashboardCommand } from './cluster-dashboard.js';
 import { registerMoveCommands } from './cluster-move.js';
@@ -71,6 +72,7 @@ export function registerClusterCommands(program: Command): void {
   registerStatusCommand(cluster);
   registerRecoverCommand(cluster);
   registerVerifyCommand(cluster);
+  registerAdoptCommands(cluster);
 
   cluster
     .command('migrate')
