@@ -4,7 +4,7 @@
  * verification, the fenced cutover, status and abort. The shape of Vitess's vreplication: each step a module, the
  * adoption's record in the catalog between them (catalog/adopt.ts).
  *
- * May import: errors, ids, postgres, config, topology, catalog, fence, routing, lookups, admin, move.
+ * May import: errors, ids, postgres, config, topology, catalog, fence, routing, lookups, reference, admin, move.
  */
 export { type AbortResult, abortAdoption } from './abort.js';
 export { type AdoptPlan, DEFAULT_ADOPT_SHARDS, type PlanOptions, planAdoption } from './plan.js';

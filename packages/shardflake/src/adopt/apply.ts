@@ -6,6 +6,7 @@ import { entryTable } from '../lookups/ddl.js';
 import { BatchFailure, type BatchStatement, queryBatch } from '../postgres/batch.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
+import { DIGEST_ALL } from '../reference/sql.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { type AdoptModel, shardOfOldRootId, type TableModel } from './model.js';
 import { formatLsn, type Relation, type TupleValue } from './pgoutput.js';
@@ -169,6 +170,16 @@ export class Applier {
         }
       }
       const servers = [...this.writers.values()];
+      // Rows applied to a reference table skipped its digest triggers (replica mode): recompute them in the batch,
+      // so withReference and cluster verify find digests that match the rows (reference/sql.ts).
+      const touchedReference = transactions.some((t) =>
+        t.messages.some((m) =>
+          m.tag === 'truncate'
+            ? m.oids.some((oid) => this.isReference(oid))
+            : 'oid' in m && this.isReference(m.oid),
+        ),
+      );
+      if (touchedReference) for (const w of servers) w.push(`SELECT ${DIGEST_ALL}`);
       for (const w of servers)
         w.push(
           `INSERT INTO ${APPLIED_SCHEMA}.applied (lsn) VALUES ($1::pg_lsn) ON CONFLICT (singleton) DO UPDATE SET lsn = excluded.lsn`,
@@ -193,6 +204,11 @@ export class Applier {
     for (const w of this.writers.values())
       await w.client.query(`COMMIT PREPARED ${quoteLiteral(gidOf(this.slot, lsn, w.server))}`);
     return lsn;
+  }
+
+  private isReference(oid: number): boolean {
+    const rel = this.relations.get(oid);
+    return rel !== undefined && this.byName.get(rel.name)?.kind === 'reference';
   }
 
   private tableOf(oid: number): TableModel {

@@ -8,6 +8,7 @@ import { entryTable } from '../lookups/ddl.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { copyFrom, copyTo } from '../postgres/copy-streams.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
+import { DIGEST_ALL } from '../reference/sql.js';
 import { APPLIED_SCHEMA } from './apply.js';
 import { ShardSplitter } from './copy-split.js';
 import { type AdoptModel, placementSql, type TableModel } from './model.js';
@@ -249,7 +250,11 @@ async function copyReference(
     counted(parts.length);
   }
   await Promise.all(
-    targets.servers.map((server) => copyLines(targets, server, REFERENCE_SCHEMA, t.name, t.columns, lines)),
+    targets.servers.map(async (server) => {
+      await copyLines(targets, server, REFERENCE_SCHEMA, t.name, t.columns, lines);
+      // COPY in replica mode skips the digest triggers: the digests are recomputed from the rows (reference/sql.ts).
+      await targets.withCopier(server, (client) => client.query(`SELECT ${DIGEST_ALL}`));
+    }),
   );
   return lines.length;
 }
