@@ -25,6 +25,12 @@ test('every SQL block of docs/security.md runs on a real cluster, and the router
     await c.query('SET ROLE app_router');
     await c.query('SELECT count(*) FROM shardflake.shards');
     await c.query(`INSERT INTO shard_0000.items (note) VALUES ('from the docs')`);
+    // … and keep what a transaction across servers and the deadlock detector write (decision rows, the log).
+    await c.query(`INSERT INTO shardflake.transactions (txid, outcome) VALUES ('docs-check', 'abort')`);
+    await c.query(`DELETE FROM shardflake.transactions WHERE txid = 'docs-check'`);
+    await c.query(
+      `INSERT INTO shardflake.deadlocks (victim, transactions, sessions, servers, waited_ms) VALUES ('docs', '{}', 0, '{}', 0)`,
+    );
     await c.query('RESET ROLE');
   });
 });
