@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS shardflake.lookups (
   started_at timestamptz NOT NULL DEFAULT now(),
   ready_at timestamptz
 );
+ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS owner_index boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS shardflake.lookup_builds (
   lookup text NOT NULL REFERENCES shardflake.lookups (name) ON DELETE CASCADE,
   shard integer NOT NULL,
@@ -33,18 +34,26 @@ CREATE TABLE IF NOT EXISTS shardflake.lookup_builds (
 
 export interface LookupRecord extends LookupDefinition {
   phase: LookupPhase;
+  /** Every shard has the lookup's owner index (a unique lookup whose index `cluster migrate` has built). */
+  ownerIndex: boolean;
 }
 
 export async function installLookupCatalog(client: Queryable): Promise<void> {
   await client.query(lookupCatalogSql());
 }
 
-/** Every recorded lookup (none when the catalog has no lookup table yet). */
+/**
+ * Every recorded lookup (none when the catalog has no lookup table yet). `owner_index` is read through the row's
+ * JSON form, so a router also reads a catalog that no `cluster migrate` of this version has touched (no column:
+ * no index).
+ */
 export async function readLookups(client: Queryable): Promise<Map<string, LookupRecord>> {
   const { rows } = await client
     .query(
-      `SELECT name, table_name, column_name, is_unique, phase FROM shardflake.lookups
-      WHERE to_regclass('shardflake.lookups') IS NOT NULL`,
+      `SELECT name, table_name, column_name, is_unique, phase,
+              coalesce((to_jsonb(l) ->> 'owner_index')::boolean, false) AS owner_index
+         FROM shardflake.lookups l
+        WHERE to_regclass('shardflake.lookups') IS NOT NULL`,
     )
     .catch((error: { code?: string }) => {
       if (error.code === '42P01') return { rows: [] };
@@ -58,10 +67,18 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
         column_name: string;
         is_unique: boolean;
         phase: LookupPhase;
+        owner_index: boolean;
       }[]
     ).map((r) => [
       r.name,
-      { name: r.name, table: r.table_name, column: r.column_name, unique: r.is_unique, phase: r.phase },
+      {
+        name: r.name,
+        table: r.table_name,
+        column: r.column_name,
+        unique: r.is_unique,
+        phase: r.phase,
+        ownerIndex: r.owner_index,
+      },
     ]),
   );
 }
@@ -85,6 +102,11 @@ export async function setLookupPhase(client: Queryable, name: string, phase: Loo
     `UPDATE shardflake.lookups SET phase = $2, ready_at = CASE WHEN $2 = 'ready' THEN now() END WHERE name = $1`,
     [name, phase],
   );
+}
+
+/** Records that every shard has the lookup's owner index. */
+export async function setOwnerIndex(client: Queryable, name: string): Promise<void> {
+  await client.query('UPDATE shardflake.lookups SET owner_index = true WHERE name = $1', [name]);
 }
 
 /** Per shard: the last id the backfill wrote entries through, and whether the shard is done. */

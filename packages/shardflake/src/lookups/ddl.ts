@@ -17,6 +17,10 @@ import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  * - `_shardflake_lookup_unapplied()`: a deferred constraint trigger on the change table. At COMMIT (or PREPARE)
  *   a change row still present means the transaction did not go through a shardflake session (psql, a plain
  *   pool, a router without lookups): it fails with SF010 instead of committing a row the lookup would not know.
+ * - `_shardflake_owner_<name>`, unique lookups only: an index on the table by the value's text form
+ *   (`(column::text)`, which PostgreSQL stores as a plain index on a text column). The router's owner cache reads
+ *   a cached owner by its value through it (owner-cache.ts); a column whose text form is not immutable
+ *   (timestamptz, date, interval: it depends on settings) cannot have it, and a unique lookup on one is refused.
  *
  * Values are kept as text (`column::text`), so equality is the text form's: give a case-insensitive lookup a
  * normalised column (lower(email)).
@@ -36,6 +40,33 @@ export function entryTable(name: string): string {
 
 export function captureFunction(name: string): string {
   return `_shardflake_capture_${name}`;
+}
+
+/** The owner index of a unique lookup (≤ 58 characters: lookup names stop at 40). */
+export function ownerIndex(name: string): string {
+  return `_shardflake_owner_${name}`;
+}
+
+/** The value's text form as the entries hold it, of the lookup's column (the owner index's expression). */
+export function valueTextSql(lookup: Pick<LookupDefinition, 'column'>, alias?: string): string {
+  const column = quoteIdent(lookup.column, 'column');
+  return `${alias ? `${alias}.` : ''}${column}::text`;
+}
+
+/**
+ * The owner index of a unique lookup in one shard (none for a lookup that is not unique: the cache is for unique
+ * lookups only). PostgreSQL's own error for a text form that is not immutable names no lookup; this one does.
+ */
+export function ownerIndexSql(schema: string, lookup: LookupDefinition): string[] {
+  if (!lookup.unique) return [];
+  const message = `unique lookup ${lookup.name} needs an index on ${lookup.table}.${lookup.column}::text, and the text form of that column's type depends on settings (timestamptz, date, interval…): look the value up in a text or numeric column instead`;
+  return [
+    `DO $sf$ BEGIN
+  CREATE INDEX IF NOT EXISTS ${quoteIdent(ownerIndex(lookup.name))} ON ${qualified(schema, lookup.table)} ((${valueTextSql(lookup)}));
+EXCEPTION WHEN invalid_object_definition THEN
+  RAISE EXCEPTION USING ERRCODE = 'invalid_object_definition', MESSAGE = ${quoteLiteral(message)};
+END $sf$`,
+  ];
 }
 
 /** The change table and its safety net: the same for every lookup of a shard. */
@@ -136,6 +167,7 @@ export function shardLookupsSql(schema: string, lookups: readonly LookupDefiniti
     ...changesSql(schema),
     ...lookups.flatMap((l) => entryTableSql(schema, l)),
     ...lookups.flatMap((l) => captureSql(schema, l)),
+    ...lookups.flatMap((l) => ownerIndexSql(schema, l)),
   ];
 }
 

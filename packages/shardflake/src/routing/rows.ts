@@ -18,12 +18,18 @@ import { type ShardKey, shardForKey } from './shard-key.js';
  */
 export type Row = Record<string, unknown>;
 
-/** Where `router.insert` puts a row: the shard of a shard key, or a shard by number. */
+/** Where `router.insert` puts a row: the shard of a shard key, a shard by number, or beside a lookup's entry. */
 export interface InsertOptions {
   /** Shard key (a user id, a string…); or give `shard` directly. */
   key?: ShardKey;
   /** The logical shard to insert into (0 to logicalShards − 1), used instead of `key` when given. */
   shard?: number;
+  /**
+   * A unique lookup of this table: the row goes to the shard of its value's hash, where the value's entry lives,
+   * and the row and its entry commit in one local transaction in one round trip (docs/lookups.md, "Sign-up beside
+   * its entry"). Instead of `key` or `shard`.
+   */
+  lookup?: string;
 }
 
 /**
@@ -98,10 +104,12 @@ function writeRow(
   shardOf: (map: MapState) => number,
   text: (schema: string) => string,
   values: unknown[],
+  /** An insert's row, by column (a table with lookups may predict its entries from it). */
+  row?: Row,
 ): Promise<pg.QueryResult> {
   const kept = ctx.keptWrite?.(table);
   return kept
-    ? kept(operation, shardOf, text, values)
+    ? kept(operation, shardOf, text, values, row)
     : routedStatement(ctx, operation, shardOf, true, text, values);
 }
 
@@ -116,7 +124,7 @@ export async function insertRow(
   if (options?.shard === undefined && options?.key === undefined)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      'insert needs a shard key ({ key }) or a shard ({ shard })',
+      'insert needs a shard key ({ key }), a shard ({ shard }) or a unique lookup ({ lookup })',
     );
   const columns = Object.keys(row);
   const values = columns.map((c) => row[c]);
@@ -128,6 +136,7 @@ export async function insertRow(
     shardOf,
     (schema) => ctx.statements.insert(schema, table, columns),
     values,
+    row,
   );
   return BigInt((result.rows[0] as { id: bigint }).id) as ShardflakeId;
 }
