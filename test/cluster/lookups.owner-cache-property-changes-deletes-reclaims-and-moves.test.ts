@@ -96,11 +96,11 @@ test('every lookup answer held the value during the call; null only when no row 
   let hits = 0;
   let moves = 0;
   const moved = new Set<number>();
-  // The cache's hit statement is the one that reads pg_prepared_xacts (lookups/owner-cache.ts): counted.
+  // The cache's hit statement is the one that calls _shardflake_none_prepared() (lookups/owner-cache.ts): counted.
   const original = pg.Client.prototype.query;
   pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
     const text = typeof args[0] === 'string' ? args[0] : undefined;
-    if (text?.includes('pg_prepared_xacts')) hits++;
+    if (text?.includes('_shardflake_none_prepared')) hits++;
     return (original as (...a: unknown[]) => unknown).apply(this, args);
   } as typeof original;
   try {

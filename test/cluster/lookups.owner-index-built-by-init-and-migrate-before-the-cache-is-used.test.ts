@@ -12,9 +12,10 @@ import { testConfig, usersWithEmailLookup } from './cluster-config.js';
 
 /**
  * The owner index (lookups/ddl.ts) that the owner cache reads through:
- * - `cluster init` makes it in every shard of a unique lookup (the plan of a read by value uses it) and records
- *   `owner_index` in the catalog;
- * - a cluster whose lookup was built before the index existed (index dropped, the catalog's column too — a
+ * - `cluster init` makes it in every shard of a unique lookup (the plan of a read by value uses it), with the
+ *   cache's check function, and records `owner_index` in the catalog;
+ * - a cluster whose lookup was built before the index existed (index and function dropped, the catalog's column
+ *   too — a
  *   catalog no migrate of this version has touched): a router reads it and does not use the cache (every lookup
  *   two reads), `cluster migrate` builds the index in every shard and records it, and a router then answers a
  *   remembered value with one read;
@@ -86,7 +87,10 @@ test('init makes the owner index in every shard; a lookup built before it gets i
 
   // As a cluster built by an earlier version left it.
   for (let s = 0; s < 4; s++)
-    await admin.query(`DROP INDEX "${shardSchema(config, s)}"._shardflake_owner_user_email`);
+    await admin.query(
+      `DROP INDEX "${shardSchema(config, s)}"._shardflake_owner_user_email;
+       DROP FUNCTION "${shardSchema(config, s)}"._shardflake_none_prepared()`,
+    );
   await admin.query('ALTER TABLE shardflake.lookups DROP COLUMN owner_index');
   assert.equal(await laterLookup(), 2);
 

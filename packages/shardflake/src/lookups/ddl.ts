@@ -21,6 +21,9 @@ import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  *   (`(column::text)`, which PostgreSQL stores as a plain index on a text column). The router's owner cache reads
  *   a cached owner by its value through it (owner-cache.ts); a column whose text form is not immutable
  *   (timestamptz, date, interval: it depends on settings) cannot have it, and a unique lookup on one is refused.
+ *   With it, `_shardflake_none_prepared()`: true when no transaction is prepared on the server, the owner cache's
+ *   check (a PL/pgSQL function, so that a statement that calls it is planned as fast as one that does not; its
+ *   body runs only for a row version whose xmax is set).
  *
  * Values are kept as text (`column::text`), so equality is the text form's: give a case-insensitive lookup a
  * normalised column (lower(email)).
@@ -41,6 +44,9 @@ export function entryTable(name: string): string {
 export function captureFunction(name: string): string {
   return `_shardflake_capture_${name}`;
 }
+
+/** The owner cache's check that no transaction is prepared on the server (see above). */
+export const NONE_PREPARED_FUNCTION = '_shardflake_none_prepared';
 
 /** The owner index of a unique lookup (≤ 58 characters: lookup names stop at 40). */
 export function ownerIndex(name: string): string {
@@ -66,6 +72,11 @@ export function ownerIndexSql(schema: string, lookup: LookupDefinition): string[
 EXCEPTION WHEN invalid_object_definition THEN
   RAISE EXCEPTION USING ERRCODE = 'invalid_object_definition', MESSAGE = ${quoteLiteral(message)};
 END $sf$`,
+    `CREATE OR REPLACE FUNCTION ${qualified(schema, NONE_PREPARED_FUNCTION)}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $sf$
+BEGIN
+  RETURN NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_xact());
+END
+$sf$`,
   ];
 }
 

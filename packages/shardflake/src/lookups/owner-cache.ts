@@ -1,6 +1,6 @@
 import type { LookupDefinition } from '../config/lookups.js';
 import { qualified } from '../postgres/identifier.js';
-import { valueTextSql } from './ddl.js';
+import { NONE_PREPARED_FUNCTION, valueTextSql } from './ddl.js';
 
 /**
  * The owner cache: for unique lookups, value → the logical shard of the row that held it when last found, so a
@@ -9,7 +9,7 @@ import { valueTextSql } from './ddl.js';
  * What a hit does. In the cached shard S, on S's current server by the router's map, one statement reads the rows
  * whose column holds the value (`column::text = v`, through the owner index, ddl.ts), keeping only a row version
  * that no prepared transaction may be replacing: `xmax = 0` (no transaction has updated, deleted or locked this
- * version), or no prepared transaction in the database when the statement checks. Exactly one row whose id's
+ * version), or no prepared transaction on the server when the statement checks. Exactly one row whose id's
  * shard bits name S is the answer; anything else (no row, several, the filter) is a miss: the value leaves the
  * cache and the lookup reads the entry as it always does (read.ts), caching the owner it finds.
  *
@@ -26,7 +26,7 @@ import { valueTextSql } from './ddl.js';
  *  3. A transaction that updates or deletes r stamps its xid into the `xmax` of the version it replaces (inside a
  *     multixact when others lock the row too) before it can prepare or commit. So a version read with `xmax = 0`
  *     had no writer, prepared or not, when it was read: case 2 holds at that moment. A version with `xmax ≠ 0` is
- *     kept only when the statement, after its snapshot, finds no prepared transaction in the database: a writer
+ *     kept only when the statement, after its snapshot, finds no prepared transaction on the server: a writer
  *     prepared at the snapshot has committed or rolled back by then.
  * The one gap is inside a single statement: a cross-server transaction that rewrote r, prepared on S when the
  * snapshot was taken and committed there before the check (microseconds). The answer is then r as S showed it at
@@ -85,9 +85,14 @@ export class OwnerCache {
   }
 }
 
-/** The hit's statement in one shard (see the top): the row (`*`) or its id, by value, not being replaced. */
+/**
+ * The hit's statement in one shard (see the top): the row (`*`) or its id, by value, not being replaced. The
+ * check of prepared transactions (of any database on the server: one of another database costs a miss, never a
+ * wrong row) is the shard's `_shardflake_none_prepared()` (ddl.ts), called only for a version whose xmax is set:
+ * written inline as `NOT EXISTS (SELECT FROM pg_prepared_xact())`, its subquery would be planned on every call,
+ * ≈ 0.02 ms, a tenth of the whole read.
+ */
 export function ownerByValueSql(schema: string, lookup: LookupDefinition, fetch: boolean): string {
   return `SELECT ${fetch ? 'o.*' : 'o.id'} FROM ${qualified(schema, lookup.table)} o
- WHERE ${valueTextSql(lookup, 'o')} = $1
-   AND (o.xmax = '0' OR NOT EXISTS (SELECT FROM pg_prepared_xacts p WHERE p.database = current_database()))`;
+ WHERE ${valueTextSql(lookup, 'o')} = $1 AND (o.xmax = '0' OR ${qualified(schema, NONE_PREPARED_FUNCTION)}())`;
 }
