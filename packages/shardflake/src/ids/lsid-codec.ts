@@ -1,6 +1,5 @@
 import { expectObject, kindOf, optionsObject, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { decodeCrockford, encodeCrockford, isCrockford } from './crockford.js';
 import {
   LSID_BITS,
   LSID_BYTES,
@@ -13,6 +12,7 @@ import {
   TICKS_PER_DAY,
   TICKS_PER_MS,
 } from './lsid-layout.js';
+import { decodeCrockford, encodeCrockford, isCrockford } from './radix.js';
 
 /** An LSID's fields. `ticks` (< 8.64e11) and every other field fit a JS number exactly. */
 export interface LsidParts {

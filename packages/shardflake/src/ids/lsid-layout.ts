@@ -1,4 +1,4 @@
-import { CROCKFORD_BITS_PER_CHAR } from './crockford.js';
+import { CROCKFORD_BITS_PER_CHAR } from './radix.js';
 
 /**
  * LSID's bit layout (seed 002), written once as data: 95 bits, most significant first, each field a whole
