@@ -92,7 +92,8 @@ test('init makes the owner index in every shard; a lookup built before it gets i
        DROP FUNCTION "${shardSchema(config, s)}"._shardflake_none_prepared()`,
     );
   await admin.query('ALTER TABLE shardflake.lookups DROP COLUMN owner_index');
-  assert.equal(await laterLookup(), 2);
+  // Without the index the cache is not used: the entry and the owner, two reads at least (one with the cache).
+  assert.ok((await laterLookup()) >= 2);
 
   const result = await migrateCluster(config);
   assert.deepEqual(
