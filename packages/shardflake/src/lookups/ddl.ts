@@ -21,9 +21,9 @@ import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  *   (`(column::text)`, which PostgreSQL stores as a plain index on a text column). The router's owner cache reads
  *   a cached owner by its value through it (owner-cache.ts); a column whose text form is not immutable
  *   (timestamptz, date, interval: it depends on settings) cannot have it, and a unique lookup on one is refused.
- *   With it, `_shardflake_none_prepared()`: true when no transaction is prepared on the server, the owner cache's
- *   check (a PL/pgSQL function, so that a statement that calls it is planned as fast as one that does not; its
- *   body runs only for a row version whose xmax is set).
+ *   With it, `_shardflake_none_prepared()`: true when no transaction is prepared on the server (and false on a
+ *   standby, which cannot tell), the owner cache's check (a PL/pgSQL function, so that a statement that calls it
+ *   is planned as fast as one that does not; its body runs only for a row version whose xmax is set).
  *
  * Values are kept as text (`column::text`), so equality is the text form's: give a case-insensitive lookup a
  * normalised column (lower(email)).
@@ -74,7 +74,9 @@ EXCEPTION WHEN invalid_object_definition THEN
 END $sf$`,
     `CREATE OR REPLACE FUNCTION ${qualified(schema, NONE_PREPARED_FUNCTION)}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $sf$
 BEGIN
-  RETURN NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_xact());
+  -- A standby lists no prepared transaction (pg_prepared_xact() is empty there while the primary's are replayed
+  -- as in progress): it answers false, and a version with xmax set is never taken from a replica.
+  RETURN NOT pg_catalog.pg_is_in_recovery() AND NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_xact());
 END
 $sf$`,
   ];

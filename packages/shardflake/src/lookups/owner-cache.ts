@@ -9,7 +9,8 @@ import { NONE_PREPARED_FUNCTION, valueTextSql } from './ddl.js';
  * What a hit does. In the cached shard S, on S's current server by the router's map, one statement reads the rows
  * whose column holds the value (`column::text = v`, through the owner index, ddl.ts), keeping only a row version
  * that no prepared transaction may be replacing: `xmax = 0` (no transaction has updated, deleted or locked this
- * version), or no prepared transaction on the server when the statement checks. Exactly one row whose id's
+ * version), or no prepared transaction on the server when the statement checks. A standby cannot tell (it lists
+ * none while it replays the primary's as in progress), so on a replica only `xmax = 0` is taken. Exactly one row whose id's
  * shard bits name S is the answer; anything else (no row, several, the filter) is a miss: the value leaves the
  * cache and the lookup reads the entry as it always does (read.ts), caching the owner it finds.
  *
@@ -41,7 +42,9 @@ import { NONE_PREPARED_FUNCTION, valueTextSql } from './ddl.js';
  * holding v in S (a miss); another row of S that claimed v since is the owner by 2; a claimer on another shard is
  * found by the entry after the miss. Moves: the cache holds logical shards, and S is read on its current server
  * by the router's map, as every read is; a stale map reads the old copy as of its cutover, as `router.get` would,
- * until the router learns the new map (NOTIFY, or the first write that meets the fence).
+ * until the router learns the new map (NOTIFY, or the first write that meets the fence). Replicas: a lookup may
+ * read a replica (as it always could, within the router's read-your-writes and lag bounds); D(t) and V_S(t) are
+ * then as of what the replica has replayed, and 3 holds there with its stricter check.
  *
  * Memory: at most `size` values (least recently used first out), each of at most MAX_CACHED_VALUE characters;
  * longer values are never cached. Only a router created with `lookupCacheSize > 0` and lookups whose owner index
