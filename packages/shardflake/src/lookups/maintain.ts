@@ -1,7 +1,8 @@
 /*
  * lookups/: Global keys: a column found without its shard key, unique across the cluster when declared so. The
- * entries' SQL and capture triggers (ddl.ts), how a write keeps them (this file, with the argument), reads, the
- * build for an existing table, and the verify check.
+ * entries' SQL and capture triggers (ddl.ts), how a write keeps them (this file, with the argument), reads and the
+ * router's owner cache (owner-cache.ts, with its argument), inserts placed beside their entries, the build for an
+ * existing table, and the verify check.
  *
  * May import: errors, ids, postgres, config, topology, catalog, telemetry, fence, recovery, routing, transactions.
  */
