@@ -8,8 +8,7 @@
 import { createRequire } from 'node:module';
 import type pg from 'pg';
 import { expectString } from '../errors/arguments.js';
-import { redactSecrets, ShardflakeError } from '../errors/errors.js';
-import { describeServerUrl } from '../errors/redact.js';
+import { describeServerUrl, redactSecrets, ShardflakeError } from '../errors/errors.js';
 
 /**
  * Connections with ids as `bigint` end to end. `pg` returns int8 as a string by default; shardflake maps it to
