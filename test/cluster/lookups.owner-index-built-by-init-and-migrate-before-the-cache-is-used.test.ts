@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import pg from 'pg';
+import type pg from 'pg';
 import { createRouter } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { migrateCluster } from '../../packages/shardflake/src/admin/migrate.js';
@@ -8,6 +8,7 @@ import { shardSchema } from '../../packages/shardflake/src/config/config.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
+import { queriesDuring } from '../support/queries.js';
 import { testConfig, usersWithEmailLookup } from './cluster-config.js';
 
 /**
@@ -34,22 +35,6 @@ after(async () => {
   await admin?.end();
 });
 
-/** The queries handed to any pg client while `fn` runs. */
-async function queriesDuring(fn: () => Promise<unknown>): Promise<number> {
-  const original = pg.Client.prototype.query;
-  let count = 0;
-  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    count++;
-    return (original as (...a: unknown[]) => unknown).apply(this, args);
-  } as typeof original;
-  try {
-    await fn();
-  } finally {
-    pg.Client.prototype.query = original;
-  }
-  return count;
-}
-
 async function indexedShards(): Promise<number> {
   const { rows } = await admin.query(
     `SELECT count(*)::int AS n FROM pg_indexes WHERE indexname = '_shardflake_owner_user_email'
@@ -70,7 +55,8 @@ async function laterLookup(): Promise<number> {
     await router.insert('users', { name: 'u', email }, { key: 2 });
     await router.lookup('user_email', email);
     const counts: number[] = [];
-    for (let i = 0; i < 3; i++) counts.push(await queriesDuring(() => router.lookup('user_email', email)));
+    for (let i = 0; i < 3; i++)
+      counts.push((await queriesDuring(() => router.lookup('user_email', email))).queries);
     return Math.min(...counts);
   } finally {
     await router.close();

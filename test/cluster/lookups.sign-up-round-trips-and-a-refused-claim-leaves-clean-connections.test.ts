@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import pg from 'pg';
+import type pg from 'pg';
 import { createRouter, isShardflakeError, type Router } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { shardForKey } from '../../packages/shardflake/src/routing/shard-key.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
+import { queriesDuring } from '../support/queries.js';
 import { usersWithEmailLookup } from './cluster-config.js';
 
 /**
@@ -51,22 +52,6 @@ function signUp(row: 'a' | 'b', entry: 'a' | 'b'): { name: string; email: string
   }
 }
 
-/** The queries handed to any pg client while `fn` runs (a batch is one). */
-async function queriesDuring(fn: () => Promise<unknown>): Promise<number> {
-  const original = pg.Client.prototype.query;
-  let count = 0;
-  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    count++;
-    return (original as (...a: unknown[]) => unknown).apply(this, args);
-  } as typeof original;
-  try {
-    await fn();
-  } finally {
-    pg.Client.prototype.query = original;
-  }
-  return count;
-}
-
 async function rowsNamed(name: string): Promise<number> {
   let n = 0;
   for (const client of admin)
@@ -88,9 +73,12 @@ describe('sign-up with a unique lookup', () => {
       await router.insert('users', warm, { key: warm.name });
     }
     const same = signUp('a', 'a');
-    assert.equal(await queriesDuring(() => router.insert('users', same, { key: same.name })), 1);
+    assert.equal((await queriesDuring(() => router.insert('users', same, { key: same.name }))).queries, 1);
     const across = signUp('a', 'b');
-    assert.equal(await queriesDuring(() => router.insert('users', across, { key: across.name })), 5);
+    assert.equal(
+      (await queriesDuring(() => router.insert('users', across, { key: across.name }))).queries,
+      5,
+    );
     for (const user of [same, across]) {
       const hit = await router.lookup('user_email', user.email, { fetch: true });
       assert.equal(hit?.row.name, user.name);
