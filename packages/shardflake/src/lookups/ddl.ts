@@ -34,8 +34,11 @@ export const UNAPPLIED_FUNCTION = '_shardflake_lookup_unapplied';
 export const UNAPPLIED_SQLSTATE = 'SF010';
 /** The notice a capture trigger sends (once per transaction) to the session. */
 export const PENDING_NOTICE = 'shardflake: lookup changes pending';
-/** The transaction-local setting that keeps the notice to once per transaction. */
-const PENDING_SETTING = 'shardflake.lookup_pending';
+/**
+ * The transaction-local setting that keeps the notice to once per transaction (a writer that applies its changes
+ * in the same batch sets it first and gets no notice: insert-beside.ts).
+ */
+export const PENDING_SETTING = 'shardflake.lookup_pending';
 
 export function entryTable(name: string): string {
   return `_shardflake_lookup_${name}`;

@@ -10,14 +10,15 @@ import { type MapState, placementIn } from '../routing/map.js';
 import { routed } from '../routing/retry.js';
 import type { Row } from '../routing/rows.js';
 import { shardForKey } from '../routing/shard-key.js';
-import { shardSearchPath } from '../routing/statements.js';
 import { traced } from '../telemetry/trace.js';
+import { PENDING_SETTING } from './ddl.js';
 import { besideStatements, type PredictedChange } from './maintain.js';
 
 /**
  * `router.insert` into a table with lookups when every entry the row makes lives on the row's server: the row and
- * its entries in ONE round trip and one local transaction — BEGIN, the shard's search_path, the row's INSERT, the
- * entries written from the change rows in SQL (maintain.ts, "Step 2 in SQL"), COMMIT — one batch, one Sync.
+ * its entries in ONE round trip and one local transaction — BEGIN, the row's INSERT (schema-qualified, as every
+ * `router.insert` is, with no search_path of its own), the entries written from the change rows in SQL
+ * (maintain.ts, "Step 2 in SQL"), COMMIT — one batch, one Sync.
  * That is the case of a sign-up placed beside its entry (`insert(table, row, { lookup })`, the row in the shard of
  * its value's hash), and of any insert whose entries happen to hash to shards of its server.
  *
@@ -49,7 +50,8 @@ export function insertBeside(
       const nodes = ctx.nodes(placement.server);
       const statements: BatchStatement[] = [
         { text: 'BEGIN' },
-        { text: `SET LOCAL search_path TO ${shardSearchPath(placement.schema)}` },
+        // The capture trigger's notice tells a session it has changes to apply; these are applied in this batch.
+        { text: `SET LOCAL ${PENDING_SETTING} = on` },
         { text: text(placement.schema), values },
         ...besideStatements(
           predicted,
