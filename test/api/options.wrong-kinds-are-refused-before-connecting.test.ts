@@ -43,6 +43,7 @@ const refusals: [options: unknown, message: RegExp][] = [
   [{ maxLifetimeSeconds: 3e6 }, /^maxLifetimeSeconds must be a whole number from 0 to 2147483, not 3000000$/],
   [{ writeRetryMs: -1 }, /^writeRetryMs must be a whole number from 0 to 2147483647, not -1$/],
   [{ maxRetryBackoffMs: 0 }, /^maxRetryBackoffMs must be a whole number from 1 to 2147483647, not 0$/],
+  [{ lookupCacheSize: -1 }, /^lookupCacheSize must be a whole number of at least 0, not -1$/],
   [{ listen: 'no' }, /^listen must be a boolean, not a string$/],
   [{ onEvent: {} }, /^onEvent must be a function, not an object$/],
   [{ transactions: [] }, /^transactions must be an object, not an array$/],

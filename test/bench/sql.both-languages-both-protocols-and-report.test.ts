@@ -85,8 +85,25 @@ test('bench sql measures next_id() written both ways against bigserial with pgbe
         `ahead ${v.bulk.aheadMs}`,
       );
     }
+    // The default install's table filled by a statement naming next_id_bulk(), against the same bigserial runs.
+    for (const [figure, baseline] of [
+      [result.nextIdBulk.bulk, b.bulkMs.samples],
+      [result.nextIdBulk.bulkCpu, b.bulkCpuMs?.samples],
+    ] as const) {
+      assert.ok(figure && baseline);
+      assert.deepEqual(
+        figure.ratios,
+        figure.value.samples.map((x, i) => Math.round((x / (baseline[i] as number)) * 1000) / 1000),
+      );
+    }
+    assert.ok(result.nextIdBulk.bulk.aheadMs.every((ms) => ms < 1000));
     const html = await readFile(file, 'utf8');
     assert.doesNotMatch(html, /<script/i);
+    for (const [label, value] of [
+      ['bulk INSERT … SELECT time', result.nextIdBulk.bulk.ratio],
+      ['bulk INSERT … SELECT server CPU', (result.nextIdBulk.bulkCpu as SqlBenchRatio).ratio],
+    ] as const)
+      assert.ok(html.includes(`label: naming next_id_bulk(): ${label}; value: ${value}"`), label);
     for (const v of result.variants) {
       const bars: [string, number][] = [
         ['bulk INSERT … SELECT time', v.bulk.ratio],

@@ -62,6 +62,25 @@ describe('shardflake/ids', () => {
     assert.deepEqual(offending, []);
   });
 
+  it('loads only its own ids/ and errors/ modules, 13 at most, and no Node built-in until a function needs one', async () => {
+    // Each module costs its import ≈ 0.5 ms of Node's loader (more than its code): the budget that keeps a cold
+    // import within 15 ms (docs/benchmarks.md, "Import time").
+    const loaded = [...new Set(await modulesLoadedBy('shardflake/ids'))].filter(
+      (url) => !url.includes('/support/') && !url.startsWith('data:'),
+    );
+    const own = loaded.filter((url) => url.includes('/packages/shardflake/dist/'));
+    assert.deepEqual(
+      loaded.filter((url) => !own.includes(url)),
+      [],
+      'nothing but the library itself',
+    );
+    assert.deepEqual(
+      own.filter((url) => !/\/dist\/(ids|errors)\/[a-z-]+\.js$/.test(url)),
+      [],
+    );
+    assert.ok(own.length <= 13, `${own.length} modules: ${own.join(', ')}`);
+  });
+
   it('the recorder does see database code when it is loaded (the full entry, then a connection)', async () => {
     const loaded = await modulesLoadedBy(
       'shardflake',

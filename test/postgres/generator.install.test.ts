@@ -191,8 +191,9 @@ for (const { version, schema, shard, what } of [
   { version: 1, schema: 'g1', shard: 1, what: 'seqlock guard' },
   { version: 2, schema: 'g2', shard: 2, what: 'era in the low counter bits' },
   { version: 3, schema: 'g3', shard: 3, what: 'slow path of about 30 functions' },
+  { version: 4, schema: 'g4', shard: 4, what: 'no next_id_bulk()' },
 ]) {
-  test(`a version ${version} generator (${what}) is upgraded in place: new ids above every old one`, async () => {
+  test(`a version ${version} generator (${what}) is upgraded in place: new ids above every old one, on the clock`, async () => {
     const [server] = await useServers(1);
     const client = await connect((server as { url: string }).url);
     try {
@@ -208,17 +209,25 @@ for (const { version, schema, shard, what } of [
 
       await installGenerator(client, { schema, shard });
       assert.equal((await readInstalledGenerator(client, schema))?.version, GENERATOR_VERSION);
-      await client.query(`INSERT INTO ${schema}.items (v) SELECT 2 FROM generate_series(1, 20000)`);
+      await client.query(`INSERT INTO ${schema}.items (v) SELECT 2 FROM generate_series(1, 10000)`);
+      // next_id_bulk(), new in version 5, on the same counter.
+      await client.query(
+        `INSERT INTO ${schema}.items (id, v) SELECT ${schema}.next_id_bulk(), 2 FROM generate_series(1, 10000)`,
+      );
       const { rows } = await client.query(
         `SELECT count(DISTINCT id)::int AS n, max(id) FILTER (WHERE v = 1) AS old_max,
                 min(id) FILTER (WHERE v = 2) AS new_min, bool_and(${schema}.id_to_shard(id) = ${shard}) AS shard_ok,
-                to_regclass('${schema}.next_id_guard') IS NULL AS guard_gone
+                to_regclass('${schema}.next_id_guard') IS NULL AS guard_gone,
+                (extract(epoch FROM ${schema}.id_to_timestamp(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead_ms
          FROM ${schema}.items`,
       );
       assert.equal(rows[0].n, 40_000);
       assert.ok(BigInt(rows[0].new_min) > BigInt(rows[0].old_max));
       assert.equal(rows[0].shard_ok, true);
       assert.equal(rows[0].guard_gone, true);
+      // The time bits stay on the clock: at most the run-ahead of 40,000 ids (40,000 / 2^10 ms) past it. (Up to
+      // version 4 the upgrade of a version 3 counter moved them years ahead.)
+      assert.ok(rows[0].ahead_ms <= 40_000 / 1024, `new ids ${rows[0].ahead_ms} ms ahead of the clock`);
       // And installing again changes nothing.
       await installGenerator(client, { schema, shard });
       await client.query(`INSERT INTO ${schema}.items (v) SELECT 3 FROM generate_series(1, 10)`);

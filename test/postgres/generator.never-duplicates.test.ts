@@ -12,16 +12,21 @@ test('bulk statements and concurrent sessions never get a duplicate id, and ever
   const [server] = await useServers(1);
   const url = (server as { url: string }).url;
   const admin = await connect(url);
-  const pair = await sessions(url, 2);
+  const pair = await sessions(url, 3);
   try {
     const table = await shardWithTable(admin, { schema: 'shard_0005', shard: 5 });
 
     await t.test(
-      'two sessions each INSERT … SELECT 1,000,000 rows into the same shard: 2,000,000 rows, no error',
+      'three sessions each INSERT … SELECT 1,000,000 rows into the same shard, one naming next_id_bulk(): 3,000,000 rows, no error',
       async () => {
+        const bulk = qualified('shard_0005', 'next_id_bulk');
         await Promise.all(
           pair.all.map((c, i) =>
-            c.query(`INSERT INTO ${table} (v) SELECT ${i} FROM generate_series(1, ${ROWS})`),
+            c.query(
+              i === 2
+                ? `INSERT INTO ${table} (id, v) SELECT ${bulk}(), ${i} FROM generate_series(1, ${ROWS})`
+                : `INSERT INTO ${table} (v) SELECT ${i} FROM generate_series(1, ${ROWS})`,
+            ),
           ),
         );
         const { rows } = await admin.query(
@@ -29,7 +34,7 @@ test('bulk statements and concurrent sessions never get a duplicate id, and ever
                 count(*) FILTER (WHERE ${qualified('shard_0005', 'id_to_shard')}(id) <> 5)::int AS other_shard
          FROM ${table}`,
         );
-        assert.deepEqual(rows[0], { n: 2 * ROWS, distinct_ids: 2 * ROWS, other_shard: 0 });
+        assert.deepEqual(rows[0], { n: 3 * ROWS, distinct_ids: 3 * ROWS, other_shard: 0 });
         // A sample decoded by the TypeScript decoder (the helpers are checked against it in another file).
         const sample = await admin.query(`SELECT id FROM ${table} TABLESAMPLE SYSTEM (1) LIMIT 20000`);
         assert.ok(sample.rows.length > 0);

@@ -4,26 +4,30 @@ import type pg from 'pg';
 import { initCluster } from 'shardflake/internal/admin/init.js';
 import { validateConfig } from 'shardflake/internal/config/config.js';
 import { createPool } from 'shardflake/internal/postgres/connect.js';
-import { createRouter } from 'shardflake/internal/router/router.js';
+import { createRouter, type Router } from 'shardflake/internal/router/router.js';
 import { percentile } from './stats.js';
 
 /**
  * `bench lookups`: what a lookup costs, side by side in one run on two embedded servers, one client, operations of
- * the two sides interleaved in blocks of 50 (so a slow moment of the machine hits both):
+ * the sides interleaved in blocks of 50 (so a slow moment of the machine hits every side):
  *
- * - login by email: `router.lookup('user_email', email, { fetch: true })` on a cluster of 64 shards (two reads in
- *   sequence: the entry in the email's shard, then the owner's row, which the owner check returns — the target's
- *   figure), and `router.lookup` then `router.get` (three reads), vs `SELECT * FROM users WHERE email = $1` on one
- *   table with a unique index, on one server, same rows; and, as the floor of any lookup, two plain reads in
- *   sequence on that one table (email → id, then id → row);
- * - sign-up: `router.insert` into the table with the unique lookup (the row, its entry in the shard of the email's
- *   hash — on the other server half of the time, then a two-phase commit — in one atomic commit) vs a plain
- *   `INSERT … RETURNING id` into the one table (its unique index checked by PostgreSQL), and vs `router.insert`
- *   into a sharded table without a lookup (what the lookup itself adds).
- * Statements are unprepared on every side (the common path), pools warm. `cold` times a new router's first call
- * against a new pool's first query (connections opened, the lookup's readiness read from the catalog once).
- * Latencies in ms; ratios are lookup / baseline. The load average before and after is reported: on a shared
- * machine, compare runs only at similar loads.
+ * - login by email: `router.lookup('user_email', email, { fetch: true })` on a cluster of 64 shards, three ways —
+ *   a router with its default owner cache (10,000 values, while 20,000 users are picked at random: about half the
+ *   logins remembered), a router whose cache holds every user (warm: one read of the owner by its email, the
+ *   target's figure), and one without the cache (two reads in sequence: the entry in the email's shard, then the
+ *   owner's row, which the owner check returns) — and `router.lookup` then `router.get`; vs
+ *   `SELECT * FROM users WHERE email = $1` on one table with a unique index, on one server, same rows; and two
+ *   plain reads in sequence on that one table (email → id, then id → row), the floor of a lookup without the cache;
+ * - sign-up: `router.insert` into the table with the unique lookup, placed beside its entry (`{ lookup }`: the row
+ *   in the shard of the email's hash, row and entry in one local transaction, one round trip) and by its key (the
+ *   default: the row in the shard of the name, the entry in the shard of the email's hash — on the other server
+ *   half of the time, then a two-phase commit), vs a plain `INSERT … RETURNING id` into the one table (its unique
+ *   index checked by PostgreSQL), and vs `router.insert` into a sharded table without a lookup.
+ * Statements are unprepared on every side (the common path; the router prepares none), pools warm. `cold` times a
+ * new router's first call against a new pool's first query (connections opened, the lookup's readiness read from
+ * the catalog once), and that router's second login of the same email (its cache now holds it). Latencies in ms;
+ * ratios are router / one table. The load average before and after is reported: on a shared machine, compare
+ * runs only at similar loads.
  */
 export interface LookupsBenchOptions {
   /** Rows loaded into both sides before measuring (default 20,000). */
@@ -46,31 +50,45 @@ export interface LookupsBenchResult {
   machine: { cpus: number; node: string };
   settings: { rows: number; samples: number; shards: number; servers: number };
   login: {
-    /** `lookup(…, { fetch: true })`: the owner check returns the row, two reads. */
+    /** `lookup(…, { fetch: true })`, default router: the owner cache holds 10,000 of the users. */
     lookupFetch: Latency;
-    /** `lookup` then `get`: three reads. */
+    /** The same with every user in the cache: one read (the target's figure). */
+    lookupFetchWarm: Latency;
+    /** The same without the cache: the entry, then the owner (two reads). */
+    lookupFetchNoCache: Latency;
+    /** `lookup` then `get`, default router. */
     lookupThenGet: Latency;
     oneTable: Latency;
-    /** Two reads in sequence on the one table: what any lookup (entry, then row) costs at least. */
+    /** Two reads in sequence on the one table: what a lookup through its entry (entry, then row) costs at least. */
     twoReadsOneTable: Latency;
-    /** lookupFetch / oneTable: the target's figure. */
+    /** lookupFetchWarm / oneTable: the target's figure (≤ 1.3). */
+    warmP50Ratio: number;
+    warmP99Ratio: number;
+    /** lookupFetch / oneTable. */
     p50Ratio: number;
     p99Ratio: number;
+    noCacheP50Ratio: number;
     thenGetP50Ratio: number;
     floorP50Ratio: number;
-    cold: { routerMs: number; oneTableMs: number };
+    cold: { routerMs: number; routerSecondMs: number; oneTableMs: number };
   };
   signUp: {
+    /** `insert(…, { lookup })`: the row beside its entry, one round trip (the target's figure). */
+    placed: Latency;
+    /** `insert(…, { key })`: the default placement. */
     lookup: Latency;
-    /** The same sign-ups, split by where the email's entry lived. */
+    /** The default sign-ups, split by where the email's entry lived. */
     entrySameServer: Latency;
     entryOtherServer: Latency;
     oneTable: Latency;
     routerNoLookup: Latency;
+    /** placed / oneTable: the target's figure (≤ 2). */
+    placedP50Ratio: number;
+    placedP99Ratio: number;
     p50Ratio: number;
     p99Ratio: number;
     p50RatioVsRouterNoLookup: number;
-    cold: { routerMs: number; oneTableMs: number };
+    cold: { routerMs: number; routerPlacedMs: number; oneTableMs: number };
   };
   load: { before: number; after: number };
 }
@@ -118,6 +136,7 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
     await initCluster(config, { onProgress: (d, n) => progress('init', d, n) });
     const routerOptions = { poolSize: 4 };
     const router = await createRouter(config, routerOptions);
+    const closing: Router[] = [];
     // The baseline: one table with a unique index, on server a, in a schema of its own.
     const pool: pg.Pool = createPool(servers[0]?.url as string, {
       max: 4,
@@ -146,15 +165,22 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
         pick = (pick * 48271) % 2147483647;
         return email(pick % rows);
       };
+      // The three routers: the default one, one whose cache holds every user, one without the cache.
+      const warmRouter = await createRouter(config, { ...routerOptions, lookupCacheSize: rows * 2 });
+      const noCache = await createRouter(config, { ...routerOptions, lookupCacheSize: 0 });
+      closing.push(warmRouter, noCache);
+      const fetchWith = (r: Router) => async () => {
+        const hit = await r.lookup('user_email', someone(), { fetch: true });
+        if (!hit?.row) throw new Error('bench: a loaded email was not found');
+      };
       const loginLookup = async () => {
         const hit = await router.lookup('user_email', someone());
         if (!hit) throw new Error('bench: a loaded email was not found');
         await router.get('users', hit.id);
       };
-      const loginFetch = async () => {
-        const hit = await router.lookup('user_email', someone(), { fetch: true });
-        if (!hit?.row) throw new Error('bench: a loaded email was not found');
-      };
+      const loginFetch = fetchWith(router);
+      const loginWarm = fetchWith(warmRouter);
+      const loginNoCache = fetchWith(noCache);
       const loginOne = async () => {
         const { rows: found } = await pool.query('SELECT * FROM one.users WHERE email = $1', [someone()]);
         if (found.length !== 1) throw new Error('bench: a loaded email was not found');
@@ -164,14 +190,16 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
         const { rows: found } = await pool.query('SELECT * FROM one.users WHERE id = $1', [ids[0]?.id]);
         if (found.length !== 1) throw new Error('bench: a loaded email was not found');
       };
-      // Cold: a new router's first login and first sign-up vs a new pool's.
+      // Cold: a new router's first login (and its second, of the same email) and first sign-ups vs a new pool's.
       const coldRouter = await createRouter(config, routerOptions);
       const coldPool = createPool(servers[0]?.url as string, { max: 4, applicationName: 'bench one table' });
-      let coldLogin: { routerMs: number; oneTableMs: number };
-      let coldSignUp: { routerMs: number; oneTableMs: number };
+      let coldLogin: LookupsBenchResult['login']['cold'];
+      let coldSignUp: LookupsBenchResult['signUp']['cold'];
       try {
+        const first = someone();
         coldLogin = {
-          routerMs: round(await timed(() => coldRouter.lookup('user_email', someone(), { fetch: true }))),
+          routerMs: round(await timed(() => coldRouter.lookup('user_email', first, { fetch: true }))),
+          routerSecondMs: round(await timed(() => coldRouter.lookup('user_email', first, { fetch: true }))),
           oneTableMs: round(
             await timed(() => coldPool.query('SELECT * FROM one.users WHERE email = $1', [someone()])),
           ),
@@ -180,6 +208,15 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
           routerMs: round(
             await timed(() =>
               coldRouter.insert('users', { name: 'cold', email: 'cold@example.com' }, { key: 'cold' }),
+            ),
+          ),
+          routerPlacedMs: round(
+            await timed(() =>
+              coldRouter.insert(
+                'users',
+                { name: 'cold2', email: 'cold2@example.com' },
+                { lookup: 'user_email' },
+              ),
             ),
           ),
           oneTableMs: round(
@@ -195,20 +232,29 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
         await coldRouter.close();
         await coldPool.end();
       }
-      // Warm-up: pools, catalogs, every shard's tables in the backends' caches.
+      // Warm-up: pools, catalogs, every shard's tables in the backends' caches; the warm router's cache gets
+      // every user.
       for (let i = 0; i < shards * 8; i++) {
         await loginLookup();
         await loginFetch();
+        await loginNoCache();
         await loginOne();
         await loginTwoReads();
       }
+      for (let i = 0; i < rows; i++)
+        if (!(await warmRouter.lookup('user_email', email(i))))
+          throw new Error('bench: a loaded email was not found');
       const lookupMs: number[] = [];
       const fetchMs: number[] = [];
+      const warmMs: number[] = [];
+      const noCacheMs: number[] = [];
       const oneMs: number[] = [];
       const twoMs: number[] = [];
       for (let done = 0; done < samples; done += BLOCK) {
         for (let i = 0; i < BLOCK; i++) lookupMs.push(await timed(loginLookup));
         for (let i = 0; i < BLOCK; i++) fetchMs.push(await timed(loginFetch));
+        for (let i = 0; i < BLOCK; i++) warmMs.push(await timed(loginWarm));
+        for (let i = 0; i < BLOCK; i++) noCacheMs.push(await timed(loginNoCache));
         for (let i = 0; i < BLOCK; i++) oneMs.push(await timed(loginOne));
         for (let i = 0; i < BLOCK; i++) twoMs.push(await timed(loginTwoReads));
         progress('login', done + BLOCK, samples);
@@ -228,6 +274,12 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
         (rowServer === entryServer ? entrySame : entryOther).push(ms);
         return ms;
       };
+      const signUpPlaced = () => {
+        const n = fresh++;
+        return timed(() =>
+          router.insert('users', { name: `user${n}`, email: email(n) }, { lookup: 'user_email' }),
+        );
+      };
       const signUpOne = () => {
         const n = fresh++;
         return timed(() =>
@@ -245,15 +297,18 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
       };
       for (let i = 0; i < 200; i++) {
         await signUpLookup();
+        await signUpPlaced();
         await signUpOne();
         await signUpPlain();
       }
       entrySame.length = 0;
       entryOther.length = 0;
       const upLookup: number[] = [];
+      const upPlaced: number[] = [];
       const upOne: number[] = [];
       const upPlain: number[] = [];
       for (let done = 0; done < samples; done += BLOCK) {
+        for (let i = 0; i < BLOCK; i++) upPlaced.push(await signUpPlaced());
         for (let i = 0; i < BLOCK; i++) upLookup.push(await signUpLookup());
         for (let i = 0; i < BLOCK; i++) upOne.push(await signUpOne());
         for (let i = 0; i < BLOCK; i++) upPlain.push(await signUpPlain());
@@ -261,40 +316,49 @@ export async function runLookupsBench(options: LookupsBenchOptions = {}): Promis
       }
       const login = {
         lookupFetch: latency(fetchMs),
+        lookupFetchWarm: latency(warmMs),
+        lookupFetchNoCache: latency(noCacheMs),
         lookupThenGet: latency(lookupMs),
         oneTable: latency(oneMs),
         twoReadsOneTable: latency(twoMs),
       };
       const signUp = {
+        placed: latency(upPlaced),
         lookup: latency(upLookup),
         entrySameServer: latency(entrySame.length > 0 ? entrySame : [0]),
         entryOtherServer: latency(entryOther.length > 0 ? entryOther : [0]),
         oneTable: latency(upOne),
         routerNoLookup: latency(upPlain),
       };
+      const ratio = (x: number, y: number) => round(x / y);
       return {
         server: { version, embedded: true },
         machine: { cpus: cpus().length, node: process.version },
         settings: { rows, samples, shards, servers: 2 },
         login: {
           ...login,
-          p50Ratio: round(login.lookupFetch.p50Ms / login.oneTable.p50Ms),
-          p99Ratio: round(login.lookupFetch.p99Ms / login.oneTable.p99Ms),
-          thenGetP50Ratio: round(login.lookupThenGet.p50Ms / login.oneTable.p50Ms),
-          floorP50Ratio: round(login.twoReadsOneTable.p50Ms / login.oneTable.p50Ms),
+          warmP50Ratio: ratio(login.lookupFetchWarm.p50Ms, login.oneTable.p50Ms),
+          warmP99Ratio: ratio(login.lookupFetchWarm.p99Ms, login.oneTable.p99Ms),
+          p50Ratio: ratio(login.lookupFetch.p50Ms, login.oneTable.p50Ms),
+          p99Ratio: ratio(login.lookupFetch.p99Ms, login.oneTable.p99Ms),
+          noCacheP50Ratio: ratio(login.lookupFetchNoCache.p50Ms, login.oneTable.p50Ms),
+          thenGetP50Ratio: ratio(login.lookupThenGet.p50Ms, login.oneTable.p50Ms),
+          floorP50Ratio: ratio(login.twoReadsOneTable.p50Ms, login.oneTable.p50Ms),
           cold: coldLogin,
         },
         signUp: {
           ...signUp,
-          p50Ratio: round(signUp.lookup.p50Ms / signUp.oneTable.p50Ms),
-          p99Ratio: round(signUp.lookup.p99Ms / signUp.oneTable.p99Ms),
-          p50RatioVsRouterNoLookup: round(signUp.lookup.p50Ms / signUp.routerNoLookup.p50Ms),
+          placedP50Ratio: ratio(signUp.placed.p50Ms, signUp.oneTable.p50Ms),
+          placedP99Ratio: ratio(signUp.placed.p99Ms, signUp.oneTable.p99Ms),
+          p50Ratio: ratio(signUp.lookup.p50Ms, signUp.oneTable.p50Ms),
+          p99Ratio: ratio(signUp.lookup.p99Ms, signUp.oneTable.p99Ms),
+          p50RatioVsRouterNoLookup: ratio(signUp.lookup.p50Ms, signUp.routerNoLookup.p50Ms),
           cold: coldSignUp,
         },
         load: { before: round(loadBefore), after: round(loadavg()[0] as number) },
       };
     } finally {
-      await router.close();
+      await Promise.all([router, ...closing].map((r) => r.close()));
       await pool.end();
     }
   } finally {

@@ -4,6 +4,7 @@ import { type EmbeddedServer, startEmbeddedServer } from '@shardflake/embedded';
 import type pg from 'pg';
 import { connect, describeUrl } from 'shardflake/internal/postgres/connect.js';
 import {
+  DEFAULT_GENERATOR_LANGUAGE,
   GENERATOR_LANGUAGES,
   GENERATOR_OBJECTS,
   type GeneratorLanguage,
@@ -18,7 +19,9 @@ import { findPgbench, type Pgbench, pgbenchInsertRates } from './pgbench.js';
  * bigserial; each round measures every side back to back and the order flips each round, so that drift on a
  * shared machine hits every side alike.
  * - bulk: one `INSERT … SELECT generate_series(1, rows)` into a table whose primary key defaults to the generator,
- *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock.
+ *   and the same into a bigserial table; also how far the last id's time bits ran ahead of the clock; and the
+ *   default install's table filled by a statement that names `next_id_bulk()` (the inlined body, installed
+ *   whatever the language) instead of leaving the id to the default.
  * - single-row autocommit inserts from `clients` connections for `seconds` per round, `synchronous_commit = off`
  *   so that the commit flush does not hide the generator's cost, every side in the same run, interleaved insert by
  *   insert (a rate is `clients` / that side's mean latency), by four clients of the server:
@@ -95,6 +98,8 @@ export interface SqlBenchResult {
   };
   /** One entry per way of writing next_id(), the default (`plpgsql`) first. */
   variants: SqlBenchVariantResult[];
+  /** The bulk insert into the default install's table naming `next_id_bulk()`: time and server CPU vs bigserial. */
+  nextIdBulk: { bulk: SqlBenchRatio & { aheadMs: number[] }; bulkCpu: SqlBenchRatio | null };
 }
 
 const DEFAULTS = {
@@ -159,7 +164,7 @@ async function singleRowRates(
   return tables.map((_, t) => (connections.length * 1000 * (counts[t] as number)) / (totalMs[t] as number));
 }
 
-type Key = 'bigserial' | GeneratorLanguage;
+type Key = 'bigserial' | GeneratorLanguage | 'next_id_bulk';
 
 /** Runs the benchmark and returns JSON-able figures. */
 export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBenchResult> {
@@ -192,7 +197,16 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
       all.push({ key: language, table, nextId });
     }
     const serialSeq = qualified(BENCH_SCHEMA, 't_bigserial_id_seq');
-    const order = (round: number) => (round % 2 === 0 ? all : [...all].reverse());
+    const order = <T>(round: number, sides: T[]) => (round % 2 === 0 ? sides : [...sides].reverse());
+    const defaultSchema = schemaOf(DEFAULT_GENERATOR_LANGUAGE);
+    const bulkSides: { key: Key; table: string; id?: string }[] = [
+      ...all,
+      {
+        key: 'next_id_bulk',
+        table: qualified(defaultSchema, 't_next_id'),
+        id: `${qualified(defaultSchema, GENERATOR_OBJECTS.nextIdBulk)}()`,
+      },
+    ];
     const totalSteps = opts.rounds * (pgbench ? 6 : 4);
     let step = 0;
     const samples = new Map<string, number[]>();
@@ -207,19 +221,22 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     let backend = server ? Number((await admin.query('SELECT pg_backend_pid() AS pid')).rows[0].pid) : null;
     if (backend !== null && !(await cpuMsOf(backend).catch(() => null))) backend = null;
     for (let round = 0; round < opts.rounds; round++) {
-      for (const { key, table } of order(round)) {
+      for (const { key, table, id } of order(round, bulkSides)) {
         await admin.query(`TRUNCATE ${table}`);
         await admin.query('CHECKPOINT');
         const cpuBefore = backend === null ? 0 : await cpuMsOf(backend);
         const ms = await timedMs(
           admin,
-          `INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, ${opts.rows})`,
+          id
+            ? `INSERT INTO ${table} (id, v) SELECT ${id}, 1 FROM generate_series(1, ${opts.rows})`
+            : `INSERT INTO ${table} (v) SELECT 1 FROM generate_series(1, ${opts.rows})`,
         );
         record('bulk', key, ms);
         if (backend !== null) record('bulk cpu', key, (await cpuMsOf(backend)) - cpuBefore);
         if (key !== 'bigserial') {
+          const schema = key === 'next_id_bulk' ? defaultSchema : schemaOf(key);
           const { rows } = await admin.query(
-            `SELECT (extract(epoch FROM ${qualified(schemaOf(key), GENERATOR_OBJECTS.idToTimestamp)}(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead FROM ${table}`,
+            `SELECT (extract(epoch FROM ${qualified(schema, GENERATOR_OBJECTS.idToTimestamp)}(max(id)) - clock_timestamp()) * 1000)::float8 AS ahead FROM ${table}`,
           );
           ahead.set(key, [...(ahead.get(key) ?? []), round3(Number(rows[0].ahead))]);
         }
@@ -232,7 +249,7 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
     // prepared protocol, then node-postgres with named, then unnamed statements.
     const measure = async (what: string, rates: (tables: string[]) => Promise<number[]>): Promise<void> => {
       for (let round = 0; round < opts.rounds; round++) {
-        const sides = order(round);
+        const sides = order(round, all);
         const values = await rates(sides.map((s) => s.table));
         for (const [i, { key }] of sides.entries()) record(what, key, values[i] as number);
         progress(`single-row ${what}`, ++step, totalSteps);
@@ -254,7 +271,7 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
 
     // Calls per second.
     for (let round = 0; round < opts.rounds; round++) {
-      for (const { key, nextId } of order(round)) {
+      for (const { key, nextId } of order(round, all)) {
         const expr = nextId ?? `pg_catalog.nextval('${serialSeq.replaceAll("'", "''")}'::regclass)`;
         const ms = await timedMs(admin, `SELECT count(${expr}) FROM generate_series(1, ${opts.callRows})`);
         record('calls', key, opts.callRows / (ms / 1000));
@@ -300,6 +317,10 @@ export async function runSqlBench(options: SqlBenchOptions = {}): Promise<SqlBen
         singleUnprepared: versus('unprepared', language),
         calls: versus('calls', language),
       })),
+      nextIdBulk: {
+        bulk: { ...versus('bulk', 'next_id_bulk'), aheadMs: ahead.get('next_id_bulk') ?? [] },
+        bulkCpu: backend === null ? null : versus('bulk cpu', 'next_id_bulk'),
+      },
     };
   } finally {
     await Promise.all(clients.map((c) => c.end().catch(() => {})));

@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS shardflake.lookups (
   ready_at timestamptz
 );
 ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS normalize text NOT NULL DEFAULT 'none';
+ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS owner_index boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS shardflake.lookup_builds (
   lookup text NOT NULL REFERENCES shardflake.lookups (name) ON DELETE CASCADE,
   shard integer NOT NULL,
@@ -34,19 +35,26 @@ CREATE TABLE IF NOT EXISTS shardflake.lookup_builds (
 
 export interface LookupRecord extends LookupDefinition {
   phase: LookupPhase;
+  /** Every shard has the lookup's owner index (a unique lookup whose index `cluster migrate` has built). */
+  ownerIndex: boolean;
 }
 
 export async function installLookupCatalog(client: Queryable): Promise<void> {
   await client.query(lookupCatalogSql());
 }
 
-/** Every recorded lookup (none when the catalog has no lookup table yet). */
+/**
+ * Every recorded lookup (none when the catalog has no lookup table yet). `owner_index` is read through the row's
+ * JSON form, so a router also reads a catalog that no `cluster migrate` of this version has touched (no column:
+ * no index).
+ */
 export async function readLookups(client: Queryable): Promise<Map<string, LookupRecord>> {
   const { rows } = await client
     .query(
-      // normalize through the row's JSON: a catalog from before the column reads as 'none'.
+      // normalize and owner_index through the row's JSON: a catalog from before the columns reads as their default.
       `SELECT name, table_name, column_name, is_unique, phase,
-              coalesce(to_jsonb(l) ->> 'normalize', 'none') AS normalize
+              coalesce(to_jsonb(l) ->> 'normalize', 'none') AS normalize,
+              coalesce((to_jsonb(l) ->> 'owner_index')::boolean, false) AS owner_index
          FROM shardflake.lookups l WHERE to_regclass('shardflake.lookups') IS NOT NULL`,
     )
     .catch((error: { code?: string }) => {
@@ -62,6 +70,7 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
         is_unique: boolean;
         phase: LookupPhase;
         normalize: LookupNormalize;
+        owner_index: boolean;
       }[]
     ).map((r) => [
       r.name,
@@ -72,6 +81,7 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
         unique: r.is_unique,
         normalize: r.normalize,
         phase: r.phase,
+        ownerIndex: r.owner_index,
       },
     ]),
   );
@@ -96,6 +106,11 @@ export async function setLookupPhase(client: Queryable, name: string, phase: Loo
     `UPDATE shardflake.lookups SET phase = $2, ready_at = CASE WHEN $2 = 'ready' THEN now() END WHERE name = $1`,
     [name, phase],
   );
+}
+
+/** Records that every shard has the lookup's owner index. */
+export async function setOwnerIndex(client: Queryable, name: string): Promise<void> {
+  await client.query('UPDATE shardflake.lookups SET owner_index = true WHERE name = $1', [name]);
 }
 
 /** Per shard: the last id the backfill wrote entries through, and whether the shard is done. */

@@ -1,8 +1,14 @@
 import { expectString, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { base62Width, decodeBase62, encodeBase62 } from './base62.js';
 import { parseIdValue } from './codec.js';
-import { crockfordWidth, decodeCrockford, encodeCrockford } from './crockford.js';
+import {
+  base62Width,
+  crockfordWidth,
+  decodeBase62,
+  decodeCrockford,
+  encodeBase62,
+  encodeCrockford,
+} from './radix.js';
 
 /**
  * Text forms of a 64-bit id. All three keep sort order at their fixed width: decimal only when compared as

@@ -5,8 +5,7 @@ import { optionsObject, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { decodeId, type LayoutInput } from './codec.js';
 import { assertIdEncoding, detectEncoding, type IdEncoding, parseId } from './id-text.js';
-import { lsidFromUuid, parseLsid } from './lsid-codec.js';
-import { LSID_CHARS, LSID_TEXT_LENGTH } from './lsid-layout.js';
+import { LSID_CHARS, LSID_TEXT_LENGTH, lsidFromUuid, parseLsid } from './lsid-codec.js';
 
 /**
  * Explains any id: detects its format from its shape, decodes it and names its fields. UUID, ULID and ObjectId

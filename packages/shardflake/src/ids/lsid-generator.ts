@@ -1,7 +1,7 @@
 import { optionsObject, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { CROCKFORD_ALPHABET } from './crockford.js';
-import { LSID_FIELDS, MS_PER_DAY, TICKS_PER_DAY, TICKS_PER_MS } from './lsid-layout.js';
+import { LSID_FIELDS, MS_PER_DAY, TICKS_PER_DAY, TICKS_PER_MS } from './lsid-codec.js';
+import { CROCKFORD_ALPHABET } from './radix.js';
 import { defaultWorkerId } from './worker-id.js';
 
 /**

@@ -16,7 +16,7 @@ import {
 } from './lsid-codec.js';
 import { createLsidGenerator, type LsidGenerator, type LsidGeneratorOptions } from './lsid-generator.js';
 
-// The pieces of `lsid` live in lsid-layout.ts (the bits), lsid-codec.ts (text, bytes, uuid) and lsid-generator.ts
+// The pieces of `lsid` live in lsid-codec.ts (the bits, then text, bytes, uuid) and lsid-generator.ts
 // (generation); this module puts them in one object.
 let defaultGenerator: LsidGenerator | undefined;
 const cachedGenerators = new Map<string, LsidGenerator>();

@@ -1,5 +1,3 @@
-import { createRequire } from 'node:module';
-import { networkInterfaces } from 'node:os';
 import { expectObject, expectString } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 
@@ -35,8 +33,18 @@ export interface MacChoice {
 export type NetworkInterfaces = Record<string, readonly { mac: string; internal: boolean }[] | undefined>;
 type Interfaces = NetworkInterfaces;
 
+/**
+ * A Node built-in module, loaded when first asked for: `shardflake/ids` imports none (each costs its import, and
+ * node:crypto ≈ 5 ms), so the functions that need one get it at their call.
+ */
+function builtin<ID extends 'node:os' | 'node:crypto'>(
+  id: ID,
+): ID extends 'node:os' ? typeof import('node:os') : typeof import('node:crypto') {
+  return process.getBuiltinModule(id) as never;
+}
+
 /** The MAC address LSID hashes, or null when the machine has none that identifies it. */
-export function findMac(interfaces: Interfaces = networkInterfaces()): MacChoice | null {
+export function findMac(interfaces: Interfaces = builtin('node:os').networkInterfaces()): MacChoice | null {
   expectObject(interfaces, 'findMac: the network interfaces');
   const candidates: MacChoice[] = [];
   for (const [name, addresses] of Object.entries(interfaces)) {
@@ -66,9 +74,9 @@ export function macBytes(mac: string): Uint8Array {
 
 /** BLAKE2s-256 of the MAC's bytes; the worker id is the digest's first 20 bits. */
 export function workerIdFromMac(mac: string): number {
-  // Node's own BLAKE2s-256 (OpenSSL): the same digest as @noble/hashes' blake2s. node:crypto is required here,
-  // on first use, because importing it costs ≈ 5 ms that `shardflake/ids` would pay before making any id.
-  const { createHash } = createRequire(import.meta.url)('node:crypto') as typeof import('node:crypto');
+  // Node's own BLAKE2s-256 (OpenSSL): the same digest as @noble/hashes' blake2s. node:crypto is loaded here, on
+  // first use, because importing it costs ≈ 5 ms that `shardflake/ids` would pay before making any id.
+  const { createHash } = builtin('node:crypto');
   const digest = createHash('blake2s256').update(macBytes(mac)).digest();
   // byte 0 → worker bits 19..12, byte 1 → bits 11..4, high nibble of byte 2 → bits 3..0
   return ((digest[0] as number) << 12) | ((digest[1] as number) << 4) | ((digest[2] as number) >> 4);

@@ -7,6 +7,7 @@ import {
   recordBuildProgress,
   recordLookup,
   setLookupPhase,
+  setOwnerIndex,
 } from '../catalog/lookups.js';
 import { readPlacement, readShardMap, type ShardPlacement } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config/config.js';
@@ -24,6 +25,7 @@ import {
   describeLookup,
   entryTable,
   lookupValueSql,
+  ownerIndexSql,
   sameDefinition,
   shardEntryTablesSql,
 } from './ddl.js';
@@ -47,6 +49,10 @@ import {
  *     two rows with one value: the shard's progress stops there (a rerun starts again from that batch), the scan
  *     goes on to find every pair, and the build fails listing them (ids and shards, never the value).
  *  4. `ready`: routers may read the lookup ("readable once built").
+ *  5. The owner index of a unique lookup (ddl.ts) in every shard, then `owner_index` in the catalog: from then on
+ *     routers may answer from their owner cache (owner-cache.ts). A lookup built before the index existed gets it
+ *     here, from any later migrate. Each shard's `CREATE INDEX` holds the shard's lock and makes writes to that
+ *     shard's table wait while it builds (a shard's share of the table: small when shards are many).
  *
  * Moves. Every step that works on a shard holds the shard's lock, the one a move holds for its whole run
  * (shard-lock.ts), and reads where the shard lives under it, as `cluster migrate`'s steps do: a shard's DDL
@@ -82,6 +88,8 @@ export interface LookupBuildReport {
   lookup: string;
   /** Already built before this run. */
   alreadyBuilt: boolean;
+  /** This run built the owner index of a unique lookup in every shard (step 5). */
+  ownerIndexBuilt: boolean;
   entriesWritten: number;
   durationMs: number;
 }
@@ -113,11 +121,6 @@ export async function buildLookups(
           'INVALID_CONFIG',
           `${config.source}: lookup ${lookup.name} was built for ${describeLookup(record)}; a changed lookup needs a new name`,
         );
-      if (record.phase === 'ready') {
-        reports.push({ lookup: lookup.name, alreadyBuilt: true, entriesWritten: 0, durationMs: 0 });
-        continue;
-      }
-      const at = (phase: LookupPhase) => LOOKUP_PHASES.indexOf(record.phase) <= LOOKUP_PHASES.indexOf(phase);
       const eachShard = async (sql: (schema: string) => string[]) => {
         for (const { shard } of map.shards) {
           options.signal?.throwIfAborted();
@@ -126,6 +129,25 @@ export async function buildLookups(
           );
         }
       };
+      // Step 5, for a lookup that is ready by now.
+      const ownerIndexStep = async () => {
+        if (!lookup.unique || record.ownerIndex) return false;
+        await eachShard((schema) => ownerIndexSql(schema, lookup));
+        await setOwnerIndex(catalog, lookup.name);
+        return true;
+      };
+      if (record.phase === 'ready') {
+        const ownerIndexBuilt = await ownerIndexStep();
+        reports.push({
+          lookup: lookup.name,
+          alreadyBuilt: true,
+          ownerIndexBuilt,
+          entriesWritten: 0,
+          durationMs: ownerIndexBuilt ? performance.now() - started : 0,
+        });
+        continue;
+      }
+      const at = (phase: LookupPhase) => LOOKUP_PHASES.indexOf(record.phase) <= LOOKUP_PHASES.indexOf(phase);
       if (at('tables')) {
         await eachShard((schema) => shardEntryTablesSql(schema, lookup));
         await setLookupPhase(catalog, lookup.name, 'capture');
@@ -179,9 +201,11 @@ export async function buildLookups(
         continue;
       }
       await setLookupPhase(catalog, lookup.name, 'ready');
+      const ownerIndexBuilt = await ownerIndexStep();
       reports.push({
         lookup: lookup.name,
         alreadyBuilt: false,
+        ownerIndexBuilt,
         entriesWritten: written,
         durationMs: performance.now() - started,
       });

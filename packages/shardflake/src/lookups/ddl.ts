@@ -17,6 +17,13 @@ import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
  * - `_shardflake_lookup_unapplied()`: a deferred constraint trigger on the change table. At COMMIT (or PREPARE)
  *   a change row still present means the transaction did not go through a shardflake session (psql, a plain
  *   pool, a router without lookups): it fails with SF010 instead of committing a row the lookup would not know.
+ * - `_shardflake_owner_<name>`, unique lookups only: an index on the table by the value's text form
+ *   (`(column::text)`, which PostgreSQL stores as a plain index on a text column). The router's owner cache reads
+ *   a cached owner by its value through it (owner-cache.ts); a column whose text form is not immutable
+ *   (timestamptz, date, interval: it depends on settings) cannot have it, and a unique lookup on one is refused.
+ *   With it, `_shardflake_none_prepared()`: true when no transaction is prepared on the server (and false on a
+ *   standby, which cannot tell), the owner cache's check (a PL/pgSQL function, so that a statement that calls it
+ *   is planned as fast as one that does not; its body runs only for a row version whose xmax is set).
  *
  * Values are kept as text (`column::text`), so equality is the text form's; a lookup with `normalize: "lower"`
  * keeps `lower(column::text COLLATE "C")` instead (lookupValueSql), which lowers ASCII letters only and so gives
@@ -55,8 +62,11 @@ export const UNAPPLIED_FUNCTION = '_shardflake_lookup_unapplied';
 export const UNAPPLIED_SQLSTATE = 'SF010';
 /** The notice a capture trigger sends (once per transaction) to the session. */
 export const PENDING_NOTICE = 'shardflake: lookup changes pending';
-/** The transaction-local setting that keeps the notice to once per transaction. */
-const PENDING_SETTING = 'shardflake.lookup_pending';
+/**
+ * The transaction-local setting that keeps the notice to once per transaction (a writer that applies its changes
+ * in the same batch sets it first and gets no notice: insert-beside.ts).
+ */
+export const PENDING_SETTING = 'shardflake.lookup_pending';
 
 export function entryTable(name: string): string {
   return `_shardflake_lookup_${name}`;
@@ -64,6 +74,46 @@ export function entryTable(name: string): string {
 
 export function captureFunction(name: string): string {
   return `_shardflake_capture_${name}`;
+}
+
+/** The owner cache's check that no transaction is prepared on the server (see above). */
+export const NONE_PREPARED_FUNCTION = '_shardflake_none_prepared';
+
+/** The owner index of a unique lookup (≤ 58 characters: lookup names stop at 40). */
+export function ownerIndex(name: string): string {
+  return `_shardflake_owner_${name}`;
+}
+
+/**
+ * The value's text form as the entries hold it, of the lookup's column, normalized as the lookup says (the owner
+ * index's expression: the cache's read must use the very same one to use the index).
+ */
+export function valueTextSql(lookup: Pick<LookupDefinition, 'column' | 'normalize'>, alias?: string): string {
+  const column = quoteIdent(lookup.column, 'column');
+  return lookupValueSql(lookup, `${alias ? `${alias}.` : ''}${column}`);
+}
+
+/**
+ * The owner index of a unique lookup in one shard (none for a lookup that is not unique: the cache is for unique
+ * lookups only). PostgreSQL's own error for a text form that is not immutable names no lookup; this one does.
+ */
+export function ownerIndexSql(schema: string, lookup: LookupDefinition): string[] {
+  if (!lookup.unique) return [];
+  const message = `unique lookup ${lookup.name} needs an index on ${lookup.table}.${lookup.column}::text, and the text form of that column's type depends on settings (timestamptz, date, interval…): look the value up in a text or numeric column instead`;
+  return [
+    `DO $sf$ BEGIN
+  CREATE INDEX IF NOT EXISTS ${quoteIdent(ownerIndex(lookup.name))} ON ${qualified(schema, lookup.table)} ((${valueTextSql(lookup)}));
+EXCEPTION WHEN invalid_object_definition THEN
+  RAISE EXCEPTION USING ERRCODE = 'invalid_object_definition', MESSAGE = ${quoteLiteral(message)};
+END $sf$`,
+    `CREATE OR REPLACE FUNCTION ${qualified(schema, NONE_PREPARED_FUNCTION)}() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $sf$
+BEGIN
+  -- A standby lists no prepared transaction (pg_prepared_xact() is empty there while the primary's are replayed
+  -- as in progress): it answers false, and a version with xmax set is never taken from a replica.
+  RETURN NOT pg_catalog.pg_is_in_recovery() AND NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_xact());
+END
+$sf$`,
+  ];
 }
 
 /** The change table and its safety net: the same for every lookup of a shard. */
@@ -164,6 +214,7 @@ export function shardLookupsSql(schema: string, lookups: readonly LookupDefiniti
     ...changesSql(schema),
     ...lookups.flatMap((l) => entryTableSql(schema, l)),
     ...lookups.flatMap((l) => captureSql(schema, l)),
+    ...lookups.flatMap((l) => ownerIndexSql(schema, l)),
   ];
 }
 

@@ -1,11 +1,12 @@
-import { installLookupCatalog, readLookups, recordLookup } from '../catalog/lookups.js';
+import { installLookupCatalog, readLookups, recordLookup, setOwnerIndex } from '../catalog/lookups.js';
 import type { ClusterConfig } from '../config/config.js';
 import type { Queryable } from '../postgres/connect.js';
 
 /**
  * `cluster init`'s part: shards made by init carry the config's lookups from the start (shard-ddl.ts), so a
- * cluster whose every shard this run created has its lookups built and ready. A lookup added to the config of a
- * cluster that already had shards is left unrecorded: `cluster migrate` builds it (build.ts).
+ * cluster whose every shard this run created has its lookups built and ready, with their owner indexes
+ * (ddl.ts). A lookup added to the config of a cluster that already had shards is left unrecorded: `cluster
+ * migrate` builds it (build.ts).
  */
 export async function recordLookupsAfterInit(
   catalog: Queryable,
@@ -17,5 +18,9 @@ export async function recordLookupsAfterInit(
   await installLookupCatalog(catalog);
   if (!createdEveryShard) return;
   const known = await readLookups(catalog);
-  for (const lookup of lookups) if (!known.has(lookup.name)) await recordLookup(catalog, lookup, 'ready');
+  for (const lookup of lookups) {
+    if (known.has(lookup.name)) continue;
+    await recordLookup(catalog, lookup, 'ready');
+    if (lookup.unique) await setOwnerIndex(catalog, lookup.name);
+  }
 }

@@ -1,7 +1,8 @@
 /*
  * lookups/: Global keys: a column found without its shard key, unique across the cluster when declared so. The
- * entries' SQL and capture triggers (ddl.ts), how a write keeps them (this file, with the argument), reads, the
- * build for an existing table, and the verify check.
+ * entries' SQL and capture triggers (ddl.ts), how a write keeps them (this file, with the argument), reads and the
+ * router's owner cache (owner-cache.ts, with its argument), inserts placed beside their entries, the build for an
+ * existing table, and the verify check.
  *
  * May import: errors, ids, postgres, config, topology, catalog, telemetry, fence, recovery, routing, transactions.
  */
@@ -57,6 +58,19 @@ import { CHANGES_TABLE, entryTable, PENDING_NOTICE } from './ddl.js';
  * of a row another transaction is inserting returns nothing at once instead of waiting, so an orphan check at
  * write time would free a value whose owner is about to commit. Here no orphan needs freeing at write time:
  * entries are never orphans in a committed state (I).
+ *
+ * Step 2 in SQL, for one inserted row whose entries are all on its own server (`besideStatements`, used by
+ * insert-beside.ts). The router knows the row's values before it sends the INSERT, so it can predict the change
+ * rows the capture triggers will write — (L, v, +1) for each lookup L of the table whose column the row gives a
+ * value v — without knowing the new id. The statements that follow the INSERT in the same transaction then take
+ * the id from the change row itself: per predicted (L, v), an INSERT of the entry SELECTed from the change row
+ * (no change row: nothing inserted), then a DELETE of that change row whose RETURNING divides by zero when another
+ * id holds v (a statement of its own, so under READ COMMITTED it looks after the insert's wait, as the check of
+ * `entryStatements` does). A prediction that missed — a column default, a trigger that rewrote the value, a text
+ * form other than the one predicted — leaves a change row undeleted, so the COMMIT fails with SF010 (step 4) and
+ * nothing commits: the caller runs the write again the ordinary way. A wrong prediction can cost a retry, never
+ * an entry: entries are only ever made from change rows, in the shard h(v) of the value the change row holds
+ * (a predicted entry shard is h(predicted v), and only a change row holding that v is read).
  *
  * Crashes (kill -9 at any step): before the decision, the server rolls back each unprepared local transaction
  * when its connection dies, and recovery rolls back each prepared one that has no decision row; after it, recovery
@@ -273,6 +287,55 @@ export function entryStatements(
     });
   }
   return statements;
+}
+
+/** A change of one inserted row predicted from its values: (lookup, value) with its entry shard h(value). */
+export interface PredictedChange {
+  lookup: string;
+  value: string;
+  /** h(value). */
+  shard: number;
+  unique: boolean;
+}
+
+/**
+ * Step 2 in SQL for one inserted row whose predicted changes' entry shards are on the row's server (see "Step 2 in
+ * SQL" at the top): statements to send after the row's INSERT in its transaction, before its COMMIT, in
+ * netChanges' order (so its entry locks are met in the order every session meets them). `writer` is the row's
+ * shard schema (its change table), `schemaOf` gives an entry shard's.
+ */
+export function besideStatements(
+  predicted: readonly PredictedChange[],
+  writer: string,
+  schemaOf: (shard: number) => string,
+  logicalShards: number,
+): BatchStatement[] {
+  const changes = qualified(writer, CHANGES_TABLE);
+  const ordered = netChanges(
+    predicted.map((p) => ({ lookup: p.lookup, value: p.value, id: 0n, delta: 1, unique: p.unique })),
+    logicalShards,
+  );
+  return ordered.flatMap((change) => {
+    const table = qualified(schemaOf(change.shard), entryTable(change.lookup));
+    const values = [change.lookup, change.value];
+    const mine = 'lookup = $1 AND value = $2 AND delta = 1';
+    const lookup = change.lookup;
+    return [
+      {
+        text: `INSERT INTO ${table} (value, id) SELECT value, id FROM ${changes} WHERE ${mine} ON CONFLICT DO NOTHING`,
+        values,
+      },
+      change.unique
+        ? {
+            text: `DELETE FROM ${changes} c WHERE ${mine}
+ RETURNING 1 / (NOT EXISTS (SELECT FROM ${table} e WHERE e.value = c.value AND e.id <> c.id))::int`,
+            values,
+            onError: (error: unknown) =>
+              (error as { code?: string }).code === TAKEN_SQLSTATE ? uniqueViolation(lookup) : error,
+          }
+        : { text: `DELETE FROM ${changes} WHERE ${mine}`, values },
+    ];
+  });
 }
 
 /** Writes net entry changes one statement at a time, each where `join` says its entry shard is. */

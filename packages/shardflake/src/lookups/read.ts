@@ -10,14 +10,17 @@ import { type MapState, placementIn, shardOfIdIn } from '../routing/map.js';
 import { routedStatement } from '../routing/rows.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { entryTable, lookupText, lookupValueSql } from './ddl.js';
+import { OwnerCache, ownerByValueSql } from './owner-cache.js';
 
 /**
  * Finding rows by a lookup's value: the entry shard h(value) gives candidate ids, and each candidate is checked in
  * its owner's shard (the row must exist and hold the value), so an entry seen before its owner row commits on
  * another server, or a leftover entry, never returns a wrong row (maintain.ts, "Reads").
  *
- * `lookup` is two routed reads (entry, owner). `lookupMany` is one statement per server for the entries (a UNION
- * ALL over that server's entry shards) and one per server for the owners.
+ * `lookup` is two routed reads (entry, owner); for a unique lookup whose owner the router's owner cache holds,
+ * one read of the owner by its value (owner-cache.ts, with the argument), and the two reads after a miss.
+ * `lookupMany` is one statement per server for the entries (a UNION ALL over that server's entry shards) and one
+ * per server for the owners.
  */
 export interface LookupHit {
   /** The id of a row that holds the value now (checked in its owner shard, not only in the lookup entry). */
@@ -52,8 +55,11 @@ export function valueText(value: unknown): string {
   );
 }
 
-/** Readiness of a lookup (built by `cluster migrate`), asked of the catalog. */
-export type Readiness = (lookup: LookupDefinition) => Promise<void>;
+/**
+ * Readiness of a lookup (built by `cluster migrate`), asked of the catalog; resolves to whether every shard has
+ * its owner index (the owner cache may be used).
+ */
+export type Readiness = (lookup: LookupDefinition) => Promise<boolean>;
 
 export interface LookupReader {
   lookup(
@@ -68,8 +74,11 @@ export function createLookupReader(
   ctx: RouterContext,
   lookups: readonly LookupDefinition[],
   ready: Readiness,
+  /** Values the owner cache holds at most (0: no cache). */
+  cacheSize = 0,
 ): LookupReader {
   const byName = new Map(lookups.map((l) => [l.name, l]));
+  const owners = new OwnerCache(cacheSize);
   // Statement texts are built once per (schema, lookup), as the router's own are (statements.ts).
   const texts = new Map<string, string>();
   const cached = (key: string, build: () => string): string => {
@@ -80,21 +89,45 @@ export function createLookupReader(
     }
     return text;
   };
-  const definition = async (name: string): Promise<LookupDefinition> => {
+  /** The lookup, and whether the owner cache may answer for it. */
+  const definition = async (name: string): Promise<{ def: LookupDefinition; cacheable: boolean }> => {
     const found = typeof name === 'string' ? byName.get(name) : undefined;
     if (!found)
       throw new ShardflakeError(
         'LOOKUP_NOT_READY',
         `no lookup named ${shown(name)} in the router's config (lookups: ${[...byName.keys()].join(', ') || 'none'})`,
       );
-    await ready(found);
-    return found;
+    const indexed = await ready(found);
+    return { def: found, cacheable: found.unique && indexed && cacheSize > 0 };
+  };
+
+  /** A hit of the owner cache (owner-cache.ts): the owner read by its value in the cached shard, or undefined. */
+  const cachedOwner = async (
+    def: LookupDefinition,
+    text: string,
+    shard: number,
+    fetch: boolean,
+  ): Promise<LookupHit | LookupHitWithRow | undefined> => {
+    const { rows } = await routedStatement(
+      ctx,
+      'get',
+      () => shard,
+      false,
+      (schema) => cached(`c\0${schema}\0${def.name}\0${fetch}`, () => ownerByValueSql(schema, def, fetch)),
+      [text],
+    );
+    const found = rows[0] as Record<string, unknown> | undefined;
+    if (!found || rows.length > 1) return undefined;
+    const id = BigInt(found.id as bigint) as ShardflakeId;
+    // A row of S always has an id of S, but an id can be rewritten by hand: the answer must agree with the entry path.
+    if (shardOfIdIn(await ctx.map.fresh(), id) !== shard) return undefined;
+    return fetch ? { id, shard, row: found } : { id, shard };
   };
 
   return {
     async lookup(name, value, options) {
       const fetch = options?.fetch === true;
-      const def = await definition(name);
+      const { def, cacheable } = await definition(name);
       const text = lookupText(def, valueText(value));
       // While an adoption serves every shard from the source (routing/old-ids.ts), the source's own table is
       // the truth: its unique constraint still holds, and the entries are being built on the shards.
@@ -113,6 +146,12 @@ export function createLookupReader(
         const id = BigInt(found.id as bigint) as ShardflakeId;
         const shard = shardOfIdIn(await ctx.map.fresh(), id);
         return fetch ? { id, shard, row: found } : { id, shard };
+      }
+      const known = cacheable ? owners.get(def.name, text) : undefined;
+      if (known !== undefined) {
+        const hit = await cachedOwner(def, text, known, fetch);
+        if (hit) return hit;
+        owners.delete(def.name, text);
       }
       const entries = await routedStatement(
         ctx,
@@ -145,6 +184,7 @@ export function createLookupReader(
         const found = owner.rows[0] as Record<string, unknown> | undefined;
         if (found) {
           const shard = shardOfIdIn(await ctx.map.fresh(), id);
+          if (cacheable) owners.set(def.name, text, shard);
           return fetch ? { id, shard, row: found } : { id, shard };
         }
       }
@@ -152,7 +192,7 @@ export function createLookupReader(
     },
 
     async lookupMany(name, values) {
-      const def = await definition(name);
+      const { def } = await definition(name);
       if (!Array.isArray(values))
         throw new ShardflakeError('INVALID_ARGUMENT', 'lookupMany needs an array of values');
       if ((await ctx.map.fresh()).adoption?.servingFromSource)

@@ -7,23 +7,37 @@ import { acquireOn, isConnectionLost } from '../routing/lease.js';
 import { describeLookup, sameDefinition } from './ddl.js';
 import type { Readiness } from './read.js';
 
+/** How long a ready lookup without its owner index goes before the catalog is asked again (a migrate may add it). */
+const OWNER_INDEX_RECHECK_MS = 60_000;
+
 /**
  * Whether a lookup may be read: the catalog must record it as built (`ready`) with the definition the router's
  * config gives. A lookup only ever goes from building to ready, so once seen ready it is remembered and never asked
  * again; until then every read asks the catalog (a build in progress is writing entries that are not complete).
+ * Resolves to whether every shard has the lookup's owner index (catalog `owner_index`), which the owner cache
+ * needs: also remembered once true; while false, asked again at most once a minute.
  */
 export function lookupReadiness(ctx: RouterContext, catalog: string): Readiness {
-  const ready = new Set<string>();
+  const ready = new Map<string, { ownerIndex: boolean; at: number }>();
   return async (lookup: LookupDefinition) => {
-    if (ready.has(lookup.name)) return;
-    const lease = await acquireOn(ctx, catalog, { intent: 'write' });
+    const known = ready.get(lookup.name);
+    if (known && (known.ownerIndex || performance.now() - known.at < OWNER_INDEX_RECHECK_MS))
+      return known.ownerIndex;
     let record: LookupRecord | undefined;
     try {
-      record = (await readLookups(lease.client)).get(lookup.name);
-      lease.release();
+      const lease = await acquireOn(ctx, catalog, { intent: 'write' });
+      try {
+        record = (await readLookups(lease.client)).get(lookup.name);
+        lease.release();
+      } catch (error) {
+        lease.release(isConnectionLost(error, lease.client) ? error : undefined);
+        throw wrapPgError(error, lease.node);
+      }
     } catch (error) {
-      lease.release(isConnectionLost(error, lease.client) ? error : undefined);
-      throw wrapPgError(error, lease.node);
+      // A lookup seen ready stays readable while the catalog does not answer; only its index is not learned yet.
+      if (!known) throw error;
+      known.at = performance.now();
+      return false;
     }
     if (record?.phase !== 'ready')
       throw new ShardflakeError(
@@ -35,6 +49,7 @@ export function lookupReadiness(ctx: RouterContext, catalog: string): Readiness 
         'INVALID_CONFIG',
         `lookup ${lookup.name} is built for ${describeLookup(record)}, not what the config says`,
       );
-    ready.add(lookup.name);
+    ready.set(lookup.name, { ownerIndex: record.ownerIndex, at: performance.now() });
+    return record.ownerIndex;
   };
 }

@@ -1,17 +1,23 @@
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
-import { ShardflakeError } from '../errors/errors.js';
+import type { LookupDefinition } from '../config/lookups.js';
+import { expectObject, shown } from '../errors/arguments.js';
+import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { checkRouting, type InsertManyOptions, returnsIds, routeRows } from '../routing/bulk.js';
 import type { RouterContext } from '../routing/context.js';
 import { type MapState, placementIn } from '../routing/map.js';
-import type { Row } from '../routing/rows.js';
+import { type InsertOptions, insertRow, type Row } from '../routing/rows.js';
 import type { ShardSession, ShardTarget } from '../routing/session.js';
+import { shardForKey } from '../routing/shard-key.js';
 import { insertRowsSql } from '../routing/statements.js';
 import type { Operation } from '../telemetry/events.js';
 import { inCrossTransaction, type WithShardsOptions, withShards } from '../transactions/with-shards.js';
 import { keepLookups } from './cross.js';
+import { lookupText } from './ddl.js';
+import { insertBeside, predictChanges } from './insert-beside.js';
+import { valueText } from './read.js';
 
 /**
  * A write session of a router that has lookups: a cross transaction of one shard to start with, so the commit can
@@ -43,18 +49,30 @@ export function withShardsKept<T>(
 /**
  * The router's single-row calls on a table with a lookup (routing/rows.ts asks for this through
  * `ctx.keptWrite`). A plain call is one statement in autocommit, which would commit the row without its entry
- * (and so fails with SF010, ddl.ts): here the statement runs in a transaction that keeps the lookup. Round trips
- * on the common path: the statement goes out with the transaction's BEGIN and the read of the change table (one),
+ * (and so fails with SF010, ddl.ts): here the statement runs in a transaction that keeps the lookup.
+ *
+ * An insert whose entries all hash to shards on the row's server (`lookups`: the table's; `row`: its values) is
+ * one round trip: the row, its entries and the COMMIT in one batch (insert-beside.ts). Otherwise, round trips on
+ * the common path: the statement goes out with the transaction's BEGIN and the read of the change table (one),
  * and the entry writes with the commit (one more; on another server: its PREPARE, then the decision's COMMIT and
  * COMMIT PREPARED, cross.ts).
  */
-export function writeKept(
+export async function writeKept(
   ctx: RouterContext,
+  lookups: readonly LookupDefinition[],
   operation: Operation,
   shardOf: (map: MapState) => number,
   text: (schema: string) => string,
   values: unknown[],
+  row?: Row,
 ): Promise<pg.QueryResult> {
+  if (operation === 'insert' && row) {
+    const map = await ctx.map.fresh();
+    if (predictChanges(map, placementIn(map, shardOf(map)), lookups, row)) {
+      const result = await insertBeside(ctx, lookups, shardOf, text, values, row);
+      if (result) return result;
+    }
+  }
   return inCrossTransaction(
     ctx,
     operation,
@@ -65,6 +83,53 @@ export function writeKept(
       return tx.writeKept(p, text(p.schema), values);
     },
   );
+}
+
+/**
+ * `router.insert(table, row, { lookup })`: the row goes to the shard of its value's hash h(value), the shard that
+ * holds the value's entry, so the row and its entry commit in one local transaction, one round trip
+ * (insert-beside.ts). The lookup must be a unique lookup of this table (placing rows by a value many rows share
+ * would pile them into one shard), and the row must give its column a string, number or bigint.
+ */
+export async function insertPlaced(
+  ctx: RouterContext,
+  lookups: readonly LookupDefinition[],
+  table: string,
+  row: Row,
+  options: InsertOptions,
+): Promise<ShardflakeId> {
+  const name = options.lookup;
+  const lookup = lookups.find((l) => l.name === name);
+  if (options.key !== undefined || options.shard !== undefined || options.id !== undefined)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      'insert takes one of { key }, { id }, { shard } or { lookup }, not two',
+    );
+  if (!lookup)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `insert's lookup ${shown(name)} is not one of the router's lookups (${lookups.map((l) => l.name).join(', ') || 'none'})`,
+    );
+  if (lookup.table !== table)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `insert into ${shown(table)} cannot be placed by lookup ${lookup.name}, which is on table ${lookup.table}`,
+    );
+  if (!lookup.unique)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `insert can be placed only by a unique lookup, and ${lookup.name} is not unique (every row holding one value would land in one shard)`,
+    );
+  const value = expectObject(row, 'insert row')[lookup.column];
+  if (value === null || value === undefined)
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `insert placed by lookup ${lookup.name} needs the row's ${lookup.column}, which decides its shard`,
+    );
+  const { logicalShards } = await ctx.map.fresh();
+  return insertRow(ctx, table, row, {
+    shard: shardForKey(lookupText(lookup, valueText(value)), logicalShards),
+  });
 }
 
 /** Rows per INSERT statement at most (and within PostgreSQL's 65,535 bind parameters). */

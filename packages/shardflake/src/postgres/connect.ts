@@ -8,8 +8,7 @@
 import { createRequire } from 'node:module';
 import type pg from 'pg';
 import { expectString } from '../errors/arguments.js';
-import { AuthFailedError, redactSecrets, ShardflakeError } from '../errors/errors.js';
-import { describeServerUrl } from '../errors/redact.js';
+import { AuthFailedError, describeServerUrl, redactSecrets, ShardflakeError } from '../errors/errors.js';
 import { ID_CHECK_CONSTRAINT } from './id-shard-rule.js';
 
 /**

@@ -70,6 +70,19 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  *   (Measured and rejected: a variable instead of currval in PL/pgSQL — the second volatile expression pushes
  *   a second snapshot, cost the same; a non-inlined SQL function — 2.8× bulk even with PostgreSQL 18's plan
  *   cache; the expression written into the column default — 2× bigserial's instructions to plan.)
+ * - `next_id_bulk()` (version 5): the `sql` body under another name, installed whatever `language` says, so that
+ *   a statement that makes many ids, or runs prepared many times, can name it while the column's default stays
+ *   `next_id()`: `INSERT INTO t (id, v) SELECT next_id_bulk(), … FROM …`. Same counter, same expression, same slow
+ *   path: the argument above covers every mix of the two. Why the default itself cannot be as cheap in bulk, per
+ *   row of a bulk insert (callgrind, PostgreSQL 18.4, 60,000 rows): bigserial 15,600 instructions; `next_id()` in
+ *   PL/pgSQL 20,600, of which the call is 7,600 — nextval 2,450 (bigserial pays it too), the rest of the
+ *   expression 2,700 (currval 920, date_part 745 of which 305 recompute the Unix epoch, the arithmetic), and
+ *   2,450 the PL/pgSQL call itself (function lookup 350, its state 550, SPI connect and finish 550, memory
+ *   contexts and resource owner 800, a snapshot pushed for the volatile expression). The call's share is what
+ *   no body can drop: it is PL/pgSQL's, and a VOLATILE function must be VOLATILE (a STABLE one, 2% cheaper, can
+ *   be duplicated by the planner: `SELECT id, id FROM (SELECT next_id() AS id) s` would make two ids). Measured
+ *   and rejected there: `lastval()` for `currval` (its privilege check costs the same: +0.4%), the clock as an
+ *   interval from the epoch (−300 instructions, −1.5%: not worth a new version on its own).
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
@@ -78,7 +91,7 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  */
 
 /** Recorded in the schema (comment on `next_id()`); a newer install upgrades an older one in place. */
-export const GENERATOR_VERSION = 4;
+export const GENERATOR_VERSION = 5;
 
 /** SQLSTATE raised when a schema already holds a generator for another shard/layout, or a newer version. */
 export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
@@ -87,6 +100,7 @@ export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
 export const GENERATOR_OBJECTS = {
   counter: 'next_id_counter',
   nextId: 'next_id',
+  nextIdBulk: 'next_id_bulk',
   newEra: 'next_id_new_era',
   catchUp: 'next_id_catch_up',
   lastIssued: 'next_id_last_issued',
@@ -397,7 +411,9 @@ function readInstalledSignature(plan: GeneratorSqlPlan): string {
 
 /**
  * Versions 1 and 2 kept other counters (1: the id without its shard bits; 2: sequence · 2^eraBits + era, stepping
- * by 2^eraBits). Converting one waits for every transaction that called the old next_id() (ALTER SEQUENCE
+ * by 2^eraBits); from version 3 on the counter holds the id, and an upgrade replaces functions only. (Up to
+ * version 4 this check let version 3 through as if it were version 2: its counter, read as an era, moved the next
+ * ids years ahead of the clock. Tested now: test/postgres/generator.install.test.ts.) Converting one waits for every transaction that called the old next_id() (ALTER SEQUENCE
  * conflicts with nextval's lock), then stores the first id of the tick after the last one the old counter
  * reached, so every new id is above every old one. (A statement already running the old expression when this
  * commits finds the converted counter far outside what it would keep, and takes the new slow path.)
@@ -418,7 +434,8 @@ BEGIN
 ${readInstalledSignature(plan)}
   -- The version of the shardflake generator found here, NULL when there is none.
   installed := (existing->>'version')::int;
-  IF installed IS NULL OR installed >= ${GENERATOR_VERSION} THEN
+  -- Versions 3 and later keep the id itself in the counter: nothing to convert.
+  IF installed IS NULL OR installed >= 3 THEN
     RETURN;
   END IF;
   ALTER SEQUENCE ${counter} INCREMENT BY 1 MINVALUE 0 MAXVALUE ${(1n << 63n) - 1n};
@@ -535,6 +552,10 @@ BEGIN
 END
 $shardflake$`,
   );
+  // The inlined body for statements that make many ids (see COST at the top), whatever `language` is.
+  statements.push(`CREATE OR REPLACE FUNCTION ${q(o.nextIdBulk)}() RETURNS bigint
+  LANGUAGE sql VOLATILE PARALLEL UNSAFE
+  RETURN ${fastPath(plan)}`);
   // ≥ every id handed out (the counter only grows, see the top of this file), NULL before the first.
   statements.push(`CREATE OR REPLACE FUNCTION ${q(o.lastIssued)}() RETURNS bigint
   LANGUAGE sql VOLATILE PARALLEL UNSAFE

@@ -10,6 +10,7 @@ const COUNTS: Record<string, number> = {
   catalogRetryMs: 1,
   retryBackoffMs: 1,
   maxRetryBackoffMs: 1,
+  lookupCacheSize: 0,
 };
 const NESTED_COUNTS: Record<'transactions' | 'replicas', Record<string, number>> = {
   transactions: {

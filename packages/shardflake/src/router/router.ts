@@ -24,7 +24,7 @@ import {
   type LookupValue,
 } from '../lookups/read.js';
 import { lookupReadiness } from '../lookups/readiness.js';
-import { insertManyKept, withShardKept, withShardsKept, writeKept } from '../lookups/rows.js';
+import { insertManyKept, insertPlaced, withShardKept, withShardsKept, writeKept } from '../lookups/rows.js';
 import { connect } from '../postgres/connect.js';
 import type { RecoveryReport } from '../recovery/recovery.js';
 import { type TransactionOptions, TransactionState } from '../recovery/state.js';
@@ -93,6 +93,13 @@ export interface RouterOptions {
   /** Listen for map changes (default true). */
   listen?: boolean;
   /**
+   * Values whose owner's shard the router remembers, for unique lookups (default 10,000; 0: none). A remembered
+   * value is looked up with one read of its owner instead of two (docs/lookups.md, "The owner cache"). Memory: at
+   * most this many values of up to 256 characters each (longer ones are not remembered), least recently used out
+   * first.
+   */
+  lookupCacheSize?: number;
+  /**
    * Check at start that the config's roles may do what a router does on every server that answers (read the
    * catalog; use every shard schema; read and write its tables) and refuse in one line, INSUFFICIENT_PRIVILEGE,
    * naming the server, the role and what it lacks — rather than failing at the first query that needs it
@@ -149,8 +156,8 @@ export interface Router {
   /** Where a logical shard lives now, by the router's map: its server, schema and state. */
   placement(shard: number): ShardPlacement;
   /**
-   * Inserts one row into the shard of `options.key` (or `options.shard`) and returns its id, made by that shard's
-   * `next_id()`.
+   * Inserts one row into the shard of `options.key` (or `options.shard`, or beside its entry of the unique lookup
+   * `options.lookup`) and returns its id, made by that shard's `next_id()`.
    */
   insert(table: string, row: Row, options: InsertOptions): Promise<ShardflakeId>;
   /** The row of this id, typed as `R` (like pg's `query<R>`: the type is the caller's word, not checked). */
@@ -235,6 +242,7 @@ export { FENCED_SQLSTATE } from '../fence/fence.js';
 
 const DEFAULTS = {
   poolSize: 10,
+  lookupCacheSize: 10_000,
   maxUses: 0,
   maxLifetimeSeconds: 0,
   writeRetryMs: 10_000,
@@ -385,13 +393,23 @@ export async function createRouter(
     opts.transactions,
   );
   // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
-  const lookupTables = new Set((config.lookups ?? []).map((l) => l.table));
+  const lookupDefinitions = config.lookups ?? [];
+  const lookupTables = new Set(lookupDefinitions.map((l) => l.table));
   const ctx: RouterContext = {
     referenceTables: referenceTableNames(config),
     sessionLookups,
     keptWrite: (table) =>
       lookupTables.has(table)
-        ? (operation, shardOf, text, values) => writeKept(ctx, operation, shardOf, text, values)
+        ? (operation, shardOf, text, values, row) =>
+            writeKept(
+              ctx,
+              lookupDefinitions.filter((l) => l.table === table),
+              operation,
+              shardOf,
+              text,
+              values,
+              row,
+            )
         : undefined,
     map,
     transactions,
@@ -436,7 +454,12 @@ export async function createRouter(
       map.markStale();
     },
   };
-  const lookups = createLookupReader(ctx, config.lookups ?? [], lookupReadiness(ctx, config.catalog));
+  const lookups = createLookupReader(
+    ctx,
+    lookupDefinitions,
+    lookupReadiness(ctx, config.catalog),
+    opts.lookupCacheSize,
+  );
 
   const router: Router = {
     get mapVersion() {
@@ -454,7 +477,10 @@ export async function createRouter(
     shardFor: (key) => shardForKey(key, loaded().logicalShards),
     shardOfId: (id) => shardOfIdIn(loaded(), id),
     placement: (shard) => placementIn(loaded(), shard),
-    insert: (table, row, insertOptions) => insertRow(ctx, table, row, insertOptions),
+    insert: (table, row, insertOptions) =>
+      insertOptions?.lookup === undefined
+        ? insertRow(ctx, table, row, insertOptions)
+        : insertPlaced(ctx, lookupDefinitions, table, row, insertOptions),
     get: <R extends object>(table: string, id: ShardflakeId) => getRow<R>(ctx, table, id),
     update: (table, id, changes) => updateRow(ctx, table, id, changes),
     delete: (table, id) => deleteRow(ctx, table, id),

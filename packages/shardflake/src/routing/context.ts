@@ -61,12 +61,13 @@ export interface SessionLookups {
   beforeCommit(ctx: RouterContext, placement: ShardPlacement, client: pg.ClientBase): Promise<void>;
 }
 
-/** A single-row write: the statement for the shard `shardOf` picks, with its values. */
+/** A single-row write: the statement for the shard `shardOf` picks, with its values (and an insert's row). */
 export type KeptWrite = (
   operation: Operation,
   shardOf: (map: MapState) => number,
   text: (schema: string) => string,
   values: unknown[],
+  row?: Record<string, unknown>,
 ) => Promise<pg.QueryResult>;
 
 export interface RetryPolicy {

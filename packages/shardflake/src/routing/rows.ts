@@ -21,7 +21,10 @@ import { type ShardKey, shardForKey } from './shard-key.js';
  */
 export type Row = Record<string, unknown>;
 
-/** Where `router.insert` puts a row: the shard of a shard key, or a shard by number. */
+/**
+ * Where `router.insert` puts a row: the shard of a shard key, beside the row of an id, a shard by number, or beside
+ * a lookup's entry.
+ */
 export interface InsertOptions {
   /** Shard key (a user id, a string…); or give `shard` directly. */
   key?: ShardKey;
@@ -32,6 +35,12 @@ export interface InsertOptions {
    * used instead of `key` when given.
    */
   id?: ShardflakeId;
+  /**
+   * A unique lookup of this table: the row goes to the shard of its value's hash, where the value's entry lives,
+   * and the row and its entry commit in one local transaction in one round trip (docs/lookups.md, "Sign-up beside
+   * its entry"). Instead of `key` or `shard`.
+   */
+  lookup?: string;
 }
 
 /**
@@ -106,10 +115,12 @@ function writeRow(
   shardOf: (map: MapState) => number,
   text: (schema: string) => string,
   values: unknown[],
+  /** An insert's row, by column (a table with lookups may predict its entries from it). */
+  row?: Row,
 ): Promise<pg.QueryResult> {
   const kept = ctx.keptWrite?.(table);
   return kept
-    ? kept(operation, shardOf, text, values)
+    ? kept(operation, shardOf, text, values, row)
     : routedStatement(ctx, operation, shardOf, true, text, values);
 }
 
@@ -147,7 +158,7 @@ export async function insertRow(
   if (options?.shard === undefined && options?.key === undefined && options?.id === undefined)
     throw new ShardflakeError(
       'INVALID_ARGUMENT',
-      'insert needs a shard key ({ key }), an id to place it beside ({ id }) or a shard ({ shard })',
+      'insert needs a shard key ({ key }), an id to place it beside ({ id }), a shard ({ shard }) or a unique lookup ({ lookup })',
     );
   const columns = Object.keys(row);
   const values = columns.map((c) => row[c]);
@@ -163,6 +174,7 @@ export async function insertRow(
     shardOf,
     (schema) => ctx.statements.insert(schema, table, columns),
     values,
+    row,
   );
   return BigInt((result.rows[0] as { id: bigint }).id) as ShardflakeId;
 }

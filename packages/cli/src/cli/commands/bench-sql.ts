@@ -50,13 +50,23 @@ function printText(r: SqlBenchResult): void {
       (v) =>
         `${fmt(v.bulk.value.median)} ms   ${v.bulk.ratio.toFixed(2)}× bigserial   time bits vs clock at the end: ${v.bulk.aheadMs.map((a) => a.toFixed(0)).join(', ')} ms`,
     ),
+    row(
+      'naming next_id_bulk()',
+      `${fmt(r.nextIdBulk.bulk.value.median)} ms   ${r.nextIdBulk.bulk.ratio.toFixed(2)}× bigserial   (the default install, INSERT … (id, v) SELECT next_id_bulk(), …)`,
+    ),
     ...(b.bulkCpuMs
       ? [
           '  CPU time of the server process',
           row('bigserial', `${fmt(b.bulkCpuMs.median)} ms`),
-          ...each((v) => {
-            const cpu = v.bulkCpu as SqlBenchRatio;
-            return `${fmt(cpu.value.median)} ms   ${cpu.ratio.toFixed(2)}× bigserial (rounds ${Math.min(...cpu.ratios).toFixed(2)}–${Math.max(...cpu.ratios).toFixed(2)})`;
+          ...[
+            ...r.variants.map((v) => [`next_id() ${v.language}`, v.bulkCpu] as const),
+            ['naming next_id_bulk()', r.nextIdBulk.bulkCpu] as const,
+          ].map(([label, figure]) => {
+            const cpu = figure as SqlBenchRatio;
+            return row(
+              label,
+              `${fmt(cpu.value.median)} ms   ${cpu.ratio.toFixed(2)}× bigserial (rounds ${Math.min(...cpu.ratios).toFixed(2)}–${Math.max(...cpu.ratios).toFixed(2)})`,
+            );
           }),
         ]
       : []),
@@ -143,27 +153,48 @@ export function registerBenchSqlCommand(bench: Command): void {
             bars: {
               title: 'next_id() / bigserial',
               unit: '×',
-              values: result.variants.flatMap((v) => [
-                { label: `${v.language}: bulk INSERT … SELECT time`, value: v.bulk.ratio },
-                ...(v.bulkCpu
-                  ? [{ label: `${v.language}: bulk INSERT … SELECT server CPU`, value: v.bulkCpu.ratio }]
-                  : []),
-                ...(v.pgbenchSimple && v.pgbenchPrepared
-                  ? [
-                      { label: `${v.language}: single-row pgbench simple /s`, value: v.pgbenchSimple.ratio },
-                      {
-                        label: `${v.language}: single-row pgbench prepared /s`,
-                        value: v.pgbenchPrepared.ratio,
-                      },
-                    ]
-                  : []),
-                {
-                  label: `${v.language}: single-row node-postgres unnamed /s`,
-                  value: v.singleUnprepared.ratio,
-                },
-                { label: `${v.language}: single-row node-postgres named /s`, value: v.singlePrepared.ratio },
-                { label: `${v.language}: calls /s (vs nextval)`, value: v.calls.ratio },
-              ]),
+              values: result.variants
+                .flatMap((v) => [
+                  { label: `${v.language}: bulk INSERT … SELECT time`, value: v.bulk.ratio },
+                  ...(v.bulkCpu
+                    ? [{ label: `${v.language}: bulk INSERT … SELECT server CPU`, value: v.bulkCpu.ratio }]
+                    : []),
+                  ...(v.pgbenchSimple && v.pgbenchPrepared
+                    ? [
+                        {
+                          label: `${v.language}: single-row pgbench simple /s`,
+                          value: v.pgbenchSimple.ratio,
+                        },
+                        {
+                          label: `${v.language}: single-row pgbench prepared /s`,
+                          value: v.pgbenchPrepared.ratio,
+                        },
+                      ]
+                    : []),
+                  {
+                    label: `${v.language}: single-row node-postgres unnamed /s`,
+                    value: v.singleUnprepared.ratio,
+                  },
+                  {
+                    label: `${v.language}: single-row node-postgres named /s`,
+                    value: v.singlePrepared.ratio,
+                  },
+                  { label: `${v.language}: calls /s (vs nextval)`, value: v.calls.ratio },
+                ])
+                .concat([
+                  {
+                    label: 'naming next_id_bulk(): bulk INSERT … SELECT time',
+                    value: result.nextIdBulk.bulk.ratio,
+                  },
+                  ...(result.nextIdBulk.bulkCpu
+                    ? [
+                        {
+                          label: 'naming next_id_bulk(): bulk INSERT … SELECT server CPU',
+                          value: result.nextIdBulk.bulkCpu.ratio,
+                        },
+                      ]
+                    : []),
+                ]),
             },
           },
         ]);

@@ -115,6 +115,11 @@ export function registerClusterCommands(program: Command): void {
               .map(
                 (l) => `  lookup ${l.lookup} built: ${l.entriesWritten} entries (${seconds(l.durationMs)})`,
               ),
+            ...result.lookups
+              .filter((l) => l.alreadyBuilt && l.ownerIndexBuilt)
+              .map(
+                (l) => `  lookup ${l.lookup}: owner index built in every shard (${seconds(l.durationMs)})`,
+              ),
             '',
           ].join('\n'),
         );
