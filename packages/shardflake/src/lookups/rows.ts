@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
 import type { LookupDefinition } from '../config/lookups.js';
 import { expectObject, shown } from '../errors/arguments.js';
-import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
+import { ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { checkRouting, type InsertManyOptions, returnsIds, routeRows } from '../routing/bulk.js';
