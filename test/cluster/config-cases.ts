@@ -42,7 +42,7 @@ export const badShapes: [what: string, config: unknown, message: string][] = [
   [
     'an optional field misspelt',
     { ...base, refrenceTables: {} },
-    'cluster.json: refrenceTables is not a known field: did you mean referenceTables? (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups)',
+    'cluster.json: refrenceTables is not a known field: did you mean referenceTables? (known: $schema, comment, servers, catalog, logicalShards, epoch, layout, schemaPrefix, nextIdLanguage, tables, migrations, referenceTables, referenceMigrations, lookups, adopt)',
   ],
   [
     "a lookup's field misspelt",

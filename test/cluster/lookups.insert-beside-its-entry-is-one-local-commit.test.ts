@@ -192,7 +192,11 @@ describe('insert beside its entry', () => {
       [{ lookup: 'user_email' }, 'people', /cannot be placed by lookup user_email, which is on table users/],
       [{ lookup: 'person_city' }, 'people', /only by a unique lookup, and person_city is not unique/],
       [{ lookup: 'nope' }, 'users', /lookup "nope" is not one of the router's lookups/],
-      [{ lookup: 'user_email', key: 1 }, 'users', /one of \{ key \}, \{ shard \} or \{ lookup \}, not two/],
+      [
+        { lookup: 'user_email', key: 1 },
+        'users',
+        /one of \{ key \}, \{ id \}, \{ shard \} or \{ lookup \}, not two/,
+      ],
     ];
     for (const [options, table, message] of cases)
       await assert.rejects(
