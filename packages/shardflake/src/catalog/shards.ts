@@ -57,7 +57,7 @@ export interface ShardMap {
 
 /**
  * Version of the catalog's own DDL. Every statement below is idempotent; a catalog made by an older version gets
- * it all again from `upgradeCatalog` (init and migrate call it), which records the new version.
+ * it all again from `upgradeCatalog` (init, and migrate when its role owns the catalog), which records the new version.
  *
  * 2: the index on `shards.changed_in_version`, so a router's refresh reads the changed shards (readShardChanges)
  *    in time proportional to them, not to the map.
@@ -111,10 +111,17 @@ export async function upgradeCatalog(client: Queryable): Promise<boolean> {
   const { rows } = await client.query('SELECT catalog_sql_version FROM shardflake.cluster WHERE singleton');
   const version = (rows[0] as { catalog_sql_version: number } | undefined)?.catalog_sql_version;
   if (version === undefined || version >= CATALOG_SQL_VERSION) return false;
-  await client.query(catalogSql());
-  await client.query('UPDATE shardflake.cluster SET catalog_sql_version = $1 WHERE singleton', [
-    CATALOG_SQL_VERSION,
-  ]);
+  try {
+    await client.query(catalogSql());
+    await client.query('UPDATE shardflake.cluster SET catalog_sql_version = $1 WHERE singleton', [
+      CATALOG_SQL_VERSION,
+    ]);
+  } catch (error) {
+    // A role that only reads the catalog (docs/security.md: migrate needs no more) leaves the upgrade to the next
+    // run by its owner (cluster init): what version 2 adds only makes routers' reads cheaper, never correct.
+    if ((error as { code?: string }).code === '42501') return false;
+    throw error;
+  }
   return true;
 }
 
