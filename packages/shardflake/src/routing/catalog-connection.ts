@@ -54,6 +54,8 @@ export function catalogConnection(firstUrl: string, options: CatalogConnectionOp
     const lost = () => {
       if (client !== c) return;
       client = undefined;
+      // After an error the session is unusable: close its socket rather than wait for the server to.
+      c.end().catch(() => {});
       options.onLost();
     };
     c.on('error', lost);
