@@ -57,7 +57,8 @@ export interface ShardMap {
 
 /**
  * Version of the catalog's own DDL. Every statement below is idempotent; a catalog made by an older version gets
- * it all again from `upgradeCatalog` (init, and migrate when its role owns the catalog), which records the new version.
+ * it all again from `upgradeCatalog` (init, and migrate when its role owns the catalog), which records the new
+ * version.
  *
  * 2: the index on `shards.changed_in_version`, so a router's refresh reads the changed shards (readShardChanges)
  *    in time proportional to them, not to the map.
@@ -118,7 +119,7 @@ export async function upgradeCatalog(client: Queryable): Promise<boolean> {
     ]);
   } catch (error) {
     // A role that only reads the catalog (docs/security.md: migrate needs no more) leaves the upgrade to the next
-    // run by its owner (cluster init): what version 2 adds only makes routers' reads cheaper, never correct.
+    // run by its owner (cluster init): what version 2 adds makes routers' reads cheaper and changes nothing else.
     if ((error as { code?: string }).code === '42501') return false;
     throw error;
   }
