@@ -43,7 +43,7 @@ test('each operation event is a span back-dated by its total time, with the metr
   hook({ type: 'roles-found', server: 'a', node: 'x', primary: 'x' });
   hook({ type: 'catalog-down', server: 'a' });
   hook({ type: 'catalog-up', server: 'a' });
-  hook({ type: 'map', version: 2n, previous: 1n });
+  hook({ type: 'map', version: 2n, previous: 1n, read: 'changes', shardRows: 1 });
 
   const [ok, failed] = exporter.getFinishedSpans();
   assert.ok(ok && failed);

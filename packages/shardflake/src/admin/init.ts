@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { installDeadlockLog } from '../catalog/deadlocks.js';
 import { recordServers } from '../catalog/servers.js';
 import {
-  bumpMapVersion,
+  announceShards,
   installCatalog,
   readClusterInfo,
   readShardMap,
@@ -17,6 +17,7 @@ import {
   recordShards,
   rewriteClusterRowWhileNoShard,
   type ShardRecord,
+  upgradeCatalog,
   writeClusterRow,
 } from '../catalog/shards.js';
 import { type ClusterConfig, MAX_LOGICAL_SHARDS, shardSchema, targetVersion } from '../config/config.js';
@@ -114,8 +115,10 @@ async function ensureClusterRow(
     await installDeadlockLog(catalog);
     await writeClusterRow(catalog, row);
     info = await readClusterInfo(catalog);
-  } else if (noShardYet && (await rewriteClusterRowWhileNoShard(catalog, row))) {
-    info = await readClusterInfo(catalog);
+  } else {
+    await upgradeCatalog(catalog);
+    if (noShardYet && (await rewriteClusterRowWhileNoShard(catalog, row)))
+      info = await readClusterInfo(catalog);
   }
   if (!info) throw new ShardflakeError('DATABASE_ERROR', 'the catalog has no cluster row after writing it');
   const mismatches: string[] = [];
@@ -320,12 +323,8 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
     );
     // Shards created or recovered by this run become visible to routers together. A run that found everything in
     // place changes nothing, not even the map version (routers would re-read the map for nothing).
-    let mapVersion = map.version;
-    if (recovered.length > 0 || pending > 0) {
-      await catalog.query('BEGIN');
-      mapVersion = await bumpMapVersion(catalog);
-      await catalog.query('COMMIT');
-    }
+    // A run that stopped before this step left its shards unannounced: the rerun announces them.
+    const mapVersion = (await announceShards(catalog)) ?? map.version;
     const perServer: Record<string, number> = Object.fromEntries(
       Object.keys(config.servers).map((n) => [n, 0]),
     );

@@ -5,6 +5,7 @@ import {
   readShardMap,
   readShardVersions,
   recordShardVersion,
+  upgradeCatalog,
 } from '../catalog/shards.js';
 import { type ClusterConfig, targetVersion } from '../config/config.js';
 import { expectOption } from '../errors/arguments.js';
@@ -222,6 +223,8 @@ export async function migrateCluster(
         `${config.source}: logicalShards is ${config.logicalShards} but the cluster has ${info.logicalShards}`,
       );
     }
+    // A catalog made by an older shardflake gets the catalog DDL it lacks (catalog/shards.ts, CATALOG_SQL_VERSION).
+    await upgradeCatalog(catalog);
     // The history the catalog keeps: the config's new migrations are recorded before any shard runs them, a
     // config that contradicts it is refused, and one that lacks recorded migrations works from the catalog's SQL.
     const kept = await keepHistory(catalog, config);

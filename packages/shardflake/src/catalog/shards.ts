@@ -55,8 +55,23 @@ export interface ShardMap {
   shards: ShardPlacement[];
 }
 
-/** Version of the catalog's own DDL. Every statement below is idempotent. */
-export const CATALOG_SQL_VERSION = 1;
+/**
+ * Version of the catalog's own DDL. Every statement below is idempotent; a catalog made by an older version gets
+ * it all again from `upgradeCatalog` (init, and migrate when its role owns the catalog), which records the new
+ * version.
+ *
+ * 2: the index on `shards.changed_in_version`, so a router's refresh reads the changed shards (readShardChanges)
+ *    in time proportional to them, not to the map.
+ */
+export const CATALOG_SQL_VERSION = 2;
+
+/**
+ * `shards.changed_in_version`: the map version that last changed the row's placement (server or state), written in
+ * the transaction that raises the map version (setShardsState, announceShards), so a router at version v learns
+ * everything that changed since from the rows with a higher one. A shard `cluster init` recorded and has not
+ * announced yet holds -1 (UNANNOUNCED): announceShards gives it the version that makes it known.
+ */
+const UNANNOUNCED = -1;
 
 export function catalogSql(): string {
   return `
@@ -81,11 +96,34 @@ CREATE TABLE IF NOT EXISTS shardflake.shards (
 ALTER TABLE shardflake.cluster ADD COLUMN IF NOT EXISTS layout text NOT NULL DEFAULT 'instagram';
 ALTER TABLE shardflake.cluster ADD COLUMN IF NOT EXISTS schema_prefix text NOT NULL DEFAULT 'shard_';
 ALTER TABLE shardflake.shards ADD COLUMN IF NOT EXISTS schema_version integer NOT NULL DEFAULT 0;
-ALTER TABLE shardflake.shards ADD COLUMN IF NOT EXISTS last_error text;`;
+ALTER TABLE shardflake.shards ADD COLUMN IF NOT EXISTS last_error text;
+CREATE INDEX IF NOT EXISTS shards_changed_in_version ON shardflake.shards (changed_in_version);`;
 }
 
 export async function installCatalog(client: Queryable): Promise<void> {
   await client.query(catalogSql());
+}
+
+/**
+ * Brings a catalog made by an older shardflake to CATALOG_SQL_VERSION (its DDL again, then the version recorded);
+ * a catalog already there costs one read and takes no lock. Needs the cluster table. True when it upgraded.
+ */
+export async function upgradeCatalog(client: Queryable): Promise<boolean> {
+  const { rows } = await client.query('SELECT catalog_sql_version FROM shardflake.cluster WHERE singleton');
+  const version = (rows[0] as { catalog_sql_version: number } | undefined)?.catalog_sql_version;
+  if (version === undefined || version >= CATALOG_SQL_VERSION) return false;
+  try {
+    await client.query(catalogSql());
+    await client.query('UPDATE shardflake.cluster SET catalog_sql_version = $1 WHERE singleton', [
+      CATALOG_SQL_VERSION,
+    ]);
+  } catch (error) {
+    // A role that only reads the catalog (docs/security.md: migrate needs no more) leaves the upgrade to the next
+    // run by its owner (cluster init): what version 2 adds makes routers' reads cheaper and changes nothing else.
+    if ((error as { code?: string }).code === '42501') return false;
+    throw error;
+  }
+  return true;
 }
 
 /** Reads the shard map from the catalog: its version and every shard's server, schema and state. */
@@ -109,6 +147,68 @@ export async function readShardMap(client: Queryable): Promise<ShardMap> {
       }),
     ),
   };
+}
+
+/** What changed in the map after a version: the catalog's version now and the placements changed since. */
+export interface ShardChanges {
+  /** The catalog's map version when read. */
+  version: bigint;
+  /** The shards whose placement changed in a version above the one asked about, ordered by shard number. */
+  shards: ShardPlacement[];
+}
+
+/**
+ * The map's changes after version `since`, in one statement (one snapshot: the version and the rows agree). A
+ * writer sets `changed_in_version` in the transaction that raises the version, and versions commit in order (each
+ * raise holds the cluster row's lock to its commit), so the rows above `since` are every change a map at `since`
+ * lacks. Reads only those rows, through the index on `changed_in_version`.
+ */
+export async function readShardChanges(client: Queryable, since: bigint): Promise<ShardChanges> {
+  const { rows } = await client.query(
+    `SELECT c.map_version, s.shard, s.server, s.schema_name, s.state
+       FROM shardflake.cluster c
+       LEFT JOIN shardflake.shards s ON s.changed_in_version > $1
+      WHERE c.singleton
+      ORDER BY s.shard`,
+    [since.toString()],
+  );
+  const first = rows[0] as { map_version: bigint } | undefined;
+  return {
+    version: first ? BigInt(first.map_version) : 0n,
+    shards: (
+      rows as { shard: number | null; server: string; schema_name: string; state: ShardState }[]
+    ).flatMap((r) =>
+      r.shard === null ? [] : [{ shard: r.shard, server: r.server, schema: r.schema_name, state: r.state }],
+    ),
+  };
+}
+
+/**
+ * Makes the shards `cluster init` recorded known to routers: raises the map version and gives every shard not
+ * announced yet (this run's, and those of an earlier run that stopped before this step) that version, in one
+ * transaction. Returns the new version, or null (changing nothing) when no shard waited.
+ */
+export async function announceShards(client: Queryable): Promise<bigint | null> {
+  await client.query('BEGIN');
+  try {
+    const waiting = await client.query(
+      `SELECT 1 FROM shardflake.shards WHERE changed_in_version = ${UNANNOUNCED} LIMIT 1`,
+    );
+    if (waiting.rowCount === 0) {
+      await client.query('ROLLBACK');
+      return null;
+    }
+    const version = await bumpMapVersion(client);
+    await client.query(
+      `UPDATE shardflake.shards SET changed_in_version = $1 WHERE changed_in_version = ${UNANNOUNCED}`,
+      [version.toString()],
+    );
+    await client.query('COMMIT');
+    return version;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {});
+    throw error;
+  }
 }
 
 /**
@@ -165,12 +265,15 @@ export interface ShardRecord {
   schemaVersion: number;
 }
 
-/** Adds created shards to the map (one statement for any number of shards); shards already there are kept. */
+/**
+ * Adds created shards to the map (one statement for any number of shards); shards already there are kept. They
+ * are unannounced until announceShards raises the map version for them.
+ */
 export async function recordShards(client: Queryable, records: readonly ShardRecord[]): Promise<void> {
   if (records.length === 0) return;
   await client.query(
-    `INSERT INTO shardflake.shards (shard, server, schema_name, schema_version)
-     SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::int[])
+    `INSERT INTO shardflake.shards (shard, server, schema_name, schema_version, changed_in_version)
+     SELECT *, ${UNANNOUNCED} FROM unnest($1::int[], $2::text[], $3::text[], $4::int[])
      ON CONFLICT (shard) DO NOTHING`,
     [
       records.map((r) => r.shard),

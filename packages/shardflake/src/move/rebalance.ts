@@ -380,16 +380,35 @@ export interface RebalanceResult extends RebalancePlan {
   results: MoveResult[];
 }
 
-/** How long a plan should take, fitted (least squares) on the moves this cluster recorded earlier. */
+/**
+ * How long a plan should take, from the moves this cluster recorded earlier: a fit `time = shards × a + rows × b`
+ * with a, b ≥ 0, held between bounds the history measured (`estimateMoves` says which).
+ */
 export interface MoveEstimate {
-  /** The plan's estimated duration in seconds (shards × secondsPerShard + rows ÷ rowsPerSecond). */
+  /** The plan's estimated duration in seconds: the fit, held between `low` and `high`. */
   seconds: number;
-  /** The fitted fixed cost of moving one shard, in seconds, whatever its rows. */
+  /** The least the history allows: its fastest set, scaled by whichever of shards or rows grew less. */
+  low: number;
+  /** The most the history allows: its slowest set, scaled by whichever of shards or rows grew more. */
+  high: number;
+  /** The fitted fixed cost of moving one shard, in seconds, whatever its rows (never negative). */
   secondsPerShard: number;
   /** The fitted copy rate in rows per second; 0 when the history shows no cost per row. */
   rowsPerSecond: number;
   /** How many finished sets and single moves in the catalog the fit used. */
   fromSets: number;
+  /**
+   * True when the history is too thin to trust the fit: fewer than three sets, or a plan over ten times the
+   * largest set measured. Then `low`–`high` is the answer to show, not `seconds`.
+   */
+  thin: boolean;
+}
+
+/** A finished set (or single move) as the estimate reads it: its shards, rows copied and seconds taken. */
+export interface MeasuredSet {
+  shards: number;
+  rows: number;
+  seconds: number;
 }
 
 /**
@@ -405,17 +424,12 @@ export function withoutInterruptions<T extends { shards: number; seconds: number
 }
 
 /**
- * Fits time = shards × a + rows × b (least squares, no intercept) over the finished sets (and single moves) in
- * the catalog's move records, and applies it to the plan. A set's time is from its first start to its last
- * update; the sets of a plan that ran side by side each count their own time.
+ * Least squares for `t = s·a + r·b` with a, b ≥ 0 (two unknowns, so the non-negative solution is one of: the free
+ * fit when both come out ≥ 0, else the better of the two one-coefficient fits). The free fit alone is what printed
+ * 15,206 s for a 28.5 s rebalance: a single-shard move with a fixed cost beside a large set made b negative, and
+ * clamping b to 0 afterwards kept the a that the negative b had inflated.
  */
-export async function estimateFromHistory(
-  catalog: pg.Client,
-  shards: number,
-  rows: number,
-): Promise<MoveEstimate | null> {
-  const sets = withoutInterruptions(await finishedStreams(catalog).catch(() => []));
-  if (sets.length === 0) return null;
+function nonNegativeFit(sets: readonly MeasuredSet[]): { a: number; b: number } {
   let ss = 0;
   let sr = 0;
   let rr = 0;
@@ -429,24 +443,72 @@ export async function estimateFromHistory(
     rt += h.rows * h.seconds;
   }
   const det = ss * rr - sr * sr;
-  let a: number;
-  let b: number;
-  if (Math.abs(det) > 1e-9 * Math.max(1, ss * rr)) {
-    a = (st * rr - rt * sr) / det;
-    b = (ss * rt - sr * st) / det;
-  } else {
-    // One kind of history (e.g. only empty shards): all time per shard.
-    a = st / ss;
-    b = 0;
+  if (det > 1e-9 * ss * rr) {
+    const a = (st * rr - rt * sr) / det;
+    const b = (ss * rt - sr * st) / det;
+    if (a >= 0 && b >= 0) return { a, b };
   }
-  a = Math.max(a, 0);
-  b = Math.max(b, 0);
+  // Residual sums of squares of the one-coefficient fits: Σt² − (Σxt)²/Σx², so the larger (Σxt)²/Σx² wins.
+  const shardsOnly = ss > 0 ? { a: Math.max(0, st / ss), b: 0, explained: (st * st) / ss } : undefined;
+  const rowsOnly = rr > 0 ? { a: 0, b: Math.max(0, rt / rr), explained: (rt * rt) / rr } : undefined;
+  const best =
+    shardsOnly && rowsOnly ? (rowsOnly.explained > shardsOnly.explained ? rowsOnly : shardsOnly) : shardsOnly;
+  return best ? { a: best.a, b: best.b } : { a: 0, b: 0 };
+}
+
+/**
+ * The estimate for a plan of `shards` shards and `rows` rows from finished sets (interrupted ones already left
+ * out). What it guarantees, whatever the history (durations ≥ 0, sets of ≥ 1 shard):
+ *
+ * - `0 ≤ low ≤ seconds ≤ high`, all finite;
+ * - `low` = the least over the sets of `seconds_h × min(shards / shards_h, rows / rows_h)` and `high` = the most
+ *   of `seconds_h × max(shards / shards_h, rows / rows_h)` (a set without rows scales by shards alone): each set
+ *   scaled up to the plan, once as if all its time were per shard and once as if all were per row. When the
+ *   history really is `shards × a + rows × b` the fit lies inside these already, so the bounds only bite on
+ *   noise — and then they keep the answer within what some measured set's own rate would predict.
+ *
+ * Null when nothing was measured.
+ */
+export function estimateMoves(
+  history: readonly MeasuredSet[],
+  shards: number,
+  rows: number,
+): MoveEstimate | null {
+  const sets = history.filter((h) => h.shards >= 1 && Number.isFinite(h.seconds) && h.seconds >= 0);
+  if (sets.length === 0) return null;
+  let low = Number.POSITIVE_INFINITY;
+  let high = 0;
+  for (const h of sets) {
+    const byShards = shards / h.shards;
+    const byRows = h.rows > 0 ? rows / h.rows : byShards;
+    low = Math.min(low, h.seconds * Math.min(byShards, byRows));
+    high = Math.max(high, h.seconds * Math.max(byShards, byRows));
+  }
+  const { a, b } = nonNegativeFit(sets);
+  const fitted = Math.min(high, Math.max(low, a * shards + b * rows));
+  const largest = Math.max(...sets.map((h) => h.shards));
+  const round = (x: number) => Math.round(x * 10) / 10;
   return {
-    seconds: Math.round((a * shards + b * rows) * 10) / 10,
+    seconds: round(fitted),
+    low: round(low),
+    high: round(high),
     secondsPerShard: Math.round(a * 1000) / 1000,
     rowsPerSecond: b > 0 ? Math.round(1 / b) : 0,
     fromSets: sets.length,
+    thin: sets.length < 3 || shards > 10 * largest,
   };
+}
+
+/**
+ * The estimate for a plan, from the finished sets (and single moves) in the catalog's move records. A set's time
+ * is from its first start to its last update; the sets of a plan that ran side by side each count their own time.
+ */
+export async function estimateFromHistory(
+  catalog: pg.Client,
+  shards: number,
+  rows: number,
+): Promise<MoveEstimate | null> {
+  return estimateMoves(withoutInterruptions(await finishedStreams(catalog).catch(() => [])), shards, rows);
 }
 
 /**

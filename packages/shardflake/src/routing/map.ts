@@ -1,15 +1,20 @@
-import type pg from 'pg';
 import { type AdoptionRouting, readAdoptionRouting } from '../catalog/adopt.js';
 import { readReferenceCopies } from '../catalog/reference-copies.js';
 import { readServers } from '../catalog/servers.js';
-import { MAP_CHANNEL, readClusterInfo, readShardMap, type ShardPlacement } from '../catalog/shards.js';
+import {
+  MAP_CHANNEL,
+  readClusterInfo,
+  readShardChanges,
+  readShardMap,
+  type ShardPlacement,
+} from '../catalog/shards.js';
 import { shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import type { ShardflakeId } from '../ids/id.js';
 import { type Layout, type LayoutField, resolveLayout, withEpoch } from '../ids/layout.js';
-import { connect, createPool, type Queryable, wrapPgError } from '../postgres/connect.js';
-import { quoteIdent } from '../postgres/identifier.js';
+import { type Queryable, wrapPgError } from '../postgres/connect.js';
 import type { RouterEvent } from '../telemetry/events.js';
+import { catalogConnection } from './catalog-connection.js';
 import { isOldId, servedDuringAdoption, shardOfOldRootId } from './old-ids.js';
 
 /**
@@ -17,8 +22,12 @@ import { isOldId, servedDuringAdoption, shardOfOldRootId } from './old-ids.js';
  *
  * It reads the map from the catalog once, then keeps it current by LISTENing on `shardflake_map`: a notification
  * newer than the map marks it stale and every operation waits for the refresh, so the router never acts on a map
- * older than the catalog's while the catalog answers. If the LISTEN connection drops, the map is re-read (and
- * LISTEN set up again) at once.
+ * older than the catalog's while the catalog answers. A refresh reads only the shards whose placement changed
+ * since the map it has (catalog/shards.ts, readShardChanges: each writer stamps the rows it changes with the
+ * version it raises), so a map version costs the catalog its changed shards, not the whole map. The whole map is
+ * read at the first load, after the catalog connection was lost or moved, when the catalog's version is behind
+ * the router's, and on router.refresh(). Reads and the LISTEN share one connection (catalog-connection.ts); if it
+ * drops, the map is re-read (and LISTEN set up again) at once.
  *
  * When the catalog does not answer (a refresh fails and a map is already loaded), the router keeps serving from its
  * last map and reports `catalog-down`; a timer retries every `reconnectMs` and, once the catalog answers, LISTENs and
@@ -61,6 +70,15 @@ export interface ShardMapOptions {
   locateCatalog?: () => Promise<string>;
 }
 
+/** How a refresh read the catalog: the whole map, or the shards changed since the map it had. */
+export interface MapRead {
+  kind: 'full' | 'changes';
+  /** Shard rows read: every shard for a full read, the changed ones otherwise. */
+  shardRows: number;
+  /** The map version it read. */
+  version: bigint;
+}
+
 export interface ShardMapCache {
   /** The loaded map (undefined only before the first load). */
   readonly state: MapState | undefined;
@@ -70,8 +88,10 @@ export interface ShardMapCache {
   fresh(): Promise<MapState>;
   /** Re-reads the map now; throws when the catalog does not answer. */
   reload(): Promise<MapState>;
-  /** The catalog server's pool (reads only: the map's module owns it and follows a catalog failover). */
+  /** The router's catalog connection (reads only: the map's module owns it and follows a catalog failover). */
   readonly catalog: Queryable;
+  /** How the last refresh read the catalog (undefined before the first). */
+  readonly lastRead: MapRead | undefined;
   /** Marks the map as possibly old: the next `fresh()` re-reads it (unless the catalog is down). */
   markStale(): void;
   /** Resolves 'map' once the loaded map is newer than `version`, or 'timeout' after `ms`. */
@@ -80,119 +100,156 @@ export interface ShardMapCache {
 }
 
 export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions): ShardMapCache {
-  let catalogUrl = firstCatalogUrl;
-  let catalogPool: pg.Pool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
   let state: MapState | undefined;
+  // The catalog's placements as read (state.shards differs while an adoption serves from the source): a refresh
+  // patches these with the rows changed since state.version.
+  let placements: ShardPlacement[] = [];
+  // True when the next refresh must read the whole map: before the first, after the connection was lost or moved.
+  let readAll = true;
   let stale = true;
   let refreshing: Promise<void> | undefined;
-  let listener: pg.Client | undefined;
   let closed = false;
   let down: ShardflakeError | undefined;
   let reconnectTimer: NodeJS.Timeout | undefined;
+  let lastRead: MapRead | undefined;
   // Operations waiting to retry: each is woken by the first map newer than the one its attempt used.
   const mapWaiters = new Map<() => void, bigint>();
 
-  async function load(): Promise<void> {
-    try {
-      const info = await readClusterInfo(catalogPool);
-      if (!info)
-        throw new ShardflakeError(
-          'INVALID_CONFIG',
-          `no cluster on catalog server ${options.catalogServer}; run cluster init first`,
-        );
-      const map = await readShardMap(catalogPool);
-      const servers = await readServers(catalogPool);
-      const referenceCopies = await readReferenceCopies(catalogPool);
-      const adoption = await readAdoptionRouting(catalogPool);
-      const layout = withEpoch(resolveLayout(info.layout), info.epochMs);
-      const shardField = layout.fields.find((f) => f.kind === 'shard');
-      if (!shardField)
-        throw new ShardflakeError('INVALID_LAYOUT', `layout ${info.layout} has no shard field`);
-      const shards: ShardPlacement[] = [];
-      for (const s of map.shards) shards[s.shard] = s;
-      const previous = state?.version ?? 0n;
-      state = servedDuringAdoption(
-        {
-          version: map.version,
-          logicalShards: info.logicalShards,
-          layout,
-          shardField,
-          shards,
-          schemaPrefix: info.schemaPrefix,
-          servers,
-          referenceCopies,
-        },
-        adoption,
-      );
-      options.onMapChange?.(map.version);
-      if (options.emit && map.version !== previous)
-        options.emit({
-          type: 'map',
-          version: map.version,
-          previous,
-          ...(adoption ? { adoption: adoption.servingFromSource ? 'source' : 'shards' } : {}),
-        });
-      for (const [wake, version] of mapWaiters) if (map.version > version) wake();
-    } catch (error) {
-      throw wrapPgError(error);
-    }
-  }
-
-  async function listen(): Promise<void> {
-    if (!options.listen || closed) return;
-    const client = await connect(catalogUrl, { applicationName: 'shardflake router listen' });
-    client.on('notification', (msg) => {
-      if (msg.channel !== MAP_CHANNEL) return;
-      const version = msg.payload ? BigInt(msg.payload) : undefined;
+  const connection = catalogConnection(firstCatalogUrl, {
+    channel: options.listen ? MAP_CHANNEL : undefined,
+    onNotification(payload) {
+      const version = payload ? BigInt(payload) : undefined;
       if (!state || version === undefined || version > state.version) {
         stale = true;
         // Refresh at once, so the next operation rarely has to wait; a failure is an outage (see fresh()).
         cache.fresh().catch(() => {});
       }
-    });
-    const lost = () => {
-      if (listener !== client) return;
-      listener = undefined;
+    },
+    onLost() {
       stale = true;
+      // Notifications sent while no one listened are gone: the whole map is read again.
+      readAll = true;
       // The catalog may be going away: find out now rather than on the next operation.
-      if (!closed) cache.fresh().catch(() => {});
+      if (!closed && options.listen) cache.fresh().catch(() => {});
+    },
+  });
+  const catalog = connection.reader;
+
+  /** The whole map: the first load, and whenever what changed since the last one cannot be known. */
+  async function readWhole(): Promise<{
+    version: bigint;
+    layout: Layout;
+    logicalShards: number;
+    prefix: string;
+  }> {
+    const info = await readClusterInfo(catalog);
+    if (!info)
+      throw new ShardflakeError(
+        'INVALID_CONFIG',
+        `no cluster on catalog server ${options.catalogServer}; run cluster init first`,
+      );
+    const map = await readShardMap(catalog);
+    placements = [];
+    for (const s of map.shards) placements[s.shard] = s;
+    return {
+      version: map.version,
+      layout: withEpoch(resolveLayout(info.layout), info.epochMs),
+      logicalShards: info.logicalShards,
+      prefix: info.schemaPrefix,
     };
-    client.on('error', lost);
-    client.on('end', lost);
-    try {
-      await client.query(`LISTEN ${quoteIdent(MAP_CHANNEL)}`);
-    } catch (error) {
-      await client.end().catch(() => {});
-      throw wrapPgError(error, catalogUrl);
-    }
-    if (closed) {
-      await client.end().catch(() => {});
-      return;
-    }
-    listener = client;
   }
 
+  async function load(whole: boolean): Promise<void> {
+    try {
+      const previousState = state;
+      let version: bigint;
+      let read: { kind: 'full' | 'changes'; shardRows: number };
+      let fixed: { layout: Layout; logicalShards: number; prefix: string };
+      const changes =
+        whole || !previousState ? undefined : await readShardChanges(catalog, previousState.version);
+      // The whole map again when the changes cannot say what changed: a catalog behind this map (restored, or a
+      // replica promoted before it caught up), or a new version without a changed shard (a new reference copy, a
+      // change made by hand or by a writer that does not stamp its rows). Versions without a shard are rare.
+      const unexplained =
+        changes !== undefined && previousState !== undefined && changes.version !== previousState.version
+          ? changes.shards.length === 0 || changes.version < previousState.version
+          : false;
+      if (!previousState || !changes || unexplained) {
+        const w = await readWhole();
+        version = w.version;
+        fixed = w;
+        read = { kind: 'full', shardRows: placements.filter(Boolean).length };
+      } else {
+        if (changes.shards.length > 0) {
+          placements = [...placements];
+          for (const s of changes.shards) placements[s.shard] = s;
+        }
+        version = changes.version;
+        fixed = {
+          layout: previousState.layout,
+          logicalShards: previousState.logicalShards,
+          prefix: previousState.schemaPrefix,
+        };
+        read = { kind: 'changes', shardRows: changes.shards.length };
+      }
+      readAll = false;
+      // Servers, reference copies and the adoption: a few rows each, whatever the shard count.
+      const servers = await readServers(catalog);
+      const referenceCopies = await readReferenceCopies(catalog);
+      const adoption = await readAdoptionRouting(catalog);
+      const shardField = fixed.layout.fields.find((f) => f.kind === 'shard');
+      if (!shardField)
+        throw new ShardflakeError('INVALID_LAYOUT', `layout ${fixed.layout.name} has no shard field`);
+      const previous = previousState?.version ?? 0n;
+      state = servedDuringAdoption(
+        {
+          version,
+          logicalShards: fixed.logicalShards,
+          layout: fixed.layout,
+          shardField,
+          shards: placements,
+          schemaPrefix: fixed.prefix,
+          servers,
+          referenceCopies,
+        },
+        adoption,
+      );
+      lastRead = { ...read, version };
+      options.onMapChange?.(version);
+      if (options.emit && version !== previous)
+        options.emit({
+          type: 'map',
+          version,
+          previous,
+          read: read.kind,
+          shardRows: read.shardRows,
+          ...(adoption ? { adoption: adoption.servingFromSource ? 'source' : 'shards' } : {}),
+        });
+      for (const [wake, waitedFor] of mapWaiters) if (version > waitedFor) wake();
+    } catch (error) {
+      throw wrapPgError(error);
+    }
+  }
   /** Moves to the catalog server's current primary when it is another node than the one in use. */
   async function followCatalog(): Promise<void> {
     if (!options.locateCatalog) return;
-    const found = await options.locateCatalog().catch(() => catalogUrl);
-    // Closed while the primary was looked for: a pool made now would outlive close() (and keep the process alive).
-    if (found === catalogUrl || closed) return;
-    const old = catalogPool;
-    catalogUrl = found;
-    catalogPool = createPool(catalogUrl, { max: 2, applicationName: 'shardflake router' });
-    await old.end().catch(() => {});
+    const found = await options.locateCatalog().catch(() => connection.url);
+    // Closed while the primary was looked for: nothing new is opened (the connection refuses once closed).
+    if (found === connection.url || closed) return;
+    readAll = true;
+    await connection.moveTo(found);
   }
 
   /** One refresh at a time; concurrent callers share it. */
-  function refreshOnce(): Promise<void> {
+  function refreshOnce(whole = false): Promise<void> {
     if (!refreshing) {
       refreshing = (async () => {
         // Clear the flag first: a notification that arrives during the read sets it again.
         stale = false;
-        if (down || (options.listen && !listener)) await followCatalog();
-        if (options.listen && !listener) await listen();
-        await load();
+        if (down || !connection.connected) await followCatalog();
+        // Open (and LISTEN) before reading, so no change made after the read goes unannounced.
+        await connection.open();
+        await load(whole || readAll);
       })().finally(() => {
         refreshing = undefined;
       });
@@ -232,7 +289,10 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       return down !== undefined;
     },
     get catalog() {
-      return catalogPool;
+      return catalog;
+    },
+    get lastRead() {
+      return lastRead;
     },
 
     async fresh() {
@@ -255,7 +315,8 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
 
     async reload() {
       stale = true;
-      await refreshOnce();
+      // Asked for by the application (router.refresh()): the whole map, whatever the versions say.
+      await refreshOnce(true);
       if (down) {
         down = undefined;
         options.emit?.({ type: 'catalog-up', server: options.catalogServer });
@@ -287,10 +348,7 @@ export function createShardMap(firstCatalogUrl: string, options: ShardMapOptions
       closed = true;
       clearTimeout(reconnectTimer);
       for (const wake of [...mapWaiters.keys()]) wake();
-      const client = listener;
-      listener = undefined;
-      await client?.end().catch(() => {});
-      await catalogPool.end().catch(() => {});
+      await connection.close();
     },
   };
   return cache;

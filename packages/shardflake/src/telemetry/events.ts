@@ -107,6 +107,10 @@ export interface MapEvent {
   version: bigint;
   /** The version the router had before (0n at start). */
   previous: bigint;
+  /** How the catalog was read: the whole map (`full`), or only the shards changed since `previous` (`changes`). */
+  read: 'full' | 'changes';
+  /** How many shard rows the refresh read from the catalog: every shard for `full`, the changed ones otherwise. */
+  shardRows: number;
   /**
    * In a cluster adopted from a live database (docs/adopt.md): `source` while the router serves every shard from
    * the source (before the switch), `shards` after it; absent in a cluster that adopted nothing.

@@ -254,9 +254,11 @@ export function registerMoveCommands(cluster: Command): void {
             : []),
           result.moves.length === 0
             ? ''
-            : result.estimate
-              ? `estimated time ${result.estimate.seconds} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (${result.estimate.secondsPerShard} s per shard${result.estimate.rowsPerSecond > 0 ? ` + rows at ${result.estimate.rowsPerSecond} rows/s` : ''}, fitted on ${result.estimate.fromSets} earlier sets or moves)`
-              : `no earlier move measured in this cluster: no time estimate yet (~${result.rowsToCopy} rows to copy)`,
+            : result.estimate?.thin
+              ? `estimated time between ${result.estimate.low} and ${result.estimate.high} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (only ${result.estimate.fromSets} earlier sets or moves measured, or none as large: the range their rates allow)`
+              : result.estimate
+                ? `estimated time ${result.estimate.seconds} s for ${result.moves.length} shards and ~${result.rowsToCopy} rows (${result.estimate.secondsPerShard} s per shard${result.estimate.rowsPerSecond > 0 ? ` + rows at ${result.estimate.rowsPerSecond} rows/s` : ''}, fitted on ${result.estimate.fromSets} earlier sets or moves)`
+                : `no earlier move measured in this cluster: no time estimate yet (~${result.rowsToCopy} rows to copy)`,
           result.moves.length === 0
             ? 'already balanced: nothing to move'
             : `${result.dryRun ? 'plan' : 'moved'} (${result.moves.length}):`,
