@@ -1,6 +1,6 @@
 /*
  * sql/: SQL across all shards (`router.sql`): parsed by PostgreSQL's own parser, planned as a small tree of
- * primitives (one file each), sent as one statement per server and combined in the router.
+ * primitives (one file each), sent as statements of a bounded number of shards each and combined in the router.
  *
  * May import: errors, postgres, config, telemetry, routing.
  */
@@ -20,10 +20,10 @@ import { type GroupsPlan, type Plan, planQuery, type RowsPlan } from './plan.js'
 import {
   type Column,
   openServerStream,
-  runOnServers,
+  pieceStatements,
+  runPieces,
   type ServerRows,
   type ServerStream,
-  serverStatements,
   sortsByCodePoint,
 } from './route.js';
 import { comparator } from './sort.js';
@@ -34,7 +34,9 @@ import { type Cell, equalityKey, needsCollation } from './values.js';
  * database holding all the shards' rows would answer it, or refused with UNSUPPORTED_QUERY (see plan.ts for the
  * two shapes of plan, check.ts and from.ts for what is refused, docs/sql.md for the grammar).
  *
- * Not one snapshot: each server answers from its own (as every cross-shard read of the router). A query that
+ * Not one snapshot: each statement answers from its own — a server's shards are read by several statements of at
+ * most `sqlShardsPerStatement` shards (route.ts), each shard whole in one of them — as every cross-shard read of
+ * the router answers server by server. A query that
  * races a shard move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do; a
  * stream only before its first row leaves (see openStreams).
  */
@@ -105,7 +107,8 @@ async function runBuffered(
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
     try {
-      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace, prepare);
+      const pieces = pieceStatements(plan, map, ctx.sqlPieces, trace);
+      return await runPieces(ctx, pieces, values, trace, prepare, ctx.sqlPieces.connectionsPerServer);
     } catch (error) {
       if (!(await movedAway(ctx, error, map, attempt))) throw error;
       trace?.retryReasons.push('unknown-table');
@@ -160,7 +163,7 @@ async function codePointText(
   oids: number[],
 ): Promise<boolean> {
   if (!oids.some(needsCollation)) return true;
-  const answers = await Promise.all([...servers].map((s) => sortsByCodePoint(ctx, s)));
+  const answers = await Promise.all([...new Set(servers)].map((s) => sortsByCodePoint(ctx, s)));
   return answers.every(Boolean);
 }
 
@@ -309,7 +312,7 @@ export async function runSql(
   if (plan.kind === 'once') {
     return traced(ctx.onEvent, 'sql', async (trace) => {
       const server = onceServer(await ctx.map.fresh());
-      const [answer] = await runOnServers(ctx, new Map([[server, plan.statement]]), values, trace, prepare);
+      const [answer] = await runPieces(ctx, [{ server, text: plan.statement }], values, trace, prepare, 1);
       const { columns, rows } = answer as ServerRows;
       const project = projector(columns);
       return { rows: rows.map(project), columns: toColumns(columns) };
@@ -386,14 +389,15 @@ export async function* streamSql(
 }
 
 /**
- * Every server's cursor, opened on the map of the moment, with its first batch read. When a server says a table
- * or schema is not there and the re-read map shows a shard moved (`movedAway`), every cursor is closed and the
- * whole set opened again on the new map, as router.sql runs again.
+ * Every piece's cursor (at most `sqlConnectionsPerServer` pieces per server), opened on the map of the moment,
+ * with its first batch read. When a server says a table or schema is not there and the re-read map shows a shard
+ * moved (`movedAway`), every cursor is closed and the whole set opened again on the new map, as router.sql runs
+ * again.
  *
  * What may be retried, exactly: only this opening, before the first row leaves the stream. It waits for every
- * server's first batch (read in parallel) before the stream yields anything, so a server that fails does so while
+ * piece's first batch (read in parallel) before the stream yields anything, so a piece that fails does so while
  * no row has been given out, and a retry cannot give a row twice. After that there is nothing of a move to retry:
- * a server's first read has planned its whole statement, which locks every shard table it reads until its cursor
+ * a piece's first read has planned its whole statement, which locks every shard table it reads until its cursor
  * closes, so a move's cleanup cannot drop them under a running stream (its DROP waits). A stream that read a map
  * older than a finished move but whose old copy is still there reads that copy, which holds the rows as of the
  * cutover (routing/map.ts): a read that began before the switch, not a wrong one. Any error after the first row is
@@ -407,17 +411,21 @@ async function openStreams(
 ): Promise<{ servers: string[]; streams: ServerStream[]; columns: Column[] }> {
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
-    const texts = serverStatements(plan, map);
+    // A stream holds a connection per piece while it reads: at most connectionsPerServer pieces per server.
+    const pieces = pieceStatements(plan, map, {
+      shardsPerStatement: ctx.sqlPieces.shardsPerStatement,
+      maxPieces: ctx.sqlPieces.connectionsPerServer,
+    });
     const streams: ServerStream[] = [];
     let failure: unknown;
     try {
-      for (const [server, statement] of texts)
+      for (const { server, text: statement } of pieces)
         streams.push(await openServerStream(ctx, server, statement, values, batch));
       const firsts = await Promise.allSettled(streams.map((s) => s.columns()));
       const failed = firsts.find((f): f is PromiseRejectedResult => f.status === 'rejected');
       if (!failed) {
         const columns = (firsts[0] as PromiseFulfilledResult<Column[]>).value;
-        return { servers: [...texts.keys()], streams, columns };
+        return { servers: pieces.map((p) => p.server), streams, columns };
       }
       failure = failed.reason;
     } catch (error) {
