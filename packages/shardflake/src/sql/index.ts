@@ -34,11 +34,10 @@ import { type Cell, equalityKey, needsCollation } from './values.js';
  * database holding all the shards' rows would answer it, or refused with UNSUPPORTED_QUERY (see plan.ts for the
  * two shapes of plan, check.ts and from.ts for what is refused, docs/sql.md for the grammar).
  *
- * Not one snapshot: each statement answers from its own — a server's shards are read by several statements of at
- * most `sqlShardsPerStatement` shards (route.ts), each shard whole in one of them — as every cross-shard read of
- * the router answers server by server. A query that
- * races a shard move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do; a
- * stream only before its first row leaves (see openStreams).
+ * Not one snapshot: each statement answers from its own, and a server's shards are read by statements of at most
+ * `sqlShardsPerStatement` shards each (route.ts), every shard whole in one of them. A query that races a shard
+ * move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do; a stream only
+ * before its first row leaves (see openStreams).
  */
 export interface SqlColumn {
   /** The column's name in the answer, as PostgreSQL names it (its alias, or `count` for `count(*)`). */
