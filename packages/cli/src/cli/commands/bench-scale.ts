@@ -57,7 +57,7 @@ export function registerBenchScaleCommand(bench: Command): void {
     )
     .option(
       '--shards <list>',
-      'shard counts, comma-separated, each on fresh servers (4,096 takes ≈ 5 min, 8,192 ≈ 10 min or more)',
+      'shard counts, comma-separated, each on fresh servers (on a 2-core machine 4,096 takes ≈ 8 min and 8,192 ≈ 20, most of it init)',
       shardCounts,
       [256, 1024],
     )
