@@ -21,6 +21,7 @@ import { percentile } from './stats.js';
  *   plain table on the first server: the query's first call on a new router (its connections opened by the call;
  *   the parser loaded before, as it is once per process) against the one table's first query on a new connection;
  *   then the p50 of `repeat` calls each, alternating. Answers are checked equal to the one table's, or the run stops.
+ *   Then prepared (`{ prepare: true }` against a named statement) after 30 calls each, p50 of `repeat`.
  * - backends: the largest private memory (RssAnon, from /proc/<pid>/status: the machine is local) of any of the
  *   router's backends on any server after those calls, and the largest VmRSS (which also counts the shared buffers
  *   a backend touched).
@@ -54,6 +55,8 @@ export interface SqlFigures {
   oneTableP50Ms: number;
   /** p50Ms / oneTableP50Ms. */
   ratio: number;
+  /** `router.sql(…, { prepare: true })` against a named statement on the one table, both warm. */
+  prepared: { p50Ms: number; oneTableP50Ms: number; ratio: number };
 }
 
 export interface ScaleRow {
@@ -102,6 +105,7 @@ const VALUES = [100];
 /** Shard inserts per statement while loading: one transaction locks each table it fills. */
 const LOAD_BATCH = 256;
 const HOT_SHARDS = 16;
+const PREPARED_WARM_CALLS = 30;
 const BLOCK = 50;
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
@@ -177,7 +181,26 @@ async function compareSql(router: Router, url: string, text: string, repeat: num
     }
     const p50 = percentile(routerMs, 50);
     const oneP50 = percentile(oneMs, 50);
+    // Prepared: each piece is a named statement per connection, planned generically after PostgreSQL's fifth run
+    // on that connection; a piece reaches a given connection about once in sqlConnectionsPerServer calls.
+    const named = { name: 'bench_scale_one', text: oneText, values: VALUES };
+    for (let i = 0; i < PREPARED_WARM_CALLS; i++) {
+      await router.sql(text, VALUES, { prepare: true });
+      await one.query(named);
+    }
+    const preparedMs: number[] = [];
+    const oneNamedMs: number[] = [];
+    for (let i = 0; i < repeat; i++) {
+      preparedMs.push((await timed(() => router.sql(text, VALUES, { prepare: true }))).ms);
+      oneNamedMs.push((await timed(() => one.query(named))).ms);
+    }
+    const [prepared, oneNamed] = [percentile(preparedMs, 50), percentile(oneNamedMs, 50)];
     return {
+      prepared: {
+        p50Ms: round(prepared, 1),
+        oneTableP50Ms: round(oneNamed, 1),
+        ratio: round(prepared / oneNamed),
+      },
       firstMs: round(first.ms, 1),
       oneTableFirstMs: round(oneFirst.ms, 1),
       p50Ms: round(p50, 1),
