@@ -57,7 +57,7 @@ export interface SqlResult {
 /** Options of `router.sql`. */
 export interface SqlOptions {
   /**
-   * Send each server's statement as a named prepared statement (once per pooled connection and statement text):
+   * Send each piece's statement as a named prepared statement (once per pooled connection and statement text):
    * repeated calls skip the parse and, after PostgreSQL's first five runs, the planning of every shard's branch.
    * Each connection keeps the statements until it closes; not for a pooler in transaction mode. Default false.
    */
