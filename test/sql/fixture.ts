@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import type pg from 'pg';
-import { createRouter, type Router, type Row, type ShardflakeId } from 'shardflake';
+import { createRouter, type Router, type RouterOptions, type Row, type ShardflakeId } from 'shardflake';
 import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { testConfig } from '../cluster/cluster-config.js';
@@ -32,6 +32,11 @@ const COUNTRY_ROWS = [
 
 export interface SqlFixture {
   router: Router;
+  /**
+   * When asked for: a second router whose router.sql cuts each server's 4 shards into statements of 2 (pieces
+   * forced small, so every query really is split), checked by sameAsOneTable beside the first. Close it too.
+   */
+  split?: Router;
   plain: pg.Client;
   config: ReturnType<typeof testConfig>;
   /** The cluster's config as a JSON file would hold it (for the CLI). */
@@ -41,7 +46,14 @@ export interface SqlFixture {
 const COUNTRIES = ['fr', 'de', 'jp', 'br', 'ca', null];
 const SCORES = ['1.5', '2.25', '3', '-0.125', '10.10', null, '7'];
 
-export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixture> {
+/** Router options that cut every server's shards of the fixture into several router.sql statements. */
+export const SPLIT_OPTIONS: RouterOptions = { sqlShardsPerStatement: 3, sqlConnectionsPerServer: 2 };
+
+export async function sqlFixture(
+  shards = 8,
+  userCount = 120,
+  options: { split?: boolean } = {},
+): Promise<SqlFixture> {
   const servers = await useServers(2);
   const config = testConfig(servers, { logicalShards: shards, tables: TABLES, referenceTables: REFERENCE });
   await initCluster(config);
@@ -111,7 +123,8 @@ export async function sqlFixture(shards = 8, userCount = 120): Promise<SqlFixtur
     tables: TABLES,
     referenceTables: REFERENCE,
   };
-  return { router, plain, config, configFile };
+  const split = options.split ? await createRouter(config, SPLIT_OPTIONS) : undefined;
+  return { router, plain, config, configFile, ...(split ? { split } : {}) };
 }
 
 const show = (rows: Row[]) =>
@@ -119,25 +132,41 @@ const show = (rows: Row[]) =>
     JSON.stringify(r, (_, v) => (typeof v === 'bigint' ? `${v}n` : v instanceof Date ? v.toISOString() : v)),
   );
 
-/** Asserts router.sql and router.sqlStream answer `text` as the plain tables do (as lists when `ordered`). */
+/**
+ * Asserts router.sql and router.sqlStream answer `text` as the plain tables do (as lists when `ordered`), through
+ * the fixture's router and, when it has one, through its split router.
+ */
 export async function sameAsOneTable(
   f: SqlFixture,
   text: string,
   values: unknown[] = [],
   ordered = false,
 ): Promise<void> {
-  const expected = (await f.plain.query(text, values)).rows as Row[];
-  const got = (
-    await f.router.sql(text, values).catch((e) => Promise.reject(new Error(`sql: ${text}: ${e.message}`)))
-  ).rows;
-  const streamed: Row[] = [];
-  try {
-    for await (const row of f.router.sqlStream(text, values, { batchSize: 7 })) streamed.push(row);
-  } catch (e) {
-    throw new Error(`sqlStream: ${text}: ${(e as Error).message}`);
+  const expected = show((await f.plain.query(text, values)).rows as Row[]);
+  if (!ordered) expected.sort();
+  for (const [router, label] of [
+    [f.router, ''],
+    [f.split, ' (split)'],
+  ] as const) {
+    if (!router) continue;
+    const got = (
+      await router
+        .sql(text, values)
+        .catch((e) => Promise.reject(new Error(`sql${label}: ${text}: ${e.message}`)))
+    ).rows;
+    const streamed: Row[] = [];
+    try {
+      for await (const row of router.sqlStream(text, values, { batchSize: 7 })) streamed.push(row);
+    } catch (e) {
+      throw new Error(`sqlStream${label}: ${text}: ${(e as Error).message}`);
+    }
+    const [g, s] = [show(got), show(streamed)];
+    if (!ordered) for (const list of [g, s]) list.sort();
+    assert.deepEqual(
+      g,
+      expected,
+      `router.sql${label} differs from one table for: ${text} ${show([{ values }]).join()}`,
+    );
+    assert.deepEqual(s, expected, `router.sqlStream${label} differs from one table for: ${text}`);
   }
-  const [e, g, s] = [show(expected), show(got), show(streamed)];
-  if (!ordered) for (const list of [e, g, s]) list.sort();
-  assert.deepEqual(g, e, `router.sql differs from one table for: ${text} ${show([{ values }]).join()}`);
-  assert.deepEqual(s, e, `router.sqlStream differs from one table for: ${text}`);
 }

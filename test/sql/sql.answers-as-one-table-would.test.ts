@@ -7,11 +7,13 @@ import { type SqlFixture, sameAsOneTable, sqlFixture } from './fixture.js';
  * on one plain table holding the same rows — for fixed queries covering each feature, and for queries fast-check
  * generates (WHERE, joins, GROUP BY, every combinable aggregate with FILTER and count(DISTINCT), HAVING, ORDER BY
  * on columns and aggregates, LIMIT/OFFSET, DISTINCT), compared as lists when the order is total and as multisets
- * otherwise. Also through the stream form.
+ * otherwise. Also through the stream form, and through a second router that cuts each server's shards into
+ * statements of 2 (`sqlShardsPerStatement`), whose pieces' answers are combined as servers' answers are.
  */
-const f: SqlFixture = await sqlFixture();
+const f: SqlFixture = await sqlFixture(8, 120, { split: true });
 after(async () => {
   await f?.router.close();
+  await f?.split?.close();
   await f?.plain.end();
 });
 

@@ -11,6 +11,8 @@ const COUNTS: Record<string, number> = {
   retryBackoffMs: 1,
   maxRetryBackoffMs: 1,
   lookupCacheSize: 0,
+  sqlShardsPerStatement: 1,
+  sqlConnectionsPerServer: 1,
 };
 const NESTED_COUNTS: Record<'transactions' | 'replicas', Record<string, number>> = {
   transactions: {

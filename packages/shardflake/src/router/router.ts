@@ -93,6 +93,19 @@ export interface RouterOptions {
   /** Listen for map changes (default true). */
   listen?: boolean;
   /**
+   * Most shards one statement of `router.sql` reads (default 64). A server's shards are cut into statements of at
+   * most this many: PostgreSQL plans a UNION ALL in time that grows with the square of its branches and holds
+   * every branch's plan and locks until the statement ends, so one statement over thousands of shards takes
+   * seconds to plan and a gigabyte of the backend's memory; pieces of 64 keep both small and linear in shards.
+   */
+  sqlShardsPerStatement?: number;
+  /**
+   * Most pooled connections of one server that one `router.sql` call uses at once to run its pieces (default 4,
+   * never more than `poolSize`); a stream (`router.sqlStream`) holds at most this many per server while it reads,
+   * each piece then covering a share of the server's shards.
+   */
+  sqlConnectionsPerServer?: number;
+  /**
    * Values whose owner's shard the router remembers, for unique lookups (default 10,000; 0: none). A remembered
    * value is looked up with one read of its owner instead of two (docs/lookups.md, "The owner cache"). Memory: at
    * most this many values of up to 256 characters each (longer ones are not remembered), least recently used out
@@ -242,6 +255,8 @@ export { FENCED_SQLSTATE } from '../fence/fence.js';
 
 const DEFAULTS = {
   poolSize: 10,
+  sqlShardsPerStatement: 64,
+  sqlConnectionsPerServer: 4,
   lookupCacheSize: 10_000,
   maxUses: 0,
   maxLifetimeSeconds: 0,
@@ -397,6 +412,10 @@ export async function createRouter(
   const lookupTables = new Set(lookupDefinitions.map((l) => l.table));
   const ctx: RouterContext = {
     referenceTables: referenceTableNames(config),
+    sqlPieces: {
+      shardsPerStatement: opts.sqlShardsPerStatement,
+      connectionsPerServer: Math.min(opts.sqlConnectionsPerServer, opts.poolSize),
+    },
     sessionLookups,
     keptWrite: (table) =>
       lookupTables.has(table)

@@ -50,6 +50,16 @@ export interface RouterContext {
   readonly sessionLookups: SessionLookups;
   /** The config's reference tables by name, made by `referenceTables` or `referenceMigrations` (router.sql). */
   readonly referenceTables?: ReadonlySet<string>;
+  /** How router.sql cuts a server's shards into statements and how many of them run at once (sql/route.ts). */
+  readonly sqlPieces: SqlPieces;
+}
+
+/** router.sql's pieces: `RouterOptions.sqlShardsPerStatement` and `sqlConnectionsPerServer`, with their defaults. */
+export interface SqlPieces {
+  /** Most shards one statement reads. */
+  readonly shardsPerStatement: number;
+  /** Most of a server's pooled connections one call uses at once (never more than the pool). */
+  readonly connectionsPerServer: number;
 }
 
 /**

@@ -1,6 +1,6 @@
 /*
  * sql/: SQL across all shards (`router.sql`): parsed by PostgreSQL's own parser, planned as a small tree of
- * primitives (one file each), sent as one statement per server and combined in the router.
+ * primitives (one file each), sent as statements of a bounded number of shards each and combined in the router.
  *
  * May import: errors, postgres, config, telemetry, routing.
  */
@@ -20,10 +20,10 @@ import { type GroupsPlan, type Plan, planQuery, type RowsPlan } from './plan.js'
 import {
   type Column,
   openServerStream,
-  runOnServers,
+  pieceStatements,
+  runPieces,
   type ServerRows,
   type ServerStream,
-  serverStatements,
   sortsByCodePoint,
 } from './route.js';
 import { comparator } from './sort.js';
@@ -34,9 +34,10 @@ import { type Cell, equalityKey, needsCollation } from './values.js';
  * database holding all the shards' rows would answer it, or refused with UNSUPPORTED_QUERY (see plan.ts for the
  * two shapes of plan, check.ts and from.ts for what is refused, docs/sql.md for the grammar).
  *
- * Not one snapshot: each server answers from its own (as every cross-shard read of the router). A query that
- * races a shard move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do; a
- * stream only before its first row leaves (see openStreams).
+ * Not one snapshot: each statement answers from its own, and a server's shards are read by statements of at most
+ * `sqlShardsPerStatement` shards each (route.ts), every shard whole in one of them. A query that races a shard
+ * move and finds a schema gone runs again on the new map (at most 3 times), as scatter reads do; a stream only
+ * before its first row leaves (see openStreams).
  */
 export interface SqlColumn {
   /** The column's name in the answer, as PostgreSQL names it (its alias, or `count` for `count(*)`). */
@@ -56,7 +57,7 @@ export interface SqlResult {
 /** Options of `router.sql`. */
 export interface SqlOptions {
   /**
-   * Send each server's statement as a named prepared statement (once per pooled connection and statement text):
+   * Send each piece's statement as a named prepared statement (once per pooled connection and statement text):
    * repeated calls skip the parse and, after PostgreSQL's first five runs, the planning of every shard's branch.
    * Each connection keeps the statements until it closes; not for a pooler in transaction mode. Default false.
    */
@@ -105,7 +106,8 @@ async function runBuffered(
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
     try {
-      return await runOnServers(ctx, serverStatements(plan, map, trace), values, trace, prepare);
+      const pieces = pieceStatements(plan, map, ctx.sqlPieces, trace);
+      return await runPieces(ctx, pieces, values, trace, prepare, ctx.sqlPieces.connectionsPerServer);
     } catch (error) {
       if (!(await movedAway(ctx, error, map, attempt))) throw error;
       trace?.retryReasons.push('unknown-table');
@@ -160,7 +162,7 @@ async function codePointText(
   oids: number[],
 ): Promise<boolean> {
   if (!oids.some(needsCollation)) return true;
-  const answers = await Promise.all([...servers].map((s) => sortsByCodePoint(ctx, s)));
+  const answers = await Promise.all([...new Set(servers)].map((s) => sortsByCodePoint(ctx, s)));
   return answers.every(Boolean);
 }
 
@@ -309,7 +311,7 @@ export async function runSql(
   if (plan.kind === 'once') {
     return traced(ctx.onEvent, 'sql', async (trace) => {
       const server = onceServer(await ctx.map.fresh());
-      const [answer] = await runOnServers(ctx, new Map([[server, plan.statement]]), values, trace, prepare);
+      const [answer] = await runPieces(ctx, [{ server, text: plan.statement }], values, trace, prepare, 1);
       const { columns, rows } = answer as ServerRows;
       const project = projector(columns);
       return { rows: rows.map(project), columns: toColumns(columns) };
@@ -386,14 +388,15 @@ export async function* streamSql(
 }
 
 /**
- * Every server's cursor, opened on the map of the moment, with its first batch read. When a server says a table
- * or schema is not there and the re-read map shows a shard moved (`movedAway`), every cursor is closed and the
- * whole set opened again on the new map, as router.sql runs again.
+ * Every piece's cursor (at most `sqlConnectionsPerServer` pieces per server), opened on the map of the moment,
+ * with its first batch read. When a server says a table or schema is not there and the re-read map shows a shard
+ * moved (`movedAway`), every cursor is closed and the whole set opened again on the new map, as router.sql runs
+ * again.
  *
  * What may be retried, exactly: only this opening, before the first row leaves the stream. It waits for every
- * server's first batch (read in parallel) before the stream yields anything, so a server that fails does so while
+ * piece's first batch (read in parallel) before the stream yields anything, so a piece that fails does so while
  * no row has been given out, and a retry cannot give a row twice. After that there is nothing of a move to retry:
- * a server's first read has planned its whole statement, which locks every shard table it reads until its cursor
+ * a piece's first read has planned its whole statement, which locks every shard table it reads until its cursor
  * closes, so a move's cleanup cannot drop them under a running stream (its DROP waits). A stream that read a map
  * older than a finished move but whose old copy is still there reads that copy, which holds the rows as of the
  * cutover (routing/map.ts): a read that began before the switch, not a wrong one. Any error after the first row is
@@ -407,17 +410,21 @@ async function openStreams(
 ): Promise<{ servers: string[]; streams: ServerStream[]; columns: Column[] }> {
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
-    const texts = serverStatements(plan, map);
+    // A stream holds a connection per piece while it reads: at most connectionsPerServer pieces per server.
+    const pieces = pieceStatements(plan, map, {
+      shardsPerStatement: ctx.sqlPieces.shardsPerStatement,
+      maxPieces: ctx.sqlPieces.connectionsPerServer,
+    });
     const streams: ServerStream[] = [];
     let failure: unknown;
     try {
-      for (const [server, statement] of texts)
+      for (const { server, text: statement } of pieces)
         streams.push(await openServerStream(ctx, server, statement, values, batch));
       const firsts = await Promise.allSettled(streams.map((s) => s.columns()));
       const failed = firsts.find((f): f is PromiseRejectedResult => f.status === 'rejected');
       if (!failed) {
         const columns = (firsts[0] as PromiseFulfilledResult<Column[]>).value;
-        return { servers: [...texts.keys()], streams, columns };
+        return { servers: pieces.map((p) => p.server), streams, columns };
       }
       failure = failed.reason;
     } catch (error) {

@@ -11,16 +11,30 @@ import type { GroupsPlan, RowsPlan } from './plan.js';
 import type { Cell } from './values.js';
 
 /**
- * Primitive "send to servers": one statement per server — the UNION ALL of the branch filled with each of the
- * server's shards' schemas, wrapped in the plan's server statement — so a query costs as many round trips as
- * there are servers, whatever the number of shards. Rows come back as PostgreSQL's text with each column's type
- * OID (the router parses them once, at the end, see values.ts).
+ * Primitive "send to servers": each server's shards cut into pieces of at most `shardsPerStatement` shards, one
+ * statement per piece — the UNION ALL of the branch filled with each of the piece's shards' schemas, wrapped in the
+ * plan's server statement — run over up to `connectionsPerServer` of the server's pooled connections at once.
+ *
+ * Why pieces: PostgreSQL plans a UNION ALL of n branches in time growing with n² and keeps every branch's plan,
+ * relation cache entries and locks until the statement ends (measured: 21 ms to plan 256 branches, 2.3 s and
+ * 1.1 GB of backend memory for 2,048). Pieces of 64 make planning linear in shards and bound what one statement
+ * costs a backend. A piece's answer is exactly what a server's was — the plan's partial aggregates, or its rows
+ * sorted and cut at LIMIT + OFFSET — over fewer shards, so the primitives that combine servers' answers combine
+ * pieces unchanged. Rows come back as PostgreSQL's text with each column's type OID (the router parses them
+ * once, at the end, see values.ts).
  */
 export interface Column {
   name: string;
   oid: number;
 }
 
+/** One statement: the server it runs on and its text. */
+export interface Piece {
+  server: string;
+  text: string;
+}
+
+/** A piece's whole answer. */
 export interface ServerRows {
   server: string;
   columns: Column[];
@@ -30,11 +44,17 @@ export interface ServerRows {
 /** Every value as the text the server sent. */
 const RAW_TYPES = { getTypeParser: () => (value: string) => value };
 
-export function serverStatements(
+/**
+ * The statements of a plan on a map: each server's shards (in shard order) cut into runs of at most
+ * `shardsPerStatement`, and into at most `maxPieces` per server when given (a stream holds a connection per
+ * piece); the runs of a server differ in size by one at most.
+ */
+export function pieceStatements(
   plan: GroupsPlan | RowsPlan,
   map: MapState,
+  split: { shardsPerStatement: number; maxPieces?: number },
   trace?: OperationTrace,
-): Map<string, string> {
+): Piece[] {
   const schemas = new Map<string, string[]>();
   // While an adoption serves every shard from the source's one schema, one shard reads all of it once.
   const count = map.adoption?.servingFromSource ? 1 : map.logicalShards;
@@ -45,52 +65,91 @@ export function serverStatements(
     if (list) list.push(p.schema);
     else schemas.set(p.server, [p.schema]);
   }
-  const texts = new Map<string, string>();
+  const pieces: Piece[] = [];
   for (const [server, list] of schemas) {
-    const union = list
-      .map((schema) => `(${plan.branch.fill(quoteIdent(schema, 'schema'))})`)
-      .join(' UNION ALL ');
-    texts.set(server, plan.server ? plan.server.fill(`(${union})`) : union);
+    const wanted = Math.ceil(list.length / split.shardsPerStatement);
+    const k = Math.max(1, Math.min(wanted, split.maxPieces ?? wanted));
+    for (let i = 0; i < k; i++) {
+      const run = list.slice(Math.floor((i * list.length) / k), Math.floor(((i + 1) * list.length) / k));
+      const union = run
+        .map((schema) => `(${plan.branch.fill(quoteIdent(schema, 'schema'))})`)
+        .join(' UNION ALL ');
+      pieces.push({ server, text: plan.server ? plan.server.fill(`(${union})`) : union });
+    }
   }
-  return texts;
+  return pieces;
 }
 
 const columnsOf = (fields: readonly pg.FieldDef[]): Column[] =>
   fields.map((f) => ({ name: f.name, oid: f.dataTypeID }));
 
-/** One statement per server, all at once; each server's whole answer. */
-export async function runOnServers(
+/**
+ * Every piece's whole answer, in the order of `pieces`: servers in parallel, and on each server up to
+ * `connections` pieces at once, each on a connection taken for it and given back when it ends (so a long call
+ * leaves room in the pool between its pieces). After a piece fails, no other piece of the call starts.
+ */
+export async function runPieces(
   ctx: RouterContext,
-  texts: Map<string, string>,
+  pieces: readonly Piece[],
   values: readonly unknown[],
-  trace?: OperationTrace,
-  prepare = false,
+  trace: OperationTrace | undefined,
+  prepare: boolean,
+  connections: number,
 ): Promise<ServerRows[]> {
-  return Promise.all(
-    [...texts].map(async ([server, text]) => {
-      const lease = await acquireOn(ctx, server, { intent: 'read', after: ctx.positions.get(server) });
-      trace?.lease(server, lease);
+  const answers: ServerRows[] = new Array(pieces.length);
+  const queues = new Map<string, number[]>();
+  pieces.forEach((piece, i) => {
+    const queue = queues.get(piece.server);
+    if (queue) queue.push(i);
+    else queues.set(piece.server, [i]);
+  });
+  let failed = false;
+  const worker = async (queue: number[]) => {
+    for (let i = queue.shift(); i !== undefined && !failed; i = queue.shift()) {
       try {
-        const result = await lease.client.query({
-          // pg parses a named statement once per connection; the name is the text's hash, so a text is one name.
-          ...(prepare
-            ? { name: `shardflake_sql_${createHash('sha256').update(text).digest('hex').slice(0, 32)}` }
-            : {}),
-          text,
-          values: [...values],
-          rowMode: 'array',
-          types: RAW_TYPES,
-        });
-        lease.release();
-        return { server, columns: columnsOf(result.fields), rows: result.rows as Cell[][] };
+        answers[i] = await runPiece(ctx, pieces[i] as Piece, values, trace, prepare);
       } catch (error) {
-        const lost = isConnectionLost(error, lease.client);
-        ctx.nodes(server).noteError(lease.node, error);
-        lease.release(lost ? error : undefined);
-        throw wrapPgError(error, lease.node);
+        failed = true;
+        throw error;
       }
-    }),
+    }
+  };
+  await Promise.all(
+    [...queues.values()].flatMap((queue) =>
+      Array.from({ length: Math.min(connections, queue.length) }, () => worker(queue)),
+    ),
   );
+  return answers;
+}
+
+async function runPiece(
+  ctx: RouterContext,
+  { server, text }: Piece,
+  values: readonly unknown[],
+  trace: OperationTrace | undefined,
+  prepare: boolean,
+): Promise<ServerRows> {
+  const lease = await acquireOn(ctx, server, { intent: 'read', after: ctx.positions.get(server) });
+  trace?.lease(server, lease);
+  try {
+    const result = await lease.client.query({
+      // pg parses a named statement once per connection; the name is the text's hash, so a text is one name.
+      ...(prepare
+        ? { name: `shardflake_sql_${createHash('sha256').update(text).digest('hex').slice(0, 32)}` }
+        : {}),
+      text,
+      values: [...values],
+      rowMode: 'array',
+      types: RAW_TYPES,
+    });
+    lease.release();
+    return { server, columns: columnsOf(result.fields), rows: result.rows as Cell[][] };
+  } catch (error) {
+    const lost = isConnectionLost(error, lease.client);
+    ctx.nodes(server).noteError(lease.node, error);
+    lease.release(lost ? error : undefined);
+    throw wrapPgError(error, lease.node);
+  }
 }
 
 interface CursorLike {

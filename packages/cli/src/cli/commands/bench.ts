@@ -10,6 +10,7 @@ import { registerBenchLookupsCommand } from './bench-lookups.js';
 import { registerBenchMoveCommand } from './bench-move.js';
 import { registerBenchReplicasCommand } from './bench-replicas.js';
 import { registerBenchRestorePointCommand } from './bench-restore-point.js';
+import { registerBenchScaleCommand } from './bench-scale.js';
 import { registerBenchSqlCommand } from './bench-sql.js';
 import { registerBenchSqlAcrossCommand } from './bench-sql-across.js';
 
@@ -30,4 +31,5 @@ export function registerBenchCommands(program: Command): void {
   registerBenchFaultsCommand(bench);
   registerBenchRestorePointCommand(bench);
   registerBenchAdoptCommand(bench);
+  registerBenchScaleCommand(bench);
 }

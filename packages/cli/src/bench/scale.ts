@@ -1,0 +1,392 @@
+import { readFile } from 'node:fs/promises';
+import { cpus, loadavg } from 'node:os';
+import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
+import type pg from 'pg';
+import { initCluster } from 'shardflake/internal/admin/init.js';
+import { validateConfig } from 'shardflake/internal/config/config.js';
+import type { ShardflakeId } from 'shardflake/internal/ids/id.js';
+import { connect } from 'shardflake/internal/postgres/connect.js';
+import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
+import { createRouter, type Router, type RouterOptions } from 'shardflake/internal/router/router.js';
+import { percentile } from './stats.js';
+
+/**
+ * `bench scale`: what one cluster costs as its logical shards grow (256 → 8,192 by default on 4 embedded servers),
+ * each shard count on fresh servers, every figure a ratio against a baseline measured in the same run:
+ *
+ * - init: `initCluster` time per shard.
+ * - router: the process's RSS after `createRouter` minus before (with `--expose-gc`, after a collection each
+ *   side), and createRouter's time.
+ * - router.sql over every shard — a grouped aggregate and an `ORDER BY … LIMIT` — against the same rows in one
+ *   plain table on the first server: the query's first call on a new router (its connections opened by the call;
+ *   the parser loaded before, as it is once per process) against the one table's first query on a new connection;
+ *   then the p50 of `repeat` calls each, alternating. Answers are checked equal to the one table's, or the run stops.
+ *   Then prepared (`{ prepare: true }` against a named statement) after 30 calls each, p50 of `repeat`.
+ * - backends: the largest private memory (RssAnon, from /proc/<pid>/status: the machine is local) of any of the
+ *   router's backends on any server after those calls, and the largest VmRSS (which also counts the shared buffers
+ *   a backend touched).
+ * - single rows: `router.insert` by key and `router.get` by id on 16 hot shards vs on random shards of all of them,
+ *   interleaved in blocks of 50, p50 of each and the ratio random / hot.
+ *
+ * The bench does not create the rows through the router: each server fills its shards with INSERT … SELECT
+ * generate_series (row g in shard g mod shards), as the one table is filled, so loading 409,600 rows takes seconds.
+ */
+export interface ScaleBenchOptions {
+  /** Logical shard counts, each run on fresh servers (default 256 and 1,024). */
+  shards?: readonly number[];
+  /** Embedded servers (default 4). */
+  servers?: number;
+  /** Rows in all, spread over the shards (default 409,600: 50 per shard at 8,192). */
+  rows?: number;
+  /** Timed router.sql calls per query and side (default 5). */
+  repeat?: number;
+  /** Single-row operations per kind and side (default 400). */
+  samples?: number;
+  /** router.sql's `sqlShardsPerStatement` (default: the router's, 64). */
+  shardsPerStatement?: number;
+  onProgress?: (phase: string, done: number, total: number) => void;
+}
+
+export interface SqlFigures {
+  /** The query's first call: router.sql (pools and parser warm) vs a new connection on the one table. */
+  firstMs: number;
+  oneTableFirstMs: number;
+  p50Ms: number;
+  oneTableP50Ms: number;
+  /** p50Ms / oneTableP50Ms. */
+  ratio: number;
+  /** `router.sql(…, { prepare: true })` against a named statement on the one table, both warm. */
+  prepared: { p50Ms: number; oneTableP50Ms: number; ratio: number };
+}
+
+export interface ScaleRow {
+  shards: number;
+  initMsPerShard: number;
+  createRouterMs: number;
+  routerRssMb: number;
+  aggregate: SqlFigures;
+  orderLimit: SqlFigures;
+  /** After the router.sql calls: the router's backends, largest on any server. */
+  backendMaxRssAnonMb: number | null;
+  backendMaxVmRssMb: number | null;
+  backends: number;
+  insert: { hotP50Ms: number; randomP50Ms: number; ratio: number };
+  get: { hotP50Ms: number; randomP50Ms: number; ratio: number };
+  /** Wall time of this shard count, servers' start to stop. */
+  seconds: number;
+}
+
+export interface ScaleBenchResult {
+  servers: number;
+  rows: number;
+  repeat: number;
+  samples: number;
+  /** router.sql's sqlShardsPerStatement when set; left out, the router's default. */
+  shardsPerStatement?: number;
+  queries: { aggregate: string; orderLimit: string };
+  results: ScaleRow[];
+  /** The targets of issue 33 at the largest shard count measured. */
+  targets: { ratio: number; firstMs: number; backendMb: number };
+  load: { before: number; after: number };
+  machine: { cpus: number; node: string };
+}
+
+const TABLE =
+  'CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT next_id(), country text NOT NULL, amount int NOT NULL, price numeric(10,2) NOT NULL)';
+const COUNTRIES =
+  "ARRAY['ar','au','br','ca','cn','de','eg','es','fr','gb','id','in','it','jp','kr','mx','ng','pl','tr','us']";
+const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
+export const AGGREGATE =
+  'SELECT country, count(*) AS orders, sum(amount) AS amount, avg(price) AS avg_price, max(amount) AS largest FROM orders WHERE amount > $1 GROUP BY country ORDER BY orders DESC, country';
+/** Rows equal in (amount, price, country) are equal in every selected column, so the answer is one list. */
+export const ORDER_LIMIT =
+  'SELECT country, amount, price FROM orders WHERE amount > $1 ORDER BY amount DESC, price, country LIMIT 20';
+const VALUES = [100];
+/** Shard inserts per statement while loading: one transaction locks each table it fills. */
+const LOAD_BATCH = 256;
+const HOT_SHARDS = 16;
+const PREPARED_WARM_CALLS = 30;
+const BLOCK = 50;
+
+const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
+const mb = (bytes: number) => round(bytes / 2 ** 20, 1);
+const show = (rows: unknown) => JSON.stringify(rows, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
+
+async function timed<T>(call: () => Promise<T>): Promise<{ ms: number; value: T }> {
+  const at = performance.now();
+  const value = await call();
+  return { ms: performance.now() - at, value };
+}
+
+function rss(): number {
+  (globalThis as { gc?: () => void }).gc?.();
+  return process.memoryUsage().rss;
+}
+
+/** A process's memory from /proc, in kB: VmRSS (all resident pages) and RssAnon (its private ones). */
+async function procMemory(pid: number): Promise<{ vmRss: number; rssAnon: number } | null> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  const field = (name: string) =>
+    Number(new RegExp(`${name}:\\s+(\\d+)\\s+kB`).exec(status)?.[1] ?? Number.NaN);
+  const [vmRss, rssAnon] = [field('VmRSS'), field('RssAnon')];
+  return Number.isNaN(vmRss) || Number.isNaN(rssAnon) ? null : { vmRss, rssAnon };
+}
+
+/** Fills every shard (row g in shard g mod shards), LOAD_BATCH shards per statement, servers in parallel. */
+async function load(router: Router, servers: EmbeddedServer[], shards: number, rows: number): Promise<void> {
+  const byServer = new Map<string, string[]>();
+  for (let shard = 0; shard < shards; shard++) {
+    const p = router.placement(shard);
+    const list = byServer.get(p.server) ?? [];
+    list.push(
+      `INSERT INTO ${quoteIdent(p.schema, 'schema')}.orders (country, amount, price) SELECT ${COLUMNS} FROM generate_series(${shard}, ${rows - 1}, ${shards}) AS g`,
+    );
+    byServer.set(p.server, list);
+  }
+  await Promise.all(
+    servers.map(async (s) => {
+      const client = await connect(s.url);
+      try {
+        const list = byServer.get(s.name) ?? [];
+        for (let i = 0; i < list.length; i += LOAD_BATCH)
+          await client.query(list.slice(i, i + LOAD_BATCH).join(';\n'));
+        await client.query('VACUUM ANALYZE');
+      } finally {
+        await client.end();
+      }
+    }),
+  );
+}
+
+/** A query's first call on each side, then `repeat` calls each, alternating; the answers must be the same. */
+async function compareSql(router: Router, url: string, text: string, repeat: number): Promise<SqlFigures> {
+  const oneText = text.replace(' FROM orders ', ' FROM one_table.orders ');
+  const first = await timed(() => router.sql(text, VALUES));
+  const fresh = await connect(url);
+  let oneFirst: { ms: number; value: pg.QueryResult };
+  try {
+    oneFirst = await timed(() => fresh.query(oneText, VALUES));
+  } finally {
+    await fresh.end();
+  }
+  if (show(first.value.rows) !== show(oneFirst.value.rows))
+    throw new Error(`bench scale: router.sql and the one table answered differently: ${text}`);
+  const one = await connect(url);
+  try {
+    const routerMs: number[] = [];
+    const oneMs: number[] = [];
+    for (let i = 0; i < repeat; i++) {
+      routerMs.push((await timed(() => router.sql(text, VALUES))).ms);
+      oneMs.push((await timed(() => one.query(oneText, VALUES))).ms);
+    }
+    const p50 = percentile(routerMs, 50);
+    const oneP50 = percentile(oneMs, 50);
+    // Prepared: each piece is a named statement per connection, planned generically after PostgreSQL's fifth run
+    // on that connection; a piece reaches a given connection about once in sqlConnectionsPerServer calls.
+    const named = { name: 'bench_scale_one', text: oneText, values: VALUES };
+    for (let i = 0; i < PREPARED_WARM_CALLS; i++) {
+      await router.sql(text, VALUES, { prepare: true });
+      await one.query(named);
+    }
+    const preparedMs: number[] = [];
+    const oneNamedMs: number[] = [];
+    for (let i = 0; i < repeat; i++) {
+      preparedMs.push((await timed(() => router.sql(text, VALUES, { prepare: true }))).ms);
+      oneNamedMs.push((await timed(() => one.query(named))).ms);
+    }
+    const [prepared, oneNamed] = [percentile(preparedMs, 50), percentile(oneNamedMs, 50)];
+    return {
+      prepared: {
+        p50Ms: round(prepared, 1),
+        oneTableP50Ms: round(oneNamed, 1),
+        ratio: round(prepared / oneNamed),
+      },
+      firstMs: round(first.ms, 1),
+      oneTableFirstMs: round(oneFirst.ms, 1),
+      p50Ms: round(p50, 1),
+      oneTableP50Ms: round(oneP50, 1),
+      ratio: round(p50 / oneP50),
+    };
+  } finally {
+    await one.end();
+  }
+}
+
+/** The largest private and resident memory of the router's backends (application_name) on any server. */
+async function backendMemory(
+  servers: EmbeddedServer[],
+): Promise<{ rssAnonMb: number | null; vmRssMb: number | null; backends: number }> {
+  let rssAnon: number | null = null;
+  let vmRss: number | null = null;
+  let backends = 0;
+  for (const s of servers) {
+    const client = await connect(s.url);
+    try {
+      const { rows } = await client.query<{ pid: number }>(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'shardflake router' AND backend_type = 'client backend'",
+      );
+      for (const { pid } of rows) {
+        const m = await procMemory(pid);
+        backends++;
+        if (!m) continue;
+        rssAnon = Math.max(rssAnon ?? 0, m.rssAnon);
+        vmRss = Math.max(vmRss ?? 0, m.vmRss);
+      }
+    } finally {
+      await client.end();
+    }
+  }
+  return {
+    rssAnonMb: rssAnon === null ? null : mb(rssAnon * 1024),
+    vmRssMb: vmRss === null ? null : mb(vmRss * 1024),
+    backends,
+  };
+}
+
+/** Inserts by key and gets by id on hot shards and on random ones, interleaved in blocks; p50 of each. */
+async function singleRows(
+  router: Router,
+  shards: number,
+  samples: number,
+): Promise<Pick<ScaleRow, 'insert' | 'get'>> {
+  const hot = Math.min(HOT_SHARDS, shards);
+  const times = {
+    hotInsert: [] as number[],
+    randomInsert: [] as number[],
+    hotGet: [] as number[],
+    randomGet: [] as number[],
+  };
+  const ids = { hot: [] as ShardflakeId[], random: [] as ShardflakeId[] };
+  const row = { country: 'fr', amount: 1, price: '1.00' };
+  // A key's shard is the key modulo the shard count (routing/shard-key.ts): keys below `hot` stay on hot shards.
+  const key = (side: 'hot' | 'random') => Math.floor(Math.random() * (side === 'hot' ? hot : shards));
+  for (let done = 0; done < samples; done += BLOCK) {
+    for (const side of ['hot', 'random'] as const) {
+      for (let i = 0; i < Math.min(BLOCK, samples - done); i++) {
+        const { ms, value } = await timed(() => router.insert('orders', row, { key: key(side) }));
+        times[side === 'hot' ? 'hotInsert' : 'randomInsert'].push(ms);
+        ids[side].push(value);
+      }
+    }
+  }
+  for (let done = 0; done < samples; done += BLOCK) {
+    for (const side of ['hot', 'random'] as const) {
+      for (let i = done; i < Math.min(done + BLOCK, samples); i++) {
+        const id = ids[side][i] as ShardflakeId;
+        times[side === 'hot' ? 'hotGet' : 'randomGet'].push((await timed(() => router.get('orders', id))).ms);
+      }
+    }
+  }
+  const pair = (h: number[], r: number[]) => {
+    const [hotP50, randomP50] = [percentile(h, 50), percentile(r, 50)];
+    return { hotP50Ms: round(hotP50, 3), randomP50Ms: round(randomP50, 3), ratio: round(randomP50 / hotP50) };
+  };
+  return { insert: pair(times.hotInsert, times.randomInsert), get: pair(times.hotGet, times.randomGet) };
+}
+
+async function runOne(
+  shards: number,
+  o: Required<Omit<ScaleBenchOptions, 'shards' | 'shardsPerStatement' | 'onProgress'>>,
+  routerOptions: RouterOptions,
+  progress: (phase: string, done: number, total: number) => void,
+): Promise<ScaleRow> {
+  const servers = await startEmbeddedServers(o.servers, { settings: { autovacuum: 'off' } });
+  try {
+    const config = validateConfig(
+      {
+        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+        catalog: 'a',
+        logicalShards: shards,
+        epoch: '2024-01-01T00:00:00Z',
+        tables: { orders: TABLE },
+      },
+      'bench scale',
+    );
+    const init = await timed(() =>
+      initCluster(config, { onProgress: (d, n) => progress(`${shards}: init`, d, n) }),
+    );
+    const before = rss();
+    const made = await timed(() => createRouter(config, routerOptions));
+    const router = made.value;
+    const routerRss = rss() - before;
+    try {
+      progress(`${shards}: load`, 0, 1);
+      await load(router, servers, shards, o.rows);
+      const url = (servers[0] as EmbeddedServer).url;
+      const one = await connect(url);
+      try {
+        await one.query('CREATE SCHEMA one_table');
+        await one.query(`SET search_path TO one_table`);
+        await one.query(TABLE.replace(' DEFAULT next_id()', ''));
+        await one.query(
+          `INSERT INTO orders SELECT g, ${COLUMNS} FROM generate_series(0, ${o.rows - 1}) AS g`,
+        );
+        await one.query('VACUUM ANALYZE orders');
+      } finally {
+        await one.end();
+      }
+      progress(`${shards}: load`, 1, 1);
+      // The parser loads on the process's first router.sql (≈ 1 s); a refused query loads it and sends nothing.
+      await router.sql('SELECT now() FROM orders').catch(() => {});
+      progress(`${shards}: router.sql`, 0, 2);
+      const aggregate = await compareSql(router, url, AGGREGATE, o.repeat);
+      progress(`${shards}: router.sql`, 1, 2);
+      const orderLimit = await compareSql(router, url, ORDER_LIMIT, o.repeat);
+      progress(`${shards}: router.sql`, 2, 2);
+      const memory = await backendMemory(servers);
+      progress(`${shards}: single rows`, 0, 1);
+      const rowsFigures = await singleRows(router, shards, o.samples);
+      progress(`${shards}: single rows`, 1, 1);
+      return {
+        shards,
+        initMsPerShard: round(init.ms / shards),
+        createRouterMs: round(made.ms, 1),
+        routerRssMb: mb(routerRss),
+        aggregate,
+        orderLimit,
+        backendMaxRssAnonMb: memory.rssAnonMb,
+        backendMaxVmRssMb: memory.vmRssMb,
+        backends: memory.backends,
+        ...rowsFigures,
+        seconds: 0,
+      };
+    } finally {
+      await router.close();
+    }
+  } finally {
+    await Promise.all(servers.map((s) => s.stop()));
+  }
+}
+
+export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<ScaleBenchResult> {
+  const loadBefore = loadavg()[0] as number;
+  const o = {
+    servers: options.servers ?? 4,
+    rows: options.rows ?? 409_600,
+    repeat: options.repeat ?? 5,
+    samples: options.samples ?? 400,
+  };
+  const routerOptions: RouterOptions = {
+    listen: false,
+    telemetry: false,
+    ...(options.shardsPerStatement === undefined
+      ? {}
+      : { sqlShardsPerStatement: options.shardsPerStatement }),
+  };
+  const progress = options.onProgress ?? (() => {});
+  const results: ScaleRow[] = [];
+  for (const shards of options.shards ?? [256, 1024]) {
+    const at = performance.now();
+    const row = await runOne(shards, o, routerOptions, progress);
+    results.push({ ...row, seconds: round((performance.now() - at) / 1000, 1) });
+  }
+  return {
+    ...o,
+    ...(options.shardsPerStatement === undefined ? {} : { shardsPerStatement: options.shardsPerStatement }),
+    queries: { aggregate: AGGREGATE, orderLimit: ORDER_LIMIT },
+    results,
+    targets: { ratio: 3, firstMs: 1000, backendMb: 200 },
+    load: { before: round(loadBefore), after: round(loadavg()[0] as number) },
+    machine: { cpus: cpus().length, node: process.version },
+  };
+}

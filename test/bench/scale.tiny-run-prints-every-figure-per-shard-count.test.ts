@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { startCli } from '../support/cli.js';
+
+/**
+ * A tiny `shardflake bench scale` (8 and 16 shards on 2 servers, 100 rows): the table has a column per shard count
+ * and a line for every figure, each filled with a number (router.sql's answers were checked against the one
+ * table's, or the run would have stopped); a bad shard list is one INVALID_ARGUMENT line, exit 2.
+ */
+const FIGURES = [
+  'init ms per shard',
+  'createRouter ms',
+  'router RSS delta MB',
+  'sql aggregate first ms',
+  'sql aggregate p50 ms',
+  'sql aggregate ratio',
+  'sql aggregate prepared p50 ms',
+  'sql aggregate prepared ratio',
+  'sql order+limit first ms',
+  'sql order+limit p50 ms',
+  'sql order+limit ratio',
+  'sql order+limit prepared p50 ms',
+  'sql order+limit prepared ratio',
+  'backend max RssAnon MB',
+  'backend max VmRSS MB',
+  'insert p50 ms hot/random',
+  'insert random/hot',
+  'get p50 ms hot/random',
+  'get random/hot',
+];
+
+test('bench scale: a column per shard count, a line per figure, each a number', async () => {
+  const args = ['bench', 'scale', '--shards', '8,16', '--servers', '2', '--rows', '100'];
+  const run = await startCli([...args, '--samples', '20', '--repeat', '2']).done;
+  assert.equal(run.code, 0, run.stderr);
+  const lines = run.stdout.split('\n');
+  assert.match(lines.find((l) => l.startsWith('shards ')) ?? '', /^shards\s+8\s+16$/);
+  for (const figure of FIGURES) {
+    const line = lines.find((l) => l.startsWith(`${figure} `));
+    assert.ok(line, `no line for ${figure}:\n${run.stdout}`);
+    const cells = line
+      .slice(figure.length)
+      .trim()
+      .split(/\s{2,}/);
+    assert.equal(cells.length, 2, `${figure}: ${line}`);
+    for (const cell of cells) assert.match(cell, /^[0-9.,]+/, `${figure}: ${line}`);
+  }
+  assert.match(run.stdout, /load average [0-9.]+ before, [0-9.]+ after/);
+
+  const bad = await startCli(['bench', 'scale', '--shards', '8,x']).done;
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--shards must be shard counts from 1 to 8192 separated by commas, not "8,x"/);
+});
