@@ -109,4 +109,35 @@ describe('sign-up with a unique lookup', () => {
       );
     });
   }
+
+  it('a claim refused on the last agent of a transaction across servers fails in the decision’s round trip as UNIQUE_VIOLATION, leaving nothing', async () => {
+    // withShards joins server a first, so a is the last agent: the loser's entry (on a) is written in the round
+    // trip of the decision and its COMMIT, after b is prepared; its refusal must roll both back.
+    const owner = signUp('b', 'a');
+    await router.insert('users', owner, { key: owner.name });
+    const loser = signUp('b', 'a');
+    const bystander = signUp('a', 'a');
+    await assert.rejects(
+      router.withShards([{ key: bystander.name }, { key: loser.name }], async ([x, y]) => {
+        await x?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [bystander.name, bystander.email]);
+        await y?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [loser.name, owner.email]);
+      }),
+      (error: unknown) => isShardflakeError(error) && error.code === 'UNIQUE_VIOLATION',
+    );
+    assert.equal(await rowsNamed(loser.name), 0);
+    assert.equal(await rowsNamed(bystander.name), 0);
+    assert.equal(await router.lookup('user_email', bystander.email), null);
+    const prepared = await Promise.all(admin.map((c) => c.query('SELECT gid FROM pg_prepared_xacts')));
+    assert.deepEqual(
+      prepared.flatMap((r) => r.rows),
+      [],
+    );
+    // Both pooled connections were rolled back: the same writes with the loser's own email commit.
+    await router.withShards([{ key: bystander.name }, { key: loser.name }], async ([x, y]) => {
+      await x?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [bystander.name, bystander.email]);
+      await y?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [loser.name, loser.email]);
+    });
+    assert.equal((await router.lookup('user_email', loser.email, { fetch: true }))?.row.name, loser.name);
+    assert.equal((await router.lookup('user_email', owner.email, { fetch: true }))?.row.name, owner.name);
+  });
 });

@@ -553,12 +553,14 @@ export function openCrossTransaction(
       ] as pg.QueryResult;
     } catch (failure) {
       const at = failure instanceof BatchFailure ? failure.index : before.length + 1;
-      const error = failure instanceof BatchFailure ? failure.cause : failure;
-      phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started, error });
-      const lost = agent.broken !== undefined || isConnectionLost(error, agent.lease.client);
+      const cause = failure instanceof BatchFailure ? failure.cause : failure;
+      // A deferred statement's failure is what its onError makes of it (a lookup's refused claim), as in `step`.
+      const error = (at < before.length ? before[at]?.onError?.(cause) : undefined) ?? cause;
+      phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started, error: cause });
+      const lost = agent.broken !== undefined || isConnectionLost(cause, agent.lease.client);
       if (lost) {
-        release(agent, error);
-        const ended = idleEnded(agent, error);
+        release(agent, cause);
+        const ended = idleEnded(agent, cause);
         if (ended) {
           // The server ended the last agent's session while it sat idle in the transaction, before it read the
           // round trip: the decision row was never written, so nothing is decided and the prepared parts roll back.
@@ -573,7 +575,7 @@ export function openCrossTransaction(
         throw new ShardflakeError(
           'COMMIT_UNKNOWN',
           `the connection to server ${agent.server} was lost while committing the decision of a transaction across servers: it may or may not have committed, and recovery will settle every server by that decision`,
-          { sqlState: (error as { code?: string }).code, cause: error },
+          { sqlState: (cause as { code?: string }).code, cause },
         );
       }
       outcome = 'rolled-back';
@@ -583,9 +585,9 @@ export function openCrossTransaction(
         throw at < before.length ? typed(agent, error) : decisionError(agent, error);
       }
       // The COMMIT itself failed (a deferred constraint, a serialization check): the transaction is rolled back.
-      release(agent, error);
+      release(agent, cause);
       await rollbackPreparedAll();
-      throw wrapPgError(error, agent.lease.node);
+      throw wrapPgError(cause, agent.lease.node);
     }
     if (done.command === 'ROLLBACK') {
       phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started });
@@ -778,9 +780,16 @@ const noop = () => {};
  * shardflake's own constants; the values (a quoted search_path, a tag, a duration) go as parameters.
  */
 function setLocal(settings: readonly [string, string][]): BatchStatement {
-  const text = settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ');
-  return { text: `SELECT ${text}`, values: settings.map(([, value]) => value) };
+  const names = settings.map(([name]) => name).join(',');
+  let text = setLocalTexts.get(names);
+  if (text === undefined) {
+    text = `SELECT ${settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ')}`;
+    setLocalTexts.set(names, text);
+  }
+  return { text, values: settings.map(([, value]) => value) };
 }
+/** setLocal's texts by the names they set: a handful (with or without the detector's tag and bounds). */
+const setLocalTexts = new Map<string, string>();
 
 /** A failure of sendWithPending, or of a plain query. */
 function unwrap(failure: unknown): { error: unknown; pending: boolean } {
