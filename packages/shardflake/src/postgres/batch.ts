@@ -17,6 +17,12 @@ export interface BatchStatement {
   values?: readonly unknown[];
   /** Maps this statement's failure to the error its caller gets (not used by queryBatch itself). */
   onError?: (error: unknown) => unknown;
+  /**
+   * Only success or failure is read (BEGIN, SET, COMMIT, a set_config): the statement is not described and its
+   * rows are dropped, so its result has its command and row count but no fields or rows — two messages fewer on
+   * the wire and no row description to parse.
+   */
+  quiet?: boolean;
 }
 
 /** A batch that failed: the statement that failed (or was in flight when the connection went), and why. */
@@ -107,7 +113,7 @@ class BatchQuery {
       for (let i = 0; i < this.statements.length; i++) {
         connection.parse({ text: (this.statements[i] as BatchStatement).text, types: [] });
         connection.bind({ values: this.bound[i] as unknown[] });
-        connection.describe({ type: 'P', name: '' });
+        if (!this.statements[i]?.quiet) connection.describe({ type: 'P', name: '' });
         connection.execute({ portal: '', rows: 0 });
       }
       connection.sync();
@@ -122,6 +128,8 @@ class BatchQuery {
   }
 
   handleDataRow(message: { fields: unknown[] }) {
+    // A quiet statement was not described: there is nothing to parse its rows with, and nobody reads them.
+    if (this.statements[this.at]?.quiet) return;
     const result = this.results[this.at];
     result?.addRow(result.parseRow(message.fields));
   }

@@ -187,7 +187,7 @@ function before(shared: SharedConnection, ownPath: string): BatchStatement[] | u
   const switching = shared.path !== ownPath;
   if (!switching && shared.pending.length === 0) return undefined;
   const statements = shared.pending.splice(0);
-  if (switching) statements.push({ text: `SET LOCAL search_path TO ${ownPath}` });
+  if (switching) statements.push({ text: `SET LOCAL search_path TO ${ownPath}`, quiet: true });
   return statements;
 }
 

@@ -435,7 +435,7 @@ export function openCrossTransaction(
   const onePhase = async (p: Participant) => {
     let done: pg.QueryResult;
     try {
-      done = await step(p, { text: 'COMMIT' });
+      done = await step(p, COMMIT);
     } catch (failure) {
       const { error, pending } = unwrap(failure);
       if (pending && !isConnectionLost(error, p.lease.client) && p.broken === undefined) {
@@ -501,7 +501,7 @@ export function openCrossTransaction(
         const started = performance.now();
         phaseEvent(ctx, txid, 'prepare', 'start', p.server, { gid });
         try {
-          const done = await step(p, { text: `PREPARE TRANSACTION ${quoteLiteral(gid)}` });
+          const done = await step(p, { text: `PREPARE TRANSACTION ${quoteLiteral(gid)}`, quiet: true });
           // PREPARE of a transaction in which a statement failed rolls it back and says so.
           if (done.command === 'ROLLBACK') {
             phaseEvent(ctx, txid, 'prepare', 'failed', p.server, { gid, started });
@@ -695,7 +695,8 @@ export function openCrossTransaction(
       canJoin();
       try {
         return await inTurn(p, async () => {
-          const switchPath = p.shared.path === path ? [] : [{ text: `SET LOCAL search_path TO ${path}` }];
+          const switchPath =
+            p.shared.path === path ? [] : [{ text: `SET LOCAL search_path TO ${path}`, quiet: true }];
           const results = await sendWithPending(p.gated, p.shared, [...switchPath, ...statements]);
           p.shared.path = path;
           return results.slice(switchPath.length);
@@ -767,11 +768,11 @@ function statementFailed(server: string): ShardflakeError {
   );
 }
 
-const COMMIT: BatchStatement = { text: 'COMMIT' };
+const COMMIT: BatchStatement = { text: 'COMMIT', quiet: true };
 
 /** The statement every participant's transaction starts with, sent with its first statement. */
-const BEGIN: BatchStatement = { text: 'BEGIN' };
-const BEGIN_READ_COMMITTED: BatchStatement = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED' };
+const BEGIN: BatchStatement = { text: 'BEGIN', quiet: true };
+const BEGIN_READ_COMMITTED: BatchStatement = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', quiet: true };
 
 const noop = () => {};
 
@@ -786,7 +787,7 @@ function setLocal(settings: readonly [string, string][]): BatchStatement {
     text = `SELECT ${settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ')}`;
     setLocalTexts.set(names, text);
   }
-  return { text, values: settings.map(([, value]) => value) };
+  return { text, values: settings.map(([, value]) => value), quiet: true };
 }
 /** setLocal's texts by the names they set: a handful (with or without the detector's tag and bounds). */
 const setLocalTexts = new Map<string, string>();
