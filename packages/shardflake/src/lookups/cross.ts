@@ -139,6 +139,8 @@ class Kept implements KeptTransaction {
   }
 
   async #apply(cross: CrossTransaction): Promise<void> {
+    // Nothing announced and nothing taken (a transaction that wrote no table with a lookup): nothing to apply.
+    if (this.#taken.length === 0 && ![...this.#watches.values()].some((w) => w.pending)) return;
     const { ctx } = this;
     const map = await ctx.map.fresh();
     // Shards joined by the hook itself (entry shards) are not writers: only the ones joined before it are read.
