@@ -17,7 +17,7 @@ import { usersWithEmailLookup } from './cluster-config.js';
  *   row's server, one — BEGIN, the row's insert, its entry written from the change row, COMMIT in one batch
  *   (lookups/insert-beside.ts); with the entry on the other server, the row's insert goes out with the
  *   transaction's BEGIN and the read of the change table, the other server's batch ends in PREPARE, then the
- *   decision (beside it), COMMIT and COMMIT PREPARED: five;
+ *   decision and its COMMIT in one, and COMMIT PREPARED: four;
  * - a claim refused because the value is taken fails inside a batch, where the COMMIT or PREPARE after the check
  *   does not run: the transaction must still be rolled back, so the one pooled connection serves the next call and
  *   nothing of the refused row is left, whichever server the entry is on.
@@ -66,7 +66,7 @@ async function rowsNamed(name: string): Promise<number> {
 }
 
 describe('sign-up with a unique lookup', () => {
-  it('takes one round trip when the entry shares the row’s server, five across servers, and keeps the entry', async () => {
+  it('takes one round trip when the entry shares the row’s server, four across servers, and keeps the entry', async () => {
     // A first sign-up each way opens the connections and learns the servers can prepare.
     for (const entry of ['a', 'b'] as const) {
       const warm = signUp('a', entry);
@@ -77,7 +77,7 @@ describe('sign-up with a unique lookup', () => {
     const across = signUp('a', 'b');
     assert.equal(
       (await queriesDuring(() => router.insert('users', across, { key: across.name }))).queries,
-      5,
+      4,
     );
     for (const user of [same, across]) {
       const hit = await router.lookup('user_email', user.email, { fetch: true });
@@ -109,4 +109,35 @@ describe('sign-up with a unique lookup', () => {
       );
     });
   }
+
+  it('a claim refused on the last agent of a transaction across servers fails in the decision’s round trip as UNIQUE_VIOLATION, leaving nothing', async () => {
+    // withShards joins server a first, so a is the last agent: the loser's entry (on a) is written in the round
+    // trip of the decision and its COMMIT, after b is prepared; its refusal must roll both back.
+    const owner = signUp('b', 'a');
+    await router.insert('users', owner, { key: owner.name });
+    const loser = signUp('b', 'a');
+    const bystander = signUp('a', 'a');
+    await assert.rejects(
+      router.withShards([{ key: bystander.name }, { key: loser.name }], async ([x, y]) => {
+        await x?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [bystander.name, bystander.email]);
+        await y?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [loser.name, owner.email]);
+      }),
+      (error: unknown) => isShardflakeError(error) && error.code === 'UNIQUE_VIOLATION',
+    );
+    assert.equal(await rowsNamed(loser.name), 0);
+    assert.equal(await rowsNamed(bystander.name), 0);
+    assert.equal(await router.lookup('user_email', bystander.email), null);
+    const prepared = await Promise.all(admin.map((c) => c.query('SELECT gid FROM pg_prepared_xacts')));
+    assert.deepEqual(
+      prepared.flatMap((r) => r.rows),
+      [],
+    );
+    // Both pooled connections were rolled back: the same writes with the loser's own email commit.
+    await router.withShards([{ key: bystander.name }, { key: loser.name }], async ([x, y]) => {
+      await x?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [bystander.name, bystander.email]);
+      await y?.query('INSERT INTO users (name, email) VALUES ($1, $2)', [loser.name, loser.email]);
+    });
+    assert.equal((await router.lookup('user_email', loser.email, { fetch: true }))?.row.name, loser.name);
+    assert.equal((await router.lookup('user_email', owner.email, { fetch: true }))?.row.name, owner.name);
+  });
 });

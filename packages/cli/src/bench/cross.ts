@@ -1,4 +1,5 @@
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
+import pg from 'pg';
 import { initCluster } from 'shardflake/internal/admin/init.js';
 import { validateConfig } from 'shardflake/internal/config/config.js';
 import { createRouter, type Router } from 'shardflake/internal/router/router.js';
@@ -11,10 +12,13 @@ import { median, percentile } from './stats.js';
  *
  * A transfer moves 1 from one account to another: `UPDATE accounts SET balance = balance - 1 WHERE id = $1` in one
  * shard, `… + 1 …` in the other, with accounts picked at random (few conflicts).
- * - baseline: one withShard doing both updates in one shard — one local transaction;
- * - (a) withShards over two shards on one server — one local transaction shared by both sessions, target ≥ 0.9×;
- * - (b) withShards over two shards on two servers — two-phase commit with the last-agent saving: PREPARE on b and
- *   the decision row on a in parallel, COMMIT on a, then COMMIT PREPARED on b; target ≥ 0.4×;
+ * - baseline: one withShard doing both updates in one shard — one local transaction (4 round trips: BEGIN, the
+ *   two updates, COMMIT);
+ * - (a) withShards over two shards on one server — one local transaction shared by both sessions, target ≥ 0.95×
+ *   (3 round trips: BEGIN and the bounds ride with the first update, the switch of search_path with the second);
+ * - (b) withShards over two shards on two servers — two-phase commit with the last-agent saving: PREPARE on b,
+ *   then the decision row and COMMIT on a in one round trip, then COMMIT PREPARED on b; target ≥ 0.45× (5 round
+ *   trips, three of them commits to disk one after the other);
  * - (b0) the same as (b) on a router with no deadlock detector and no bounds on waits (`deadlockCheckMs`,
  *   `lockTimeoutMs`, `idleTimeoutMs` all 0: no tag, no settings sent with BEGIN, nothing watched), as withShards
  *   was before them: (b) against (b0) is what the detector costs when nothing waits.
@@ -64,6 +68,29 @@ export interface CrossBenchResult {
   ratioTwoServers: { ratio: number; min: number; max: number; cold: number };
   /** (b) against (b0): the detector and the bounds when nothing waits. */
   ratioDetector: { ratio: number; min: number; max: number; cold: number };
+  /** Round trips of one warm transfer per side (queries given to the router's connections; a batch is one). */
+  roundTrips: Record<'baseline' | 'oneServer' | 'twoServers' | 'twoServersBare', number>;
+}
+
+/** The fewest queries any pg client of this process was given during one `transfer`, over five. */
+async function roundTripsOf(transfer: () => Promise<unknown>): Promise<number> {
+  const original = pg.Client.prototype.query;
+  let fewest = Number.POSITIVE_INFINITY;
+  try {
+    for (let i = 0; i < 5; i++) {
+      let queries = 0;
+      pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+        queries++;
+        return (original as (...a: unknown[]) => unknown).apply(this, args);
+      } as typeof original;
+      await transfer();
+      pg.Client.prototype.query = original;
+      fewest = Math.min(fewest, queries);
+    }
+  } finally {
+    pg.Client.prototype.query = original;
+  }
+  return fewest;
 }
 
 const TABLE = 'CREATE TABLE accounts (id integer PRIMARY KEY, balance bigint NOT NULL)';
@@ -224,6 +251,8 @@ export async function benchCross(options: CrossBenchOptions = {}): Promise<Cross
           cold: candidate.cold / against.cold,
         };
       };
+      const roundTrips = {} as CrossBenchResult['roundTrips'];
+      for (const name of names) roundTrips[name] = await roundTripsOf(() => SIDES[name](routers[name], 1, 2));
       const oneServer = side('oneServer');
       const twoServers = side('twoServers');
       const twoServersBare = side('twoServersBare');
@@ -241,6 +270,7 @@ export async function benchCross(options: CrossBenchOptions = {}): Promise<Cross
         ratioOneServer: ratio(oneServer),
         ratioTwoServers: ratio(twoServers),
         ratioDetector: ratio(twoServers, twoServersBare),
+        roundTrips,
       };
     } finally {
       await Promise.all(Object.values(routers).map((r) => r.close()));

@@ -102,9 +102,11 @@ export async function readClusterId(
 }
 
 /**
- * The decision row, written inside the last agent's local transaction: fails on the primary key when recovery has
- * aborted the txid, and writes nothing (rowCount 0) when that transaction began more than `$3` ms ago — the bound
- * that lets recovery delete old abort rows (see recovery.ts).
+ * The decision row, written inside the last agent's local transaction: fails on the primary key (23505) when
+ * recovery has aborted the txid, and on `outcome`'s NOT NULL (23502) when that transaction began more than `$3` ms
+ * ago — the bound that lets recovery delete old abort rows (see recovery.ts). It never succeeds without writing the
+ * row: the coordinator sends its COMMIT in the same round trip (transactions/cross.ts), which PostgreSQL skips
+ * only when a statement before it failed.
  *
  * It also makes the decision's COMMIT at least as durable as PostgreSQL's default: a session that set
  * synchronous_commit weaker than `on` (off, local, remote_write — e.g. `SET LOCAL synchronous_commit = off` inside
@@ -114,11 +116,12 @@ export async function readClusterId(
  *
  * And it takes the restore-point lock shared (restore-points.ts), held until the COMMIT that is the decision: a
  * restore point, which takes it exclusive on every server, never falls between a decision and its prepared parts
- * (backups/restore-point.ts). No row is written without the lock: the row passes only when every condition is true.
+ * (backups/restore-point.ts). No row is written without the lock: the WHERE, which takes it, is true or raises.
  */
 export const INSERT_DECISION_SQL = `INSERT INTO shardflake.transactions (txid, outcome, gids)
-  SELECT $1, 'commit', $2::text[] WHERE ${HOLD_OFF_RESTORE_POINTS}
-    AND clock_timestamp() - now() < make_interval(secs => $3::float8 / 1000)
+  SELECT $1, CASE WHEN clock_timestamp() - now() < make_interval(secs => $3::float8 / 1000) THEN 'commit' END,
+    $2::text[]
+  WHERE ${HOLD_OFF_RESTORE_POINTS}
     AND CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
       THEN set_config('synchronous_commit', 'on', true) IS NOT NULL ELSE true END`;
 

@@ -1,8 +1,10 @@
 import type pg from 'pg';
 import type { ShardPlacement } from '../catalog/shards.js';
+import type { BatchStatement } from '../postgres/batch.js';
 import type { RouterContext } from '../routing/context.js';
 import { placementIn } from '../routing/map.js';
-import type { CrossInternals, CrossTransaction } from '../transactions/cross.js';
+import type { ShardSession } from '../routing/session.js';
+import type { CrossInternals, CrossTransaction, ServerSession } from '../transactions/cross.js';
 import {
   type Change,
   changesOf,
@@ -39,21 +41,113 @@ export interface KeptTransaction extends CrossInternals {
 }
 
 export function keepLookups(ctx: RouterContext, tx: CrossInternals): KeptTransaction {
-  const watches = new Map<string, NoticeWatch>();
-  const joined = new Map<number, { server: string; schema: string }>();
+  return new Kept(ctx, tx);
+}
+
+/**
+ * The transaction with the lookups kept: its own join, writeKept, commit and rollback, the rest passed to `tx`. A
+ * class, not `Object.create(tx)` with methods assigned: one is made per transaction, and an object used as a
+ * prototype once is slow to make so (V8 turns it into a prototype) — it showed in withShards' profile.
+ */
+class Kept implements KeptTransaction {
+  readonly #watches = new Map<string, NoticeWatch>();
+  readonly #joined = new Map<number, { server: string; schema: string }>();
   // Shards a session may have written since their changes were last taken.
-  const dirty = new Set<number>();
-  const taken: Change[] = [];
-  let hooked = false;
-  const stop = () => {
-    for (const watch of watches.values()) watch.stop();
-    watches.clear();
-  };
-  const apply = async (cross: CrossTransaction) => {
+  readonly #dirty = new Set<number>();
+  readonly #taken: Change[] = [];
+  #hooked = false;
+
+  constructor(
+    readonly ctx: RouterContext,
+    readonly tx: CrossInternals,
+  ) {}
+
+  get txid() {
+    return this.tx.txid;
+  }
+  get servers() {
+    return this.tx.servers;
+  }
+  get outcome() {
+    return this.tx.outcome;
+  }
+  get victim() {
+    return this.tx.victim;
+  }
+  get failedAt() {
+    return this.tx.failedAt;
+  }
+  get nodeGone() {
+    return this.tx.nodeGone;
+  }
+
+  async join(placement: ShardPlacement): Promise<ShardSession> {
+    const session = await this.tx.join(placement);
+    // Only the first session of a server is watched: its notices are the connection's, shared by the others.
+    this.#hook(placement, this.#watches.has(placement.server) ? undefined : session.client);
+    this.#dirty.add(placement.shard);
+    return session;
+  }
+
+  joinServer(server: string, searchPath: readonly string[]): Promise<ServerSession> {
+    return this.tx.joinServer(server, searchPath);
+  }
+
+  batch(placement: ShardPlacement, statements: readonly BatchStatement[]): Promise<pg.QueryResult[]> {
+    return this.tx.batch(placement, statements);
+  }
+
+  defer(placement: ShardPlacement, statement: BatchStatement): Promise<void> {
+    return this.tx.defer(placement, statement);
+  }
+
+  beforeCommit(hook: (tx: CrossTransaction) => Promise<void>): void {
+    this.tx.beforeCommit(hook);
+  }
+
+  async writeKept(placement: ShardPlacement, text: string, values: unknown[]): Promise<pg.QueryResult> {
+    const [result, changes] = await this.tx.batch(placement, [
+      { text, values },
+      { text: takeChangesSql(placement.schema) },
+    ]);
+    this.#hook(placement, undefined);
+    this.#taken.push(...changesOf((changes as pg.QueryResult).rows));
+    return result as pg.QueryResult;
+  }
+
+  commit(): Promise<void> {
+    return this.tx.commit().finally(() => this.#stop());
+  }
+
+  rollback(): Promise<void> {
+    return this.tx.rollback().finally(() => this.#stop());
+  }
+
+  #stop(): void {
+    for (const watch of this.#watches.values()) watch.stop();
+    this.#watches.clear();
+  }
+
+  #hook(placement: ShardPlacement, client: pg.PoolClient | undefined): void {
+    if (!this.#joined.has(placement.shard)) this.#joined.set(placement.shard, placement);
+    if (client && !this.#watches.has(placement.server))
+      this.#watches.set(placement.server, watchNotices(client));
+    if (!this.#hooked) {
+      this.#hooked = true;
+      this.tx.beforeCommit((cross) => this.#apply(cross));
+    }
+  }
+
+  async #apply(cross: CrossTransaction): Promise<void> {
+    // Nothing announced and nothing taken (a transaction that wrote no table with a lookup): nothing to apply.
+    if (this.#taken.length === 0 && ![...this.#watches.values()].some((w) => w.pending)) return;
+    const { ctx } = this;
     const map = await ctx.map.fresh();
     // Shards joined by the hook itself (entry shards) are not writers: only the ones joined before it are read.
-    const writers = [...joined].filter(([shard, p]) => dirty.has(shard) && watches.get(p.server)?.pending);
-    const changes: Change[] = [...taken];
+    const writers = [...this.#joined].filter(
+      ([shard, p]) => this.#dirty.has(shard) && this.#watches.get(p.server)?.pending,
+    );
+    const changes: Change[] = [...this.#taken];
     for (const [shard] of writers) {
       const session = await cross.join(placementIn(map, shard));
       changes.push(...(await takeChanges({ schema: session.schema, query: (t, v) => session.query(t, v) })));
@@ -72,36 +166,5 @@ export function keepLookups(ctx: RouterContext, tx: CrossInternals): KeptTransac
     // The entry writes go out with each server's commit step, in the same round trip (cross.ts, `defer`).
     for (const statement of entryStatements(net, (shard) => placementIn(map, shard).schema))
       await cross.defer(placementIn(map, statement.shard), statement);
-  };
-  const hook = (placement: ShardPlacement, client: pg.PoolClient | undefined) => {
-    if (!joined.has(placement.shard)) joined.set(placement.shard, placement);
-    if (client && !watches.has(placement.server)) watches.set(placement.server, watchNotices(client));
-    if (!hooked) {
-      hooked = true;
-      tx.beforeCommit(apply);
-    }
-  };
-  return Object.create(tx, {
-    join: {
-      value: async (placement: ShardPlacement) => {
-        const session = await tx.join(placement);
-        hook(placement, session.client);
-        dirty.add(placement.shard);
-        return session;
-      },
-    },
-    writeKept: {
-      value: async (placement: ShardPlacement, text: string, values: unknown[]) => {
-        const [result, changes] = await tx.batch(placement, [
-          { text, values },
-          { text: takeChangesSql(placement.schema) },
-        ]);
-        hook(placement, undefined);
-        taken.push(...changesOf((changes as pg.QueryResult).rows));
-        return result as pg.QueryResult;
-      },
-    },
-    commit: { value: () => tx.commit().finally(stop) },
-    rollback: { value: () => tx.rollback().finally(stop) },
-  }) as KeptTransaction;
+  }
 }

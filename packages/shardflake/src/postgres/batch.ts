@@ -17,6 +17,12 @@ export interface BatchStatement {
   values?: readonly unknown[];
   /** Maps this statement's failure to the error its caller gets (not used by queryBatch itself). */
   onError?: (error: unknown) => unknown;
+  /**
+   * Only success or failure is read (BEGIN, SET, COMMIT, a set_config): the statement is not described and its
+   * rows are dropped, so its result has its command and row count but no fields or rows — two messages fewer on
+   * the wire and no row description to parse.
+   */
+  quiet?: boolean;
 }
 
 /** A batch that failed: the statement that failed (or was in flight when the connection went), and why. */
@@ -71,7 +77,7 @@ export function queryBatch(
   client: pg.ClientBase,
   statements: readonly BatchStatement[],
 ): Promise<pg.QueryResult[]> {
-  const { Result, prepareValue } = pgInternals();
+  const { prepareValue } = pgInternals();
   let bound: unknown[][];
   try {
     bound = statements.map((s) => (s.values ?? []).map((v) => prepareValue(v)));
@@ -79,55 +85,85 @@ export function queryBatch(
     return Promise.reject(new BatchFailure(0, error));
   }
   return new Promise((resolve, reject) => {
-    const results = statements.map(() => new Result(undefined, bigintTypes));
-    let at = 0;
-    let failed = false;
-    const submittable = {
-      submit(connection: Connection) {
-        connection.stream.cork?.();
-        try {
-          statements.forEach((s, i) => {
-            connection.parse({ text: s.text, types: [] });
-            connection.bind({ values: bound[i] as unknown[] });
-            connection.describe({ type: 'P', name: '' });
-            connection.execute({ portal: '', rows: 0 });
-          });
-          connection.sync();
-        } finally {
-          connection.stream.uncork?.();
-        }
-        return null;
-      },
-      handleRowDescription(message: { fields: unknown[] }) {
-        results[at]?.addFields(message.fields);
-      },
-      handleDataRow(message: { fields: unknown[] }) {
-        const result = results[at];
-        result?.addRow(result.parseRow(message.fields));
-      },
-      handleCommandComplete(message: unknown) {
-        results[at]?.addCommandComplete(message);
-        at++;
-      },
-      handleEmptyQuery() {
-        at++;
-      },
-      handlePortalSuspended() {},
-      handleCopyInResponse(connection: Connection) {
-        connection.sendCopyFail('COPY is not supported in a batch');
-      },
-      handleCopyData() {},
-      // An error message ends the query for pg (the ReadyForQuery after it is not passed on), as does a lost
-      // connection.
-      handleError(error: unknown) {
-        if (failed) return;
-        failed = true;
-        reject(new BatchFailure(Math.min(at, statements.length - 1), error));
-      },
-      handleReadyForQuery() {
-        if (!failed) resolve(results);
-      },
-    };
-    (client.query as (query: unknown) => unknown)(submittable);
+    (client.query as (query: unknown) => unknown)(new BatchQuery(statements, bound, resolve, reject));
   });
+}
+
+/**
+ * The batch as pg's client submits it and hands it the server's answers (pg/lib/query.js has the same methods).
+ * A class rather than an object of closures: one is made per round trip.
+ */
+class BatchQuery {
+  readonly results: ReturnType<typeof newResult>[];
+  at = 0;
+  failed = false;
+
+  constructor(
+    readonly statements: readonly BatchStatement[],
+    readonly bound: unknown[][],
+    readonly resolve: (results: pg.QueryResult[]) => void,
+    readonly reject: (failure: BatchFailure) => void,
+  ) {
+    this.results = statements.map(newResult);
+  }
+
+  submit(connection: Connection) {
+    connection.stream.cork?.();
+    try {
+      for (let i = 0; i < this.statements.length; i++) {
+        connection.parse({ text: (this.statements[i] as BatchStatement).text, types: [] });
+        connection.bind({ values: this.bound[i] as unknown[] });
+        if (!this.statements[i]?.quiet) connection.describe({ type: 'P', name: '' });
+        connection.execute({ portal: '', rows: 0 });
+      }
+      connection.sync();
+    } finally {
+      connection.stream.uncork?.();
+    }
+    return null;
+  }
+
+  handleRowDescription(message: { fields: unknown[] }) {
+    this.results[this.at]?.addFields(message.fields);
+  }
+
+  handleDataRow(message: { fields: unknown[] }) {
+    // A quiet statement was not described: there is nothing to parse its rows with, and nobody reads them.
+    if (this.statements[this.at]?.quiet) return;
+    const result = this.results[this.at];
+    result?.addRow(result.parseRow(message.fields));
+  }
+
+  handleCommandComplete(message: unknown) {
+    this.results[this.at]?.addCommandComplete(message);
+    this.at++;
+  }
+
+  handleEmptyQuery() {
+    this.at++;
+  }
+
+  handlePortalSuspended() {}
+
+  handleCopyInResponse(connection: Connection) {
+    connection.sendCopyFail('COPY is not supported in a batch');
+  }
+
+  handleCopyData() {}
+
+  // An error message ends the query for pg (the ReadyForQuery after it is not passed on), as does a lost
+  // connection.
+  handleError(error: unknown) {
+    if (this.failed) return;
+    this.failed = true;
+    this.reject(new BatchFailure(Math.min(this.at, this.statements.length - 1), error));
+  }
+
+  handleReadyForQuery() {
+    if (!this.failed) this.resolve(this.results);
+  }
+}
+
+function newResult() {
+  return new (pgInternals().Result)(undefined, bigintTypes);
 }

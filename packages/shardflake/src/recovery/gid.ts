@@ -31,7 +31,20 @@ export function gidPrefix(cluster: string): string {
 }
 
 export function newTxid(): string {
-  return `${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
+  return `${Date.now().toString(36)}${randomHex12()}`;
+}
+
+// Random bytes drawn 4 KiB at a time: one call to the system's generator per 682 txids instead of one per txid (a
+// cost that showed in withShards' profile).
+let pool = Buffer.alloc(0);
+let used = 0;
+function randomHex12(): string {
+  if (used + 6 > pool.length) {
+    pool = randomBytes(4096);
+    used = 0;
+  }
+  used += 6;
+  return pool.toString('hex', used - 6, used);
 }
 
 export function formatGid(gid: Gid): string {

@@ -179,6 +179,27 @@ export class PendingFailure extends Error {
 }
 
 /**
+ * What must go out before a session's next statement on a shared connection: the connection's pending statements
+ * and a switch of the search_path to the session's; undefined when nothing must (the common case of a session's
+ * second statement, which then allocates nothing).
+ */
+function before(shared: SharedConnection, ownPath: string): BatchStatement[] | undefined {
+  const switching = shared.path !== ownPath;
+  if (!switching && shared.pending.length === 0) return undefined;
+  const statements = shared.pending.splice(0);
+  if (switching) statements.push({ text: `SET LOCAL search_path TO ${ownPath}`, quiet: true });
+  return statements;
+}
+
+/** Sends `before`'s statements on their own, for a statement that cannot ride with them. */
+async function sendBefore(client: pg.ClientBase, shared: SharedConnection, ownPath: string): Promise<void> {
+  const statements = before(shared, ownPath);
+  if (statements === undefined) return;
+  await sendAll(client, statements);
+  shared.path = ownPath;
+}
+
+/**
  * The session's view of its leased connection: refuses use after fn returned and turns transaction control into
  * savepoints (a second BEGIN would only warn, and a COMMIT would end the session's transaction early — with it
  * the search_path and the guarantee that a retry re-runs everything). `shared` and `ownPath` are given for a
@@ -213,17 +234,7 @@ export function sessionClient(
   const query = (...args: unknown[]) => {
     if (!isOpen()) throw sessionClosed();
     if (!shared || ownPath === undefined) return send(args);
-    // What must go out before the statement: the connection's pending statements and a switch of the path.
-    const before = (): BatchStatement[] => [
-      ...shared.pending.splice(0),
-      ...(shared.path === ownPath ? [] : [{ text: `SET LOCAL search_path TO ${ownPath}` }]),
-    ];
-    const switchPath = async () => {
-      const statements = before();
-      if (statements.length === 0) return;
-      await sendAll(client, statements);
-      shared.path = ownPath;
-    };
+    const switchPath = () => sendBefore(client, shared, ownPath);
     const first = args[0] as { submit?: unknown } | undefined;
     const callback = args.find((a) => typeof a === 'function') as ((...r: unknown[]) => void) | undefined;
     if (typeof first?.submit === 'function') {
@@ -243,9 +254,10 @@ export function sessionClient(
         await switchPath();
         return send(plain) as Promise<unknown>;
       }
-      const statements = before();
-      if (statements.length === 0) return send(plain) as Promise<unknown>;
-      const results = await sendAll(client, [...statements, { text, values }]);
+      const statements = before(shared, ownPath);
+      if (statements === undefined) return send(plain) as Promise<unknown>;
+      statements.push({ text, values });
+      const results = await sendAll(client, statements);
       shared.path = ownPath;
       return results[results.length - 1];
     });

@@ -9,7 +9,7 @@ import type { ShardPlacement } from '../catalog/shards.js';
 import { INSERT_DECISION_SQL } from '../catalog/transactions.js';
 import type { Deadlock, TransactionTag } from '../deadlocks/detector.js';
 import { ShardflakeError } from '../errors/errors.js';
-import type { BatchStatement } from '../postgres/batch.js';
+import { BatchFailure, type BatchStatement, queryBatch } from '../postgres/batch.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { quoteIdent, quoteLiteral } from '../postgres/identifier.js';
 import { formatGid, newTxid } from '../recovery/gid.js';
@@ -40,12 +40,18 @@ import { waitBoundError, watchedClient } from './waits.js';
  *
  * The protocol, in order (each numbered step starts only after the previous one is acknowledged):
  *   1. each participant runs its sessions' statements in its local transaction (BEGIN at join);
- *   2. every participant but the last agent: PREPARE TRANSACTION 'sf:<cluster>:<txid>:<last agent>:<server>';
- *      at the same time the last agent inserts the decision row (txid, 'commit', gids) into its own
- *      `shardflake.transactions` — inside its still open transaction (the insert takes the restore-point lock
- *      shared until step 3, so a restore point never falls between a decision and its parts: backups/);
- *   3. the last agent COMMITs: the decision row and the last agent's own writes become durable together;
- *   4. COMMIT PREPARED on each prepared participant.
+ *   2. every participant but the last agent: PREPARE TRANSACTION 'sf:<cluster>:<txid>:<last agent>:<server>',
+ *      all at once;
+ *   3. the last agent inserts the decision row (txid, 'commit', gids) into its own `shardflake.transactions`,
+ *      inside its still open transaction, and COMMITs, in one round trip (the insert takes the restore-point lock
+ *      shared until that COMMIT, so a restore point never falls between a decision and its parts: backups/): the
+ *      decision row and the last agent's own writes become durable together. The insert either writes the row or
+ *      fails, never writes nothing (catalog/transactions.ts), and a failed statement makes PostgreSQL skip the rest
+ *      of the round trip, so the COMMIT runs only with the row in its transaction;
+ *   4. COMMIT PREPARED on each prepared participant, all at once.
+ * Each step's statements go out with whatever the participant still has pending (its BEGIN, deferred writes).
+ * Round trips of the commit: one server, 1 (COMMIT); several, 3 in a row (PREPARE, decision + COMMIT, COMMIT
+ * PREPARED), whatever the number of servers.
  * Recovery (recovery.ts, in every router and in `cluster recover`) commits a prepared gid whose txid has a
  * `commit` row on its decision server and rolls back one with an `abort` row; for a gid with no row that is older
  * than the in-doubt grace it first commits an `abort` row (a tombstone) on the decision server, then rolls back.
@@ -61,13 +67,14 @@ import { waitBoundError, watchedClient } from './waits.js';
  *   so a PREPARE that lands after a rollback is itself rolled back by a later pass.
  * - After step 3 the decision is durable on the last agent's server (its COMMIT returned), and a commit row is
  *   deleted only once no server holds a gid of its txid prepared; abort rows are kept for a day, and the decision
- *   insert refuses to write in a transaction more than an hour old, so a deleted tombstone can never let a
+ *   insert fails in a transaction more than an hour old, so a deleted tombstone can never let a
  *   decision in late. Every prepared participant is then committed by step 4 or by recovery; COMMIT PREPARED of
  *   a gid someone else settled answers "does not exist" and counts as done.
  * - A prepared transaction survives a restart of its server; a server that is down only delays recovery, which
  *   never guesses: a gid whose decision server does not answer stays prepared until it does.
- * - A lost connection during step 3 leaves the outcome unknown to the caller (COMMIT_UNKNOWN, never re-run);
- *   recovery still settles every participant by the decision server's word.
+ * - A lost connection during step 3 leaves the outcome unknown to the caller (COMMIT_UNKNOWN, never re-run): the
+ *   decision and its COMMIT share the round trip, so a loss before the insert's answer may still have committed;
+ *   recovery settles every participant by the decision server's word.
  * The decision lives on a participant, never only in this process or on the catalog, which is why the catalog can
  * be down during a commit (it is read once per router for the cluster's identity).
  *
@@ -227,9 +234,13 @@ export function openCrossTransaction(
   /**
    * The commit step's statement with everything still pending on the participant, in one round trip. `pending`
    * in the failure: a deferred statement failed, so the step did not run and the transaction is open and aborted.
+   * With nothing pending it goes as one simple-protocol message, as withShard's COMMIT does (one message each way
+   * instead of five).
    */
   const step = async (p: Participant, statement: BatchStatement): Promise<pg.QueryResult> =>
-    (await sendWithPending(p.lease.client, p.shared, [statement]))[0] as pg.QueryResult;
+    p.shared.pending.length === 0 && statement.values === undefined
+      ? p.lease.client.query(statement.text)
+      : ((await sendWithPending(p.lease.client, p.shared, [statement]))[0] as pg.QueryResult);
 
   const readyForTwoPhase = (p: Participant) =>
     inTurn(p, () => ctx.transactions.ensureReady(p.server, p.lease.client));
@@ -330,6 +341,28 @@ export function openCrossTransaction(
     waitBoundError(error, p.server, bounds) ??
     wrapPgError(error, p.lease.node);
 
+  /**
+   * The error of a failed decision insert (step 3): the txid's tombstone is there (recovery rolled the transaction
+   * back), the transaction is too old to decide, or a statement of it had failed before.
+   */
+  const decisionError = (agent: Participant, error: unknown): ShardflakeError => {
+    const state = (error as { code?: string }).code;
+    if (state === '23505')
+      return new ShardflakeError(
+        'TRANSACTION_ABORTED',
+        'the transaction took so long to commit that recovery rolled it back (its prepared parts were older than the in-doubt grace); nothing of it committed',
+        { sqlState: state, cause: error },
+      );
+    if (state === '23502')
+      return new ShardflakeError(
+        'TRANSACTION_ABORTED',
+        `the transaction ran for more than ${MAX_DECISION_AGE_MS / 60_000} minutes before its commit and was rolled back on every server`,
+        { sqlState: state, cause: error },
+      );
+    if (state === '25P02') return statementFailed(agent.server);
+    return typed(agent, error);
+  };
+
   const makeSession = (p: Participant, path: string, placement?: ShardPlacement) => {
     const guarded = sessionClient(p.gated, () => state === 'open' || state === 'hooks', p.shared, path);
     return {
@@ -402,7 +435,7 @@ export function openCrossTransaction(
   const onePhase = async (p: Participant) => {
     let done: pg.QueryResult;
     try {
-      done = await step(p, { text: 'COMMIT' });
+      done = await step(p, COMMIT);
     } catch (failure) {
       const { error, pending } = unwrap(failure);
       if (pending && !isConnectionLost(error, p.lease.client) && p.broken === undefined) {
@@ -433,11 +466,7 @@ export function openCrossTransaction(
     if (done.command === 'ROLLBACK') {
       outcome = 'rolled-back';
       release(p);
-      throw new ShardflakeError(
-        'DATABASE_ERROR',
-        `the transaction on server ${p.server} was rolled back: a statement in it failed and the callback went on`,
-        { sqlState: '25P02' },
-      );
+      throw statementFailed(p.server);
     }
     outcome = 'committed';
     await notePosition(p);
@@ -465,25 +494,19 @@ export function openCrossTransaction(
     const fail = (error: unknown) => {
       firstError ??= error;
     };
-    // Step 2: PREPARE everywhere but the last agent, and the decision row into the last agent's open transaction.
-    await Promise.all([
-      ...others.map(async (p) => {
+    // Step 2: PREPARE everywhere but the last agent.
+    await Promise.all(
+      others.map(async (p) => {
         const gid = gids.get(p) as string;
         const started = performance.now();
         phaseEvent(ctx, txid, 'prepare', 'start', p.server, { gid });
         try {
-          const done = await step(p, { text: `PREPARE TRANSACTION ${quoteLiteral(gid)}` });
+          const done = await step(p, { text: `PREPARE TRANSACTION ${quoteLiteral(gid)}`, quiet: true });
           // PREPARE of a transaction in which a statement failed rolls it back and says so.
           if (done.command === 'ROLLBACK') {
             phaseEvent(ctx, txid, 'prepare', 'failed', p.server, { gid, started });
             release(p);
-            fail(
-              new ShardflakeError(
-                'DATABASE_ERROR',
-                `the transaction on server ${p.server} was rolled back: a statement in it failed and the callback went on`,
-                { sqlState: '25P02' },
-              ),
-            );
+            fail(statementFailed(p.server));
             return;
           }
           prepared.push(p);
@@ -502,93 +525,81 @@ export function openCrossTransaction(
           fail(idleEnded(p, error) ?? prepareError(p.server, error));
         }
       }),
-      (async () => {
-        try {
-          const { rowCount } = await step(agent, {
-            text: INSERT_DECISION_SQL,
-            values: [txid, [...gids.values()], MAX_DECISION_AGE_MS],
-          });
-          if (rowCount !== 1)
-            fail(
-              new ShardflakeError(
-                'TRANSACTION_ABORTED',
-                `the transaction ran for more than ${MAX_DECISION_AGE_MS / 60_000} minutes before its commit and was rolled back on every server`,
-              ),
-            );
-        } catch (failure) {
-          const { error, pending } = unwrap(failure);
-          if (pending) return fail(typed(agent, error));
-          fail(
-            (error as { code?: string }).code === '23505'
-              ? new ShardflakeError(
-                  'TRANSACTION_ABORTED',
-                  `the transaction took so long to commit that recovery rolled it back (its prepared parts were older than the in-doubt grace); nothing of it committed`,
-                  { sqlState: '23505', cause: error },
-                )
-              : wrapPgError(error, agent.lease.node),
-          );
-        }
-      })(),
-    ]);
+    );
+    const rollbackPreparedAll = () =>
+      Promise.all(prepared.map((p) => rollbackPrepared(p, gids.get(p) as string)));
     if (firstError !== undefined) {
       outcome = 'rolled-back';
       await Promise.all([
         rollbackLocal(agent),
-        ...prepared.map((p) => rollbackPrepared(p, gids.get(p) as string)),
+        rollbackPreparedAll(),
         ...others.filter((p) => !prepared.includes(p)).map(rollbackLocal),
       ]);
       throw firstError;
     }
 
-    // Step 3: the decision.
+    // Step 3: the decision row and the COMMIT that makes it durable, in one round trip, after what is pending.
     const started = performance.now();
     phaseEvent(ctx, txid, 'decide', 'start', agent.server);
+    const before = agent.shared.pending.splice(0);
+    const decision: BatchStatement = {
+      text: INSERT_DECISION_SQL,
+      values: [txid, [...gids.values()], MAX_DECISION_AGE_MS],
+    };
     let done: pg.QueryResult;
     try {
-      done = await agent.lease.client.query('COMMIT');
-    } catch (error) {
-      phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started, error });
-      const lost = agent.broken !== undefined || isConnectionLost(error, agent.lease.client);
-      release(agent, error);
-      const ended = idleEnded(agent, error);
-      if (ended) {
-        // The server ended the last agent's session while it sat idle in the transaction, before it read the
-        // COMMIT: the decision row went with it, so nothing is decided and the prepared parts roll back.
-        outcome = 'rolled-back';
-        await Promise.all(prepared.map((p) => rollbackPrepared(p, gids.get(p) as string)));
-        throw ended;
-      }
+      done = (await queryBatch(agent.lease.client, [...before, decision, COMMIT]))[
+        before.length + 1
+      ] as pg.QueryResult;
+    } catch (failure) {
+      const at = failure instanceof BatchFailure ? failure.index : before.length + 1;
+      const cause = failure instanceof BatchFailure ? failure.cause : failure;
+      // A deferred statement's failure is what its onError makes of it (a lookup's refused claim), as in `step`.
+      const error = (at < before.length ? before[at]?.onError?.(cause) : undefined) ?? cause;
+      phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started, error: cause });
+      const lost = agent.broken !== undefined || isConnectionLost(cause, agent.lease.client);
       if (lost) {
-        // The decision may or may not be durable: only recovery may settle the prepared participants now.
+        release(agent, cause);
+        const ended = idleEnded(agent, cause);
+        if (ended) {
+          // The server ended the last agent's session while it sat idle in the transaction, before it read the
+          // round trip: the decision row was never written, so nothing is decided and the prepared parts roll back.
+          outcome = 'rolled-back';
+          await rollbackPreparedAll();
+          throw ended;
+        }
+        // The COMMIT may have run before the connection went: only recovery may settle the prepared parts now.
         outcome = 'unknown';
         for (const p of prepared) release(p);
         ctx.transactions.soon();
         throw new ShardflakeError(
           'COMMIT_UNKNOWN',
           `the connection to server ${agent.server} was lost while committing the decision of a transaction across servers: it may or may not have committed, and recovery will settle every server by that decision`,
-          { sqlState: (error as { code?: string }).code, cause: error },
+          { sqlState: (cause as { code?: string }).code, cause },
         );
       }
       outcome = 'rolled-back';
-      await Promise.all(prepared.map((p) => rollbackPrepared(p, gids.get(p) as string)));
-      throw wrapPgError(error, agent.lease.node);
+      if (at <= before.length) {
+        // A statement before the COMMIT failed: PostgreSQL skipped the rest, the transaction is open and aborted.
+        await Promise.all([rollbackLocal(agent), rollbackPreparedAll()]);
+        throw at < before.length ? typed(agent, error) : decisionError(agent, error);
+      }
+      // The COMMIT itself failed (a deferred constraint, a serialization check): the transaction is rolled back.
+      release(agent, cause);
+      await rollbackPreparedAll();
+      throw wrapPgError(cause, agent.lease.node);
     }
     if (done.command === 'ROLLBACK') {
       phaseEvent(ctx, txid, 'decide', 'failed', agent.server, { started });
       outcome = 'rolled-back';
       release(agent);
-      await Promise.all(prepared.map((p) => rollbackPrepared(p, gids.get(p) as string)));
-      throw new ShardflakeError(
-        'DATABASE_ERROR',
-        `the transaction on server ${agent.server} was rolled back: a statement in it failed and the callback went on`,
-        { sqlState: '25P02' },
-      );
+      await rollbackPreparedAll();
+      throw statementFailed(agent.server);
     }
     outcome = 'committed';
     phaseEvent(ctx, txid, 'decide', 'done', agent.server, { started });
     await notePosition(agent);
     release(agent);
-
     // Step 4: committed; what fails from here is settled by recovery, never reported as a failed transaction.
     const commits: Promise<void>[] = [];
     for (const p of prepared) {
@@ -684,7 +695,8 @@ export function openCrossTransaction(
       canJoin();
       try {
         return await inTurn(p, async () => {
-          const switchPath = p.shared.path === path ? [] : [{ text: `SET LOCAL search_path TO ${path}` }];
+          const switchPath =
+            p.shared.path === path ? [] : [{ text: `SET LOCAL search_path TO ${path}`, quiet: true }];
           const results = await sendWithPending(p.gated, p.shared, [...switchPath, ...statements]);
           p.shared.path = path;
           return results.slice(switchPath.length);
@@ -747,9 +759,20 @@ export function openCrossTransaction(
   return tx;
 }
 
+/** A transaction that PostgreSQL rolled back at its commit step because a statement in it had failed. */
+function statementFailed(server: string): ShardflakeError {
+  return new ShardflakeError(
+    'DATABASE_ERROR',
+    `the transaction on server ${server} was rolled back: a statement in it failed and the callback went on`,
+    { sqlState: '25P02' },
+  );
+}
+
+const COMMIT: BatchStatement = { text: 'COMMIT', quiet: true };
+
 /** The statement every participant's transaction starts with, sent with its first statement. */
-const BEGIN: BatchStatement = { text: 'BEGIN' };
-const BEGIN_READ_COMMITTED: BatchStatement = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED' };
+const BEGIN: BatchStatement = { text: 'BEGIN', quiet: true };
+const BEGIN_READ_COMMITTED: BatchStatement = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', quiet: true };
 
 const noop = () => {};
 
@@ -758,9 +781,16 @@ const noop = () => {};
  * shardflake's own constants; the values (a quoted search_path, a tag, a duration) go as parameters.
  */
 function setLocal(settings: readonly [string, string][]): BatchStatement {
-  const text = settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ');
-  return { text: `SELECT ${text}`, values: settings.map(([, value]) => value) };
+  const names = settings.map(([name]) => name).join(',');
+  let text = setLocalTexts.get(names);
+  if (text === undefined) {
+    text = `SELECT ${settings.map(([name], i) => `set_config('${name}', $${i + 1}, true)`).join(', ')}`;
+    setLocalTexts.set(names, text);
+  }
+  return { text, values: settings.map(([, value]) => value), quiet: true };
 }
+/** setLocal's texts by the names they set: a handful (with or without the detector's tag and bounds). */
+const setLocalTexts = new Map<string, string>();
 
 /** A failure of sendWithPending, or of a plain query. */
 function unwrap(failure: unknown): { error: unknown; pending: boolean } {

@@ -42,12 +42,14 @@ export async function withShards<T>(
     (map) => targets.map((target) => placementIn(map, shardOfTarget(map, target))),
     keep,
     async (tx, placements) => {
+      // The first session of each server joins in server-name order (it takes the connection), the rest at once.
+      const sessions: (ShardSession | Promise<ShardSession>)[] = [];
       const servers = [...new Set(placements.map((p) => p.server))].sort();
       for (const server of servers) {
-        const first = placements.find((p) => p.server === server);
-        if (first) await tx.join(first);
+        const i = placements.findIndex((p) => p.server === server);
+        sessions[i] = await tx.join(placements[i] as ShardPlacement);
       }
-      return fn(await Promise.all(placements.map((p) => tx.join(p))));
+      return fn(await Promise.all(placements.map((p, i) => sessions[i] ?? tx.join(p))));
     },
     retry,
   );
