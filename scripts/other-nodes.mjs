@@ -22,7 +22,18 @@ import { serverlessTests, testFiles } from './serverless-tests.mjs';
 /** Docs examples run on the other lines besides the server-less tests (paths under dist/test, one file each). */
 export const EXAMPLES = ['docs/readme.blocks-run.test.js'];
 
-/** The compiled test files this script runs: the server-less ones and EXAMPLES, each once. */
+/**
+ * Server-less tests left to this machine's Node, with why: the suite must fit CI's ten minutes on two cores, and
+ * these two are a third of this script's time while what they prove does not change with the Node line.
+ */
+export const MAIN_LINE_ONLY = [
+  // npm pack, npm install and a strict tsc of a new app: the compiler's work, the same on every line.
+  'package/types.packed-tarball-compiles-in-a-strict-app.test.js',
+  // PostgreSQL compiled to WebAssembly running next_id(): the SQL's behaviour, not Node's.
+  'postgres/generator.pglite.test.js',
+];
+
+/** The compiled test files this script runs: the server-less ones (but MAIN_LINE_ONLY) and EXAMPLES, each once. */
 export function otherNodeTests() {
   const all = testFiles();
   const examples = EXAMPLES.map((example) => {
@@ -30,7 +41,8 @@ export function otherNodeTests() {
     if (found.length !== 1) throw new Error(`other-nodes: EXAMPLES names ${example}, which is no test file`);
     return found[0];
   });
-  return [...new Set([...serverlessTests(), ...examples])].sort();
+  const mainLineOnly = (f) => MAIN_LINE_ONLY.some((name) => f.endsWith(`/dist/test/${name}`));
+  return [...new Set([...serverlessTests().filter((f) => !mainLineOnly(f)), ...examples])].sort();
 }
 
 function output(command, args, env = process.env) {

@@ -1,5 +1,6 @@
-// Runs every compiled test file with Node's test runner. Files run two at a time (this is a 2-core machine);
-// each integration test file starts its own PostgreSQL servers, so they never share state.
+// Runs every compiled test file with Node's test runner. Files run three at a time on this 2-core machine: a file
+// spends part of its time waiting (for its servers to start, for a bound or a sleep to pass), and a third file
+// fills those waits. Each integration test file starts its own PostgreSQL servers, so they never share state.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -31,7 +32,7 @@ if (files.length === 0) {
 }
 // A test that hangs (a lock never released, a server that never answers) fails after 4 minutes instead of
 // holding the whole run.
-const args = ['--test', '--test-concurrency=2', '--test-timeout=240000', '--test-reporter=spec', ...files];
+const args = ['--test', '--test-concurrency=3', '--test-timeout=240000', '--test-reporter=spec', ...files];
 const result = spawnSync(process.execPath, args, {
   stdio: 'inherit',
   env: { ...process.env, SHARDFLAKE_TEST: '1' },

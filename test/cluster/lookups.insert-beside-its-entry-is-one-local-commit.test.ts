@@ -102,9 +102,10 @@ describe('insert beside its entry', () => {
       assert.equal(router.shardOfId(id), shardForKey(email, 4));
       assert.deepEqual(await router.lookup('user_email', email), { id, shard: shardForKey(email, 4) });
     }
-    // One batch each (a router's background query may land in one count).
+    // One batch each. The router's background work (recovery's first look at each server, a second pooled
+    // connection opened while it holds the first, with its own first queries) may land in one of the counts.
     assert.equal(Math.min(...counts), 1, `queries per insert: ${counts}`);
-    assert.ok(Math.max(...counts) <= 2, `queries per insert: ${counts}`);
+    assert.ok(counts.filter((n) => n > 1).length <= 1, `queries per insert: ${counts}`);
   });
 
   it('refuses a taken value, leaves nothing, and its connection serves the next call', async () => {

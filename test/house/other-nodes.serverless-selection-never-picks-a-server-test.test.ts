@@ -16,11 +16,12 @@ type Selector = {
   serverlessTests: () => string[];
 };
 const selector = (await import(pathToFileURL(resolve('scripts/serverless-tests.mjs')).href)) as Selector;
-const { otherNodeTests, EXAMPLES } = (await import(
+const { otherNodeTests, EXAMPLES, MAIN_LINE_ONLY } = (await import(
   pathToFileURL(resolve('scripts/other-nodes.mjs')).href
 )) as {
   otherNodeTests: () => string[];
   EXAMPLES: string[];
+  MAIN_LINE_ONLY: string[];
 };
 
 // Made-up compiled tests live beside the real ones, so their relative imports reach the real support modules; they
@@ -111,6 +112,13 @@ describe('the server-less selection', () => {
         files.some((f) => f.endsWith(`/dist/test/${example}`)),
         example,
       );
-    for (const file of selector.serverlessTests()) assert.ok(files.includes(file), file);
+    const mainLineOnly = (file: string) => MAIN_LINE_ONLY.some((name) => file.endsWith(`/dist/test/${name}`));
+    for (const name of MAIN_LINE_ONLY)
+      assert.ok(
+        selector.serverlessTests().some((f) => f.endsWith(`/dist/test/${name}`)),
+        `${name} is a server-less test`,
+      );
+    for (const file of selector.serverlessTests())
+      assert.equal(files.includes(file), !mainLineOnly(file), file);
   });
 });

