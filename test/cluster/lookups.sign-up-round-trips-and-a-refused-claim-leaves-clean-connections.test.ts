@@ -66,7 +66,7 @@ async function rowsNamed(name: string): Promise<number> {
 }
 
 describe('sign-up with a unique lookup', () => {
-  it('takes one round trip when the entry shares the row’s server, four across servers, and keeps the entry', async () => {
+  it('takes one round trip when the entry shares the row’s server, five across servers, and keeps the entry', async () => {
     // A first sign-up each way opens the connections and learns the servers can prepare.
     for (const entry of ['a', 'b'] as const) {
       const warm = signUp('a', entry);
@@ -74,10 +74,12 @@ describe('sign-up with a unique lookup', () => {
     }
     const same = signUp('a', 'a');
     assert.equal((await queriesDuring(() => router.insert('users', same, { key: same.name }))).queries, 1);
+    // Across servers: the row's batch; the entry, written before anything is prepared (a wait on its unique index
+    // must be one the deadlock detector can still break); PREPARE; the decision with its COMMIT; COMMIT PREPARED.
     const across = signUp('a', 'b');
     assert.equal(
       (await queriesDuring(() => router.insert('users', across, { key: across.name }))).queries,
-      4,
+      5,
     );
     for (const user of [same, across]) {
       const hit = await router.lookup('user_email', user.email, { fetch: true });
@@ -110,9 +112,9 @@ describe('sign-up with a unique lookup', () => {
     });
   }
 
-  it('a claim refused on the last agent of a transaction across servers fails in the decision’s round trip as UNIQUE_VIOLATION, leaving nothing', async () => {
-    // withShards joins server a first, so a is the last agent: the loser's entry (on a) is written in the round
-    // trip of the decision and its COMMIT, after b is prepared; its refusal must roll both back.
+  it('a claim refused on the last agent of a transaction across servers fails before anything is prepared, as UNIQUE_VIOLATION, leaving nothing', async () => {
+    // withShards joins server a first, so a is the last agent: the loser's entry (on a) is written before b is
+    // prepared and before the decision; its refusal must roll both back.
     const owner = signUp('b', 'a');
     await router.insert('users', owner, { key: owner.name });
     const loser = signUp('b', 'a');

@@ -624,6 +624,31 @@ export function openCrossTransaction(
     await Promise.all(commits);
   };
 
+  /**
+   * Before a two-phase commit, the statements deferred to the commit (a lookup's entry writes) run as ordinary
+   * statements: watched by the deadlock detector, which may still choose this transaction while one waits, and
+   * before any part of it is prepared. Sent with the PREPAREs instead, one could wait on a lock while another
+   * server's part is already prepared: a transaction waiting on that prepared part is never a victim (nothing
+   * cancels a prepared transaction), so the two would wait for each other until lock_timeout. One round trip more
+   * for a transaction across servers that deferred statements; none for the others (the BEGIN and the settings
+   * still ride with the PREPARE).
+   */
+  const runDeferred = async (all: Participant[]) => {
+    const deferred = all.filter((p) => p.shared.pending.some((statement) => !statement.quiet));
+    const failures = await Promise.all(
+      deferred.map((p) =>
+        inTurn(p, () => sendWithPending(p.gated, p.shared, [])).then(
+          () => undefined,
+          (failure: unknown) => typed(p, unwrap(failure).error),
+        ),
+      ),
+    );
+    const failed = failures.find((f) => f !== undefined);
+    if (failed === undefined && victim === undefined) return;
+    await rollbackAll();
+    throw victim ?? failed;
+  };
+
   /** Rolls back every participant still in its local transaction (none is prepared before the decision path). */
   const rollbackAll = async () => {
     settling = true;
@@ -736,6 +761,7 @@ export function openCrossTransaction(
           await rollbackAll();
           throw victim;
         }
+        if (all.length > 1) await runDeferred(all);
         // From here the detector may no longer choose it (its steps may be on their way).
         settling = true;
         if (all.length === 0) outcome = 'committed';
