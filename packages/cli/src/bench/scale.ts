@@ -6,8 +6,8 @@ import { initCluster } from 'shardflake/internal/admin/init.js';
 import { validateConfig } from 'shardflake/internal/config/config.js';
 import type { ShardflakeId } from 'shardflake/internal/ids/id.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
-import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 import { createRouter, type Router, type RouterOptions } from 'shardflake/internal/router/router.js';
+import { COLUMNS, fillStatements, TABLE } from './sql-across.js';
 import { percentile } from './stats.js';
 
 /**
@@ -91,11 +91,6 @@ export interface ScaleBenchResult {
   machine: { cpus: number; node: string };
 }
 
-const TABLE =
-  'CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT next_id(), country text NOT NULL, amount int NOT NULL, price numeric(10,2) NOT NULL)';
-const COUNTRIES =
-  "ARRAY['ar','au','br','ca','cn','de','eg','es','fr','gb','id','in','it','jp','kr','mx','ng','pl','tr','us']";
-const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
 export const AGGREGATE =
   'SELECT country, count(*) AS orders, sum(amount) AS amount, avg(price) AS avg_price, max(amount) AS largest FROM orders WHERE amount > $1 GROUP BY country ORDER BY orders DESC, country';
 /** Rows equal in (amount, price, country) are equal in every selected column, so the answer is one list. */
@@ -134,15 +129,7 @@ async function procMemory(pid: number): Promise<{ vmRss: number; rssAnon: number
 
 /** Fills every shard (row g in shard g mod shards), LOAD_BATCH shards per statement, servers in parallel. */
 async function load(router: Router, servers: EmbeddedServer[], shards: number, rows: number): Promise<void> {
-  const byServer = new Map<string, string[]>();
-  for (let shard = 0; shard < shards; shard++) {
-    const p = router.placement(shard);
-    const list = byServer.get(p.server) ?? [];
-    list.push(
-      `INSERT INTO ${quoteIdent(p.schema, 'schema')}.orders (country, amount, price) SELECT ${COLUMNS} FROM generate_series(${shard}, ${rows - 1}, ${shards}) AS g`,
-    );
-    byServer.set(p.server, list);
-  }
+  const byServer = fillStatements((shard) => router.placement(shard), shards, rows);
   await Promise.all(
     servers.map(async (s) => {
       const client = await connect(s.url);

@@ -65,11 +65,31 @@ export interface SqlAcrossResult {
 
 export const QUERY =
   'SELECT country, count(*) AS orders, sum(amount) AS amount, avg(price) AS avg_price, max(amount) AS largest FROM orders WHERE amount > $1 GROUP BY country ORDER BY orders DESC, country';
-const TABLE =
+/** The orders table of bench sql-across and bench scale (one per shard, and one plain table as the baseline). */
+export const TABLE =
   'CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT next_id(), country text NOT NULL, amount int NOT NULL, price numeric(10,2) NOT NULL)';
 const COUNTRIES =
   "ARRAY['ar','au','br','ca','cn','de','eg','es','fr','gb','id','in','it','jp','kr','mx','ng','pl','tr','us']";
-const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
+/** Row g's country, amount and price, from generate_series's `g`. */
+export const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
+
+/** Each server's statements filling its shards' orders: row g of `rows` in shard g mod `shards`. */
+export function fillStatements(
+  placement: (shard: number) => { server: string; schema: string },
+  shards: number,
+  rows: number,
+): Map<string, string[]> {
+  const byServer = new Map<string, string[]>();
+  for (let shard = 0; shard < shards; shard++) {
+    const p = placement(shard);
+    const list = byServer.get(p.server) ?? [];
+    list.push(
+      `INSERT INTO ${quoteIdent(p.schema, 'schema')}.orders (country, amount, price) SELECT ${COLUMNS} FROM generate_series(${shard}, ${rows - 1}, ${shards}) AS g`,
+    );
+    byServer.set(p.server, list);
+  }
+  return byServer;
+}
 export const TARGET_RATIO = 3;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -119,15 +139,7 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
     try {
       progress('load');
       // One statement per server fills its shards (row g in shard g mod shards), then the one-table copy.
-      const byServer = new Map<string, string[]>();
-      for (let shard = 0; shard < shards; shard++) {
-        const p = router.placement(shard);
-        const list = byServer.get(p.server) ?? [];
-        list.push(
-          `INSERT INTO ${quoteIdent(p.schema, 'schema')}.orders (country, amount, price) SELECT ${COLUMNS} FROM generate_series(${shard}, ${rows - 1}, ${shards}) AS g`,
-        );
-        byServer.set(p.server, list);
-      }
+      const byServer = fillStatements((shard) => router.placement(shard), shards, rows);
       await Promise.all(
         servers.map(async (s) => {
           const client = await connect(s.url);
