@@ -325,28 +325,40 @@ async function backfillBatch(
         await client.query('BEGIN');
         entryClients.add(client);
       }
-      const list = byShard.get(shard) as { value: string; id: bigint }[];
       const entries = qualified(placement.schema, entryTable(lookup.name));
-      const values = [list.map((e) => e.value), list.map((e) => e.id)];
-      const inserted = await client.query(
-        `INSERT INTO ${entries} (value, id) SELECT * FROM unnest($1::text[], $2::bigint[]) ON CONFLICT DO NOTHING RETURNING id`,
-        values,
-      );
-      written += inserted.rowCount ?? 0;
-      if (!lookup.unique || inserted.rowCount === list.length) continue;
-      const clash = await client.query(
-        `SELECT e.id AS owner, g.id AS other FROM ${entries} e
-           JOIN unnest($1::text[], $2::bigint[]) AS g(value, id) ON e.value = g.value AND e.id <> g.id`,
-        values,
-      );
-      for (const c of clash.rows as { owner: string; other: string }[]) {
-        const owner = BigInt(c.owner);
-        const other = BigInt(c.other);
-        duplicates.push({
-          lookup: lookup.name,
-          owner: { id: owner, shard: shardOfIdFor(layout, owner) },
-          other: { id: other, shard: source.shard },
-        });
+      let list = byShard.get(shard) as { value: string; id: bigint }[];
+      // A value whose entry another id held when the insert skipped it may be let go before the entry is looked
+      // at (that owner's change commits): such an entry is inserted again, until each is written or held by
+      // another id (a duplicate). Each round settles at least the values whose holder did not change.
+      while (list.length > 0) {
+        const values = [list.map((e) => e.value), list.map((e) => e.id)];
+        const inserted = await client.query(
+          `INSERT INTO ${entries} (value, id) SELECT * FROM unnest($1::text[], $2::bigint[]) ON CONFLICT DO NOTHING RETURNING id`,
+          values,
+        );
+        written += inserted.rowCount ?? 0;
+        if (!lookup.unique || inserted.rowCount === list.length) break;
+        const held = await client.query(
+          `SELECT g.value, g.id, (SELECT e.id FROM ${entries} e WHERE e.value = g.value) AS holder
+             FROM unnest($1::text[], $2::bigint[]) AS g(value, id)`,
+          values,
+        );
+        const again: { value: string; id: bigint }[] = [];
+        for (const h of held.rows as { value: string; id: string; holder: string | null }[]) {
+          if (h.holder === null) {
+            again.push({ value: h.value, id: BigInt(h.id) });
+            continue;
+          }
+          const owner = BigInt(h.holder);
+          const other = BigInt(h.id);
+          if (owner === other) continue;
+          duplicates.push({
+            lookup: lookup.name,
+            owner: { id: owner, shard: shardOfIdFor(layout, owner) },
+            other: { id: other, shard: source.shard },
+          });
+        }
+        list = again;
       }
     }
     // Entries first, then the row locks go: see the top of the file.

@@ -64,9 +64,9 @@ import { CHANGES_TABLE, entryTable, PENDING_NOTICE } from './ddl.js';
  * rows the capture triggers will write — (L, v, +1) for each lookup L of the table whose column the row gives a
  * value v — without knowing the new id. The statements that follow the INSERT in the same transaction then take
  * the id from the change row itself: per predicted (L, v), an INSERT of the entry SELECTed from the change row
- * (no change row: nothing inserted), then a DELETE of that change row whose RETURNING divides by zero when another
- * id holds v (a statement of its own, so under READ COMMITTED it looks after the insert's wait, as the check of
- * `entryStatements` does). A prediction that missed — a column default, a trigger that rewrote the value, a text
+ * (no change row: nothing inserted), then a DELETE of that change row whose RETURNING divides by zero unless the
+ * entry (v, its id) is there (a statement of its own, so under READ COMMITTED it looks after the insert's wait, as
+ * the check of `entryStatements` does). A prediction that missed — a column default, a trigger that rewrote the value, a text
  * form other than the one predicted — leaves a change row undeleted, so the COMMIT fails with SF010 (step 4) and
  * nothing commits: the caller runs the write again the ordinary way. A wrong prediction can cost a retry, never
  * an entry: entries are only ever made from change rows, in the shard h(v) of the value the change row holds
@@ -225,14 +225,18 @@ const TAKEN_SQLSTATE = '22012';
 /**
  * The statements that write net entry changes, grouped by (entry shard, lookup, op), in netChanges' order: a
  * DELETE per group of removes; per group of adds an INSERT … ON CONFLICT DO NOTHING and, for a unique lookup, a
- * check that fails when another id holds one of the values. No statement's result is needed, so they can be sent
- * together with the commit (lookups/cross.ts).
+ * check that fails unless every entry of the group is now there. No statement's result is needed, so they can be
+ * sent together with the commit (lookups/cross.ts).
  *
- * The insert waits, like a plain insert, for an uncommitted conflicting entry's transaction to end; the check is
- * a statement of its own, so under READ COMMITTED it takes a new snapshot after that wait and sees the entry if
- * its transaction committed: a second owner. It divides by zero then: the error aborts the transaction (and the
- * COMMIT sent after it does not run) and maps to UNIQUE_VIOLATION naming the lookup, never the value.
- */
+ * The insert waits, like a plain insert, for an uncommitted conflicting entry's transaction to end, and skips an
+ * entry whose value another id holds (committed). The check is a statement of its own, so under READ COMMITTED it
+ * takes a new snapshot after that wait; it asks for this transaction's own entries, not for another owner's: an
+ * owner that held the value when the insert skipped it may let it go (its transaction deleting that entry
+ * commits) before the check runs, and "no other owner now" would then pass a claim whose entry was never written
+ * (a row without its entry, and a value open to a second owner: found by the owner-cache property test). A
+ * missing entry divides by zero: the error aborts the transaction (and the COMMIT sent after it does not run) and
+ * maps to UNIQUE_VIOLATION naming the lookup, never the value — the value was taken when the insert looked, as a
+ * plain unique insert would have said. */
 export function entryStatements(
   net: readonly EntryChange[],
   schemaOf: (shard: number) => string,
@@ -279,8 +283,8 @@ export function entryStatements(
     statements.push({
       shard,
       text: one
-        ? `SELECT 1 / (count(*) = 0)::int FROM ${table} WHERE value = $1 AND id <> $2`
-        : `SELECT 1 / (count(*) = 0)::int FROM ${table} e JOIN ${pairs} AS g(value, id) ON e.value = g.value AND e.id <> g.id`,
+        ? `SELECT 1 / (count(*) = 1)::int FROM ${table} WHERE value = $1 AND id = $2`
+        : `SELECT 1 / (count(*) = ${group.length})::int FROM ${table} e JOIN ${pairs} AS g(value, id) ON e.value = g.value AND e.id = g.id`,
       values,
       onError: (error) =>
         (error as { code?: string }).code === TAKEN_SQLSTATE ? uniqueViolation(lookup) : error,
@@ -328,7 +332,7 @@ export function besideStatements(
       change.unique
         ? {
             text: `DELETE FROM ${changes} c WHERE ${mine}
- RETURNING 1 / (NOT EXISTS (SELECT FROM ${table} e WHERE e.value = c.value AND e.id <> c.id))::int`,
+ RETURNING 1 / (EXISTS (SELECT FROM ${table} e WHERE e.value = c.value AND e.id = c.id))::int`,
             values,
             onError: (error: unknown) =>
               (error as { code?: string }).code === TAKEN_SQLSTATE ? uniqueViolation(lookup) : error,

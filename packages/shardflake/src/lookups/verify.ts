@@ -321,18 +321,24 @@ async function repair(ctx: Context, found: Found): Promise<Pick<LookupProblem, '
       }
       const sameClient = e.c === o.c;
       if (!sameClient) await e.c.query('BEGIN');
-      const inserted = await e.c.query(
-        `INSERT INTO ${table} (value, id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id`,
-        [found.value, found.id],
-      );
       let unrepairable: string | undefined;
-      if (inserted.rows.length === 0) {
-        const held = await e.c.query(`SELECT id FROM ${table} WHERE value = $1 AND id <> $2`, [
-          found.value,
-          found.id,
-        ]);
-        if (held.rows.length > 0)
-          unrepairable = `row ${(held.rows[0] as { id: string }).id} holds the same value in this unique lookup; change one of the two rows`;
+      // The insert skips the value when another id holds it; that holder may let it go before the look that
+      // follows (its change commits), and then the insert is tried again (lookups/maintain.ts, entryStatements).
+      for (;;) {
+        const inserted = await e.c.query(
+          `INSERT INTO ${table} (value, id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id`,
+          [found.value, found.id],
+        );
+        if (inserted.rows.length > 0) break;
+        const held = await e.c.query(
+          `SELECT id FROM ${table} WHERE value = $1 ORDER BY id = $2 DESC LIMIT 1`,
+          [found.value, found.id],
+        );
+        const holder = (held.rows[0] as { id: string } | undefined)?.id;
+        if (holder === undefined) continue;
+        if (BigInt(holder) !== BigInt(found.id))
+          unrepairable = `row ${holder} holds the same value in this unique lookup; change one of the two rows`;
+        break;
       }
       if (!sameClient) await e.c.query('COMMIT');
       await o.c.query('COMMIT');
