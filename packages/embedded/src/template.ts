@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { chown, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { endianness, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -135,4 +135,18 @@ export function controlCrcOffset(control: Buffer): number {
   for (let at = 16; at + 4 <= Math.min(control.length, 1024); at += 4)
     if (control.readUInt32LE(at) === crc32c.buf(control.subarray(0, at)) >>> 0) return at;
   throw new Error('pg_control has no CRC-32C where one was looked for');
+}
+
+/**
+ * The SCRAM-SHA-256 verifier of `password` (RFC 5802/7677, as PostgreSQL stores it), for `ALTER ROLE … PASSWORD`:
+ * computed here, as psql's \password does, so the password itself never reaches the server, its logs
+ * (`log_statement = ddl` logs the statement) or pg_stat_activity. Passwords made here are base64url, which
+ * SASLprep leaves as they are.
+ */
+export function scramVerifier(password: string, salt = randomBytes(16), iterations = 4096): string {
+  const salted = pbkdf2Sync(password, salt, iterations, 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  const storedKey = createHash('sha256').update(clientKey).digest();
+  const serverKey = createHmac('sha256', salted).update('Server Key').digest();
+  return `SCRAM-SHA-256$${iterations}:${salt.toString('base64')}$${storedKey.toString('base64')}:${serverKey.toString('base64')}`;
 }
