@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS shardflake.lookups (
 );
 ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS normalize text NOT NULL DEFAULT 'none';
 ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS owner_index boolean NOT NULL DEFAULT false;
+ALTER TABLE shardflake.lookups ADD COLUMN IF NOT EXISTS direct_insert boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS shardflake.lookup_builds (
   lookup text NOT NULL REFERENCES shardflake.lookups (name) ON DELETE CASCADE,
   shard integer NOT NULL,
@@ -37,6 +38,11 @@ export interface LookupRecord extends LookupDefinition {
   phase: LookupPhase;
   /** Every shard has the lookup's owner index (a unique lookup whose index `cluster migrate` has built). */
   ownerIndex: boolean;
+  /**
+   * Every shard's capture function lets an insert that writes its own entries through (lookups/ddl.ts
+   * DIRECT_SETTING): made so by init, and by `cluster migrate` for a lookup built by an older version.
+   */
+  directInsert: boolean;
 }
 
 export async function installLookupCatalog(client: Queryable): Promise<void> {
@@ -54,7 +60,8 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
       // normalize and owner_index through the row's JSON: a catalog from before the columns reads as their default.
       `SELECT name, table_name, column_name, is_unique, phase,
               coalesce(to_jsonb(l) ->> 'normalize', 'none') AS normalize,
-              coalesce((to_jsonb(l) ->> 'owner_index')::boolean, false) AS owner_index
+              coalesce((to_jsonb(l) ->> 'owner_index')::boolean, false) AS owner_index,
+              coalesce((to_jsonb(l) ->> 'direct_insert')::boolean, false) AS direct_insert
          FROM shardflake.lookups l WHERE to_regclass('shardflake.lookups') IS NOT NULL`,
     )
     .catch((error: { code?: string }) => {
@@ -71,6 +78,7 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
         phase: LookupPhase;
         normalize: LookupNormalize;
         owner_index: boolean;
+        direct_insert: boolean;
       }[]
     ).map((r) => [
       r.name,
@@ -82,6 +90,7 @@ export async function readLookups(client: Queryable): Promise<Map<string, Lookup
         normalize: r.normalize,
         phase: r.phase,
         ownerIndex: r.owner_index,
+        directInsert: r.direct_insert,
       },
     ]),
   );
@@ -111,6 +120,11 @@ export async function setLookupPhase(client: Queryable, name: string, phase: Loo
 /** Records that every shard has the lookup's owner index. */
 export async function setOwnerIndex(client: Queryable, name: string): Promise<void> {
   await client.query('UPDATE shardflake.lookups SET owner_index = true WHERE name = $1', [name]);
+}
+
+/** Records that every shard's capture function lets a direct insert through (LookupRecord.directInsert). */
+export async function setDirectInsert(client: Queryable, name: string): Promise<void> {
+  await client.query('UPDATE shardflake.lookups SET direct_insert = true WHERE name = $1', [name]);
 }
 
 /** Per shard: the last id the backfill wrote entries through, and whether the shard is done. */

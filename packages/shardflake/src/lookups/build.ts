@@ -6,6 +6,7 @@ import {
   readBuildProgress,
   recordBuildProgress,
   recordLookup,
+  setDirectInsert,
   setLookupPhase,
   setOwnerIndex,
 } from '../catalog/lookups.js';
@@ -21,6 +22,7 @@ import { qualified, quoteIdent } from '../postgres/identifier.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { closeAll, connectAll, connectServer } from '../topology/connections.js';
 import {
+  captureFunctionSql,
   captureSql,
   describeLookup,
   entryTable,
@@ -53,6 +55,9 @@ import {
  *     routers may answer from their owner cache (owner-cache.ts). A lookup built before the index existed gets it
  *     here, from any later migrate. Each shard's `CREATE INDEX` holds the shard's lock and makes writes to that
  *     shard's table wait while it builds (a shard's share of the table: small when shards are many).
+ *  6. The capture function of this version in every shard (CREATE OR REPLACE: the triggers stay), then
+ *     `direct_insert` in the catalog: from then on a router's insert placed beside its entries writes them in its
+ *     own statement (insert-beside.ts). A lookup built by an older version gets it here, from any later migrate.
  *
  * Moves. Every step that works on a shard holds the shard's lock, the one a move holds for its whole run
  * (shard-lock.ts), and reads where the shard lives under it, as `cluster migrate`'s steps do: a shard's DDL
@@ -129,12 +134,18 @@ export async function buildLookups(
           );
         }
       };
-      // Step 5, for a lookup that is ready by now.
+      // Step 5, for a lookup that is ready by now; then step 6.
       const ownerIndexStep = async () => {
-        if (!lookup.unique || record.ownerIndex) return false;
-        await eachShard((schema) => ownerIndexSql(schema, lookup));
-        await setOwnerIndex(catalog, lookup.name);
-        return true;
+        const built = lookup.unique && !record.ownerIndex;
+        if (built) {
+          await eachShard((schema) => ownerIndexSql(schema, lookup));
+          await setOwnerIndex(catalog, lookup.name);
+        }
+        if (!record.directInsert) {
+          await eachShard((schema) => [captureFunctionSql(schema, lookup)]);
+          await setDirectInsert(catalog, lookup.name);
+        }
+        return built;
       };
       if (record.phase === 'ready') {
         const ownerIndexBuilt = await ownerIndexStep();

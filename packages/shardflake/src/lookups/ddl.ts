@@ -68,6 +68,14 @@ export const PENDING_NOTICE = 'shardflake: lookup changes pending';
  */
 export const PENDING_SETTING = 'shardflake.lookup_pending';
 
+/**
+ * Set (transaction-local) by an insert that writes its row's entries itself, in the same statement
+ * (insert-beside.ts, "direct"): the capture trigger then lets that transaction's INSERTs through without change
+ * rows. Only the router's direct insert sets it; a client that sets it by hand takes the entries on itself, as one
+ * that sets session_replication_role = replica does (verify finds what it left out).
+ */
+export const DIRECT_SETTING = 'shardflake.lookup_direct';
+
 export function entryTable(name: string): string {
   return `_shardflake_lookup_${name}`;
 }
@@ -151,19 +159,35 @@ export function entryTableSql(schema: string, lookup: LookupDefinition): string[
   ];
 }
 
-/** The capture triggers of one lookup on its table in one shard. */
+/** The capture triggers of one lookup on its table in one shard: its function, then the triggers. */
 export function captureSql(schema: string, lookup: LookupDefinition): string[] {
+  const table = qualified(schema, lookup.table);
+  const column = quoteIdent(lookup.column, 'column');
+  const fn = qualified(schema, captureFunction(lookup.name));
+  const trigger = quoteIdent(captureFunction(lookup.name));
+  const truncate = quoteIdent(`${captureFunction(lookup.name)}_t`);
+  return [
+    captureFunctionSql(schema, lookup),
+    `DROP TRIGGER IF EXISTS ${trigger} ON ${table}`,
+    `CREATE TRIGGER ${trigger} AFTER INSERT OR UPDATE OF ${column}, id OR DELETE ON ${table} FOR EACH ROW EXECUTE FUNCTION ${fn}()`,
+    `DROP TRIGGER IF EXISTS ${truncate} ON ${table}`,
+    `CREATE TRIGGER ${truncate} BEFORE TRUNCATE ON ${table} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`,
+  ];
+}
+
+/**
+ * The capture function alone (CREATE OR REPLACE keeps its OID, so the triggers stay as they are): what `cluster
+ * migrate` runs in every shard to bring a lookup built by an older version up to this one (`direct_insert`).
+ */
+export function captureFunctionSql(schema: string, lookup: LookupDefinition): string {
   const changes = qualified(schema, CHANGES_TABLE);
   const fn = qualified(schema, captureFunction(lookup.name));
   const table = qualified(schema, lookup.table);
   const column = quoteIdent(lookup.column, 'column');
   const name = quoteLiteral(lookup.name);
   const unique = lookup.unique ? 'true' : 'false';
-  const trigger = quoteIdent(captureFunction(lookup.name));
-  const truncate = quoteIdent(`${captureFunction(lookup.name)}_t`);
   // Branches by TG_OP before touching OLD or NEW: in an INSERT trigger OLD is unassigned, in a DELETE one NEW.
-  return [
-    `CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $sf$
+  return `CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $sf$
 DECLARE
   moved boolean := false;
 BEGIN
@@ -173,6 +197,9 @@ BEGIN
       RAISE EXCEPTION USING ERRCODE = '${UNAPPLIED_SQLSTATE}',
         MESSAGE = 'TRUNCATE of a table with a shardflake lookup would leave its entries behind: DELETE the rows instead';
     END IF;
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'INSERT' AND current_setting('${DIRECT_SETTING}', true) = 'on' THEN
     RETURN NULL;
   END IF;
   IF TG_OP = 'UPDATE' THEN
@@ -199,12 +226,7 @@ BEGIN
   END IF;
   RETURN NULL;
 END
-$sf$`,
-    `DROP TRIGGER IF EXISTS ${trigger} ON ${table}`,
-    `CREATE TRIGGER ${trigger} AFTER INSERT OR UPDATE OF ${column}, id OR DELETE ON ${table} FOR EACH ROW EXECUTE FUNCTION ${fn}()`,
-    `DROP TRIGGER IF EXISTS ${truncate} ON ${table}`,
-    `CREATE TRIGGER ${truncate} BEFORE TRUNCATE ON ${table} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`,
-  ];
+$sf$`;
 }
 
 /** Everything the config's lookups need in a new shard (inside its creation transaction). */

@@ -4,6 +4,7 @@ import type { LookupDefinition } from '../config/lookups.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { BatchFailure, type BatchStatement, queryBatch } from '../postgres/batch.js';
 import { wrapPgError } from '../postgres/connect.js';
+import { qualified, quoteIdent } from '../postgres/identifier.js';
 import type { RouterContext } from '../routing/context.js';
 import { acquireOn, isConnectionLost } from '../routing/lease.js';
 import { type MapState, placementIn } from '../routing/map.js';
@@ -11,8 +12,8 @@ import { routed } from '../routing/retry.js';
 import type { Row } from '../routing/rows.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { traced } from '../telemetry/trace.js';
-import { lookupText, PENDING_SETTING } from './ddl.js';
-import { besideStatements, type PredictedChange } from './maintain.js';
+import { DIRECT_SETTING, entryTable, lookupText, lookupValueSql, PENDING_SETTING } from './ddl.js';
+import { besideStatements, type PredictedChange, uniqueViolation } from './maintain.js';
 
 /**
  * `router.insert` into a table with lookups when every entry the row makes lives on the row's server: the row and
@@ -31,6 +32,16 @@ import { besideStatements, type PredictedChange } from './maintain.js';
  * start. A failure of the row's own INSERT is the insert's (retried by routing/retry.ts's rules: fence, move,
  * failover); a unique value taken is UNIQUE_VIOLATION; a connection lost after the batch went out is
  * COMMIT_UNKNOWN (its COMMIT may have run), never run again.
+ *
+ * Direct (`direct`: every lookup of the table has `direct_insert`, readiness.ts): the row and its entries are ONE
+ * statement — the row's INSERT in a WITH, each entry INSERTed from the value the row got (`RETURNING` the column
+ * as the capture trigger would store it), and a check — with DIRECT_SETTING on, so the capture trigger writes no
+ * change row, and nothing is left for the commit to check. A plain INSERT into the entry's primary key is the
+ * uniqueness check itself: it waits for a claimer or a letting-go owner still in flight and fails with 23505
+ * (UNIQUE_VIOLATION) once another id's entry is committed — no second statement, so no moment between the insert
+ * and a check in which the holder could let go (maintain.ts, entryStatements). The check divides by zero when the
+ * row's values are not the predicted ones (an entry shard other than predicted) or a lookup the row gave no value
+ * got one (a default): nothing commits and the ordinary way runs, as for a missed prediction above.
  */
 export function insertBeside(
   ctx: RouterContext,
@@ -39,28 +50,30 @@ export function insertBeside(
   text: (schema: string) => string,
   values: unknown[],
   row: Row,
+  direct = false,
 ): Promise<pg.QueryResult | undefined> {
   return traced(ctx.onEvent, 'insert', (trace) =>
     routed(ctx, 'insert', trace, shardOf, true, async (placement, info) => {
       const map = await ctx.map.fresh();
       const predicted = predictChanges(map, placement, lookups, row);
       if (!predicted) return undefined;
+      const schemaOf = (shard: number) => placementIn(map, shard).schema;
+      const oneStatement = direct
+        ? directInsert(text(placement.schema), values, lookups, predicted, schemaOf)
+        : undefined;
       const lease = await acquireOn(ctx, placement.server, { intent: 'write' });
       trace?.lease(placement.server, lease);
       const nodes = ctx.nodes(placement.server);
-      const statements: BatchStatement[] = [
-        { text: 'BEGIN' },
-        // The capture trigger's notice tells a session it has changes to apply; these are applied in this batch.
-        { text: `SET LOCAL ${PENDING_SETTING} = on` },
-        { text: text(placement.schema), values },
-        ...besideStatements(
-          predicted,
-          placement.schema,
-          (shard) => placementIn(map, shard).schema,
-          map.logicalShards,
-        ),
-        { text: 'COMMIT' },
-      ];
+      const statements: BatchStatement[] = oneStatement
+        ? [{ text: 'BEGIN' }, { text: `SET LOCAL ${DIRECT_SETTING} = on` }, oneStatement, { text: 'COMMIT' }]
+        : [
+            { text: 'BEGIN' },
+            // The capture trigger's notice tells a session it has changes to apply; these are applied in this batch.
+            { text: `SET LOCAL ${PENDING_SETTING} = on` },
+            { text: text(placement.schema), values },
+            ...besideStatements(predicted, placement.schema, schemaOf, map.logicalShards),
+            { text: 'COMMIT' },
+          ];
       const INSERT = 2;
       const COMMIT = statements.length - 1;
       let results: pg.QueryResult[];
@@ -87,6 +100,15 @@ export function insertBeside(
         if (nodes.noteError(lease.node, error)) info.nodeGone = true;
         lease.release(rolledBack);
         if (index === COMMIT) return undefined;
+        if (index === INSERT && oneStatement) {
+          const code = (error as { code?: string }).code;
+          // The row's values were not the predicted ones: the ordinary way writes its entries from what it holds.
+          if (code === DIVISION_BY_ZERO) return undefined;
+          const taken = lookups.find(
+            (l) => l.unique && (error as { table?: string }).table === entryTable(l.name),
+          );
+          if (code === UNIQUE_SQLSTATE && taken) throw uniqueViolation(taken.name);
+        }
         if (index <= INSERT) throw wrapPgError(error, lease.node);
         const mapped = statements[index]?.onError?.(error) ?? error;
         if (mapped !== error) throw mapped;
@@ -135,4 +157,43 @@ export function predictChanges(
     predicted.push({ lookup: lookup.name, value: text, shard, unique: lookup.unique });
   }
   return predicted;
+}
+
+const DIVISION_BY_ZERO = '22012';
+const UNIQUE_SQLSTATE = '23505';
+
+/**
+ * The direct insert (see insertBeside): `insert` is the router's `INSERT … RETURNING id` into the row's shard;
+ * undefined when it has another form. Parameters after the row's own: each predicted value.
+ */
+export function directInsert(
+  insert: string,
+  values: readonly unknown[],
+  lookups: readonly LookupDefinition[],
+  predicted: readonly PredictedChange[],
+  schemaOf: (shard: number) => string,
+): BatchStatement | undefined {
+  const tail = ' RETURNING id';
+  if (!insert.endsWith(tail)) return undefined;
+  const returned = lookups.map((l, i) => `${lookupValueSql(l, quoteIdent(l.column, 'column'))} AS v${i}`);
+  const ctes = [`r AS (${insert.slice(0, -tail.length)} RETURNING id, ${returned.join(', ')})`];
+  const checks: string[] = [];
+  const params = [...values];
+  lookups.forEach((lookup, i) => {
+    const p = predicted.find((c) => c.lookup === lookup.name);
+    if (!p) {
+      checks.push(`NOT EXISTS (SELECT FROM r WHERE v${i} IS NOT NULL)`);
+      return;
+    }
+    params.push(p.value);
+    const table = qualified(schemaOf(p.shard), entryTable(lookup.name));
+    ctes.push(
+      `e${i} AS (INSERT INTO ${table} (value, id) SELECT v${i}, id FROM r WHERE v${i} = $${params.length} RETURNING 1)`,
+    );
+    checks.push(`(SELECT count(*) FROM e${i}) = 1`);
+  });
+  return {
+    text: `WITH ${ctes.join(',\n ')}\nSELECT r.id FROM r WHERE 1 / (${checks.join(' AND ')})::int = 1`,
+    values: params,
+  };
 }

@@ -53,3 +53,50 @@ export function lookupReadiness(ctx: RouterContext, catalog: string): Readiness 
     return record.ownerIndex;
   };
 }
+
+/**
+ * Whether an insert into a table with these lookups may write its entries itself (insert-beside.ts "direct"):
+ * every one built (`ready`), with the definition the config gives, and `direct_insert` in the catalog (every
+ * shard's capture function lets it through). Never throws and never makes a write wait for the catalog more than
+ * once a minute: true is remembered for good, anything else (a lookup being built, a catalog that does not
+ * answer) is asked again at most once a minute, and the insert meanwhile writes the entries the ordinary way.
+ */
+export function lookupDirectInsert(
+  ctx: RouterContext,
+  catalog: string,
+): (lookups: readonly LookupDefinition[]) => Promise<boolean> {
+  const known = new Map<string, { direct: boolean; at: number }>();
+  // One catalog read at a time per lookup: the inserts that arrive meanwhile wait for its answer.
+  const asking = new Map<string, Promise<boolean>>();
+  const one = (lookup: LookupDefinition): Promise<boolean> | boolean => {
+    const seen = known.get(lookup.name);
+    if (seen && (seen.direct || performance.now() - seen.at < OWNER_INDEX_RECHECK_MS)) return seen.direct;
+    let pending = asking.get(lookup.name);
+    if (!pending) {
+      pending = ask(lookup).finally(() => asking.delete(lookup.name));
+      asking.set(lookup.name, pending);
+    }
+    return pending;
+  };
+  const ask = async (lookup: LookupDefinition): Promise<boolean> => {
+    let direct = false;
+    try {
+      const lease = await acquireOn(ctx, catalog, { intent: 'write' });
+      try {
+        const record = (await readLookups(lease.client)).get(lookup.name);
+        lease.release();
+        direct = record?.phase === 'ready' && record.directInsert && sameDefinition(record, lookup);
+      } catch (error) {
+        lease.release(isConnectionLost(error, lease.client) ? error : undefined);
+      }
+    } catch {
+      // No catalog connection now: the ordinary way, and another look in a minute.
+    }
+    known.set(lookup.name, { direct, at: performance.now() });
+    return direct;
+  };
+  return async (lookups) => {
+    for (const lookup of lookups) if (!(await one(lookup))) return false;
+    return true;
+  };
+}

@@ -65,11 +65,14 @@ export async function writeKept(
   text: (schema: string) => string,
   values: unknown[],
   row?: Row,
+  /** Whether these lookups take a direct insert (readiness.ts lookupDirectInsert); absent: never. */
+  direct?: (lookups: readonly LookupDefinition[]) => Promise<boolean>,
 ): Promise<pg.QueryResult> {
   if (operation === 'insert' && row) {
     const map = await ctx.map.fresh();
     if (predictChanges(map, placementIn(map, shardOf(map)), lookups, row)) {
-      const result = await insertBeside(ctx, lookups, shardOf, text, values, row);
+      const oneStatement = direct ? await direct(lookups) : false;
+      const result = await insertBeside(ctx, lookups, shardOf, text, values, row, oneStatement);
       if (result) return result;
     }
   }

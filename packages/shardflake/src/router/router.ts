@@ -9,6 +9,7 @@
 import type { ShardPlacement } from '../catalog/shards.js';
 import { type ClusterConfig, DEFAULT_SCHEMA_PREFIX } from '../config/config.js';
 import { configDrift } from '../config/drift.js';
+import type { LookupDefinition } from '../config/lookups.js';
 import { referenceTableNames } from '../config/reference.js';
 import { DeadlockDetector, type DeadlockOptions } from '../deadlocks/detector.js';
 import { ShardflakeError } from '../errors/errors.js';
@@ -23,7 +24,7 @@ import {
   type LookupOptions,
   type LookupValue,
 } from '../lookups/read.js';
-import { lookupReadiness } from '../lookups/readiness.js';
+import { lookupDirectInsert, lookupReadiness } from '../lookups/readiness.js';
 import { insertManyKept, insertPlaced, withShardKept, withShardsKept, writeKept } from '../lookups/rows.js';
 import { connect } from '../postgres/connect.js';
 import type { RecoveryReport } from '../recovery/recovery.js';
@@ -410,6 +411,8 @@ export async function createRouter(
   // Tables with a lookup: their single-row writes keep the lookup in a transaction (lookups/rows.ts).
   const lookupDefinitions = config.lookups ?? [];
   const lookupTables = new Set(lookupDefinitions.map((l) => l.table));
+  // Set once ctx exists (it asks the catalog through ctx's pools).
+  let directInsert: ((lookups: readonly LookupDefinition[]) => Promise<boolean>) | undefined;
   const ctx: RouterContext = {
     referenceTables: referenceTableNames(config),
     sqlPieces: {
@@ -428,6 +431,7 @@ export async function createRouter(
               text,
               values,
               row,
+              directInsert,
             )
         : undefined,
     map,
@@ -473,6 +477,7 @@ export async function createRouter(
       map.markStale();
     },
   };
+  directInsert = lookupDirectInsert(ctx, config.catalog);
   const lookups = createLookupReader(
     ctx,
     lookupDefinitions,
