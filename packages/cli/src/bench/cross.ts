@@ -101,10 +101,17 @@ type Transfer = (router: Router, from: number, to: number) => Promise<unknown>;
 
 // Shards 0 and 1 live on server a, 2 and 3 on server b (init places shards in contiguous blocks).
 const SIDES: Record<'baseline' | 'oneServer' | 'twoServers' | 'twoServersBare', Transfer> = {
+  // Both accounts in one shard: the lower id first, or two transfers between the same accounts in opposite
+  // directions would deadlock in PostgreSQL (the sides over two shards always lock shard 0's row first).
   baseline: (router, from, to) =>
     router.withShard({ shard: 0 }, async (s) => {
-      await s.query(DEBIT, [from]);
-      await s.query(CREDIT, [to]);
+      if (from <= to) {
+        await s.query(DEBIT, [from]);
+        await s.query(CREDIT, [to]);
+      } else {
+        await s.query(CREDIT, [to]);
+        await s.query(DEBIT, [from]);
+      }
     }),
   oneServer: (router, from, to) =>
     router.withShards([{ shard: 0 }, { shard: 1 }], async ([x, y]) => {
