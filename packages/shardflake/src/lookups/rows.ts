@@ -13,7 +13,12 @@ import type { ShardSession, ShardTarget } from '../routing/session.js';
 import { shardForKey } from '../routing/shard-key.js';
 import { insertRowsSql } from '../routing/statements.js';
 import type { Operation } from '../telemetry/events.js';
-import { inCrossTransaction, type WithShardsOptions, withShards } from '../transactions/with-shards.js';
+import {
+  inCrossTransaction,
+  SINGLE_WRITE_RETRY,
+  type WithShardsOptions,
+  withShards,
+} from '../transactions/with-shards.js';
 import { keepLookups } from './cross.js';
 import { lookupText } from './ddl.js';
 import { insertBeside, predictChanges } from './insert-beside.js';
@@ -85,6 +90,7 @@ export async function writeKept(
       const p = placement as ShardPlacement;
       return tx.writeKept(p, text(p.schema), values);
     },
+    SINGLE_WRITE_RETRY,
   );
 }
 

@@ -82,6 +82,13 @@ export interface ConflictRetry {
 
 const NO_RETRY: ConflictRetry = { attempts: 1, backoffMs: 20, maxBackoffMs: 1000 };
 
+/**
+ * The retry of the router's single-row writes on tables with lookups (lookups/rows.ts): the call is one statement
+ * the router wrote, safe to run again once nothing of it committed, so a deadlock's victim (two writes swapping
+ * values whose entries live on different servers, or PostgreSQL's own deadlock) runs again instead of failing.
+ */
+export const SINGLE_WRITE_RETRY: ConflictRetry = { attempts: 3, backoffMs: 20, maxBackoffMs: 200 };
+
 /** The retry of `options`, checked: one INVALID_ARGUMENT line naming the option that is wrong. */
 export function conflictRetry(options: WithShardsOptions | undefined): ConflictRetry {
   const o = optionsObject(options, 'withShards options');
