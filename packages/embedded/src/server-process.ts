@@ -66,11 +66,14 @@ export async function runToCompletion(
   path: string,
   args: string[],
   user: ServerUser | undefined,
+  /** Kill it (SIGKILL) and reject after this long; none by default. */
+  timeoutMs?: number,
 ): Promise<void> {
   await ensureExecutable(path);
   await new Promise<void>((resolveRun, reject) => {
     const child = spawn(path, args, {
       ...user,
+      ...(timeoutMs === undefined ? {} : { timeout: timeoutMs, killSignal: 'SIGKILL' as const }),
       stdio: ['ignore', 'ignore', 'pipe'],
       env: { ...process.env, LC_MESSAGES: 'C' },
     });

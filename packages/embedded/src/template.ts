@@ -92,8 +92,9 @@ export async function copyTemplate(
   const template = await ensureTemplate(binaries, user, initialise);
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
   if (user) await chown(dataDir, user.uid, user.gid);
-  // As the server's user, so the copy is that user's (modes and all) whoever runs this.
-  await runToCompletion('/bin/cp', ['-a', `${template.data}/.`, dataDir], user);
+  // As the server's user, so the copy is that user's (modes and all) whoever runs this. A copy of 40 MB takes
+  // ≈ 0.1 s; one that has not ended in a minute is given up, and initdb runs instead.
+  await runToCompletion('/bin/cp', ['-a', `${template.data}/.`, dataDir], user, 60_000);
   await newSystemIdentifier(dataDir);
   return { password: template.password };
 }

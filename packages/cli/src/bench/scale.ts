@@ -3,11 +3,10 @@ import { cpus, loadavg } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
 import { initCluster } from 'shardflake/internal/admin/init.js';
-import { validateConfig } from 'shardflake/internal/config/config.js';
 import type { ShardflakeId } from 'shardflake/internal/ids/id.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { createRouter, type Router, type RouterOptions } from 'shardflake/internal/router/router.js';
-import { COLUMNS, fillStatements, TABLE } from './sql-across.js';
+import { COLUMNS, fillStatements, ordersConfig, TABLE } from './sql-across.js';
 import { percentile } from './stats.js';
 
 /**
@@ -279,16 +278,7 @@ async function runOne(
 ): Promise<ScaleRow> {
   const servers = await startEmbeddedServers(o.servers, { settings: { autovacuum: 'off' } });
   try {
-    const config = validateConfig(
-      {
-        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
-        catalog: 'a',
-        logicalShards: shards,
-        epoch: '2024-01-01T00:00:00Z',
-        tables: { orders: TABLE },
-      },
-      'bench scale',
-    );
+    const config = ordersConfig(servers, shards, 'bench scale');
     const init = await timed(() =>
       initCluster(config, { onProgress: (d, n) => progress(`${shards}: init`, d, n) }),
     );

@@ -1,7 +1,7 @@
 import { cpus, loadavg } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServer } from '@shardflake/embedded';
 import { initCluster } from 'shardflake/internal/admin/init.js';
-import { validateConfig } from 'shardflake/internal/config/config.js';
+import { type ClusterConfig, validateConfig } from 'shardflake/internal/config/config.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { quoteIdent } from 'shardflake/internal/postgres/identifier.js';
 import { createRouter } from 'shardflake/internal/router/router.js';
@@ -73,6 +73,24 @@ const COUNTRIES =
 /** Row g's country, amount and price, from generate_series's `g`. */
 export const COLUMNS = `(${COUNTRIES})[1 + (g * 7) % 20], (g * 31) % 1000, ((g * 17) % 10000) / 100.0`;
 
+/** The cluster of bench sql-across and bench scale: the orders table in `shards` shards over `servers`. */
+export function ordersConfig(
+  servers: readonly { name: string; url: string }[],
+  shards: number,
+  source: string,
+): ClusterConfig {
+  return validateConfig(
+    {
+      servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
+      catalog: 'a',
+      logicalShards: shards,
+      epoch: '2024-01-01T00:00:00Z',
+      tables: { orders: TABLE },
+    },
+    source,
+  );
+}
+
 /** Each server's statements filling its shards' orders: row g of `rows` in shard g mod `shards`. */
 export function fillStatements(
   placement: (shard: number) => { server: string; schema: string },
@@ -122,16 +140,7 @@ export async function runSqlAcrossBench(options: SqlAcrossOptions = {}): Promise
   try {
     await Promise.all([start('a'), start('b')]);
     servers.sort((x, y) => x.name.localeCompare(y.name));
-    const config = validateConfig(
-      {
-        servers: Object.fromEntries(servers.map((s) => [s.name, s.url])),
-        catalog: 'a',
-        logicalShards: shards,
-        epoch: '2024-01-01T00:00:00Z',
-        tables: { orders: TABLE },
-      },
-      'bench sql-across',
-    );
+    const config = ordersConfig(servers, shards, 'bench sql-across');
     progress('init');
     await initCluster(config);
     const routerOptions = { listen: false, telemetry: false };

@@ -7,7 +7,7 @@
  */
 import type { Queryable } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from '../postgres/identifier.js';
-import { fenceGuardSql } from './guard.js';
+import { fenceGuardSql, OF_SCHEMA } from './guard.js';
 import { FENCE_FUNCTION, FENCED_ROLE } from './names.js';
 
 /**
@@ -141,9 +141,6 @@ END
 $seal$`;
   return [head, ...schemas.map((schema) => sealOneSql(schema)), fenceGuardSql()].join(';\n');
 }
-
-/** A pg_depend row `d` of an object that lives in the schema whose oid is `ns` (sealOneSql). */
-const OF_SCHEMA = `d.refclassid = 'pg_catalog.pg_namespace'::regclass AND d.refobjid = ns AND d.objsubid = 0`;
 
 function sealOneSql(schema: string): string {
   const nsp = quoteLiteral(validateIdentifier(schema, 'schema'));

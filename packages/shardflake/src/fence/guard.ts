@@ -22,6 +22,14 @@ export const FENCE_GUARD_TRIGGERS = ['shardflake_fence_guard_end', 'shardflake_f
 const BYPASS_SETTING = 'shardflake.move_ddl';
 const GUARD_SCHEMA = 'shardflake_move';
 
+/**
+ * A pg_depend row `d` of an object that lives in the schema whose oid is the PL/pgSQL variable `ns`: every table,
+ * view, sequence and routine records that dependency when it is made, and pg_depend's index on the referenced
+ * object finds them without scanning pg_class or pg_proc (which hold every shard's objects). For the guard here and
+ * the seal (fence.ts).
+ */
+export const OF_SCHEMA = `d.refclassid = 'pg_catalog.pg_namespace'::regclass AND d.refobjid = ns AND d.objsubid = 0`;
+
 /** Idempotent statements that install the guard; refused when `shardflake_move` is another role's. */
 export function fenceGuardSql(): string {
   const refuse = `RAISE EXCEPTION USING ERRCODE = '42501',
@@ -63,14 +71,14 @@ BEGIN
     FOR ns IN SELECT DISTINCT n.oid FROM pg_event_trigger_ddl_commands() c
                 JOIN pg_namespace n ON n.nspname = c.schema_name WHERE n.nspowner = fenced LOOP
       IF EXISTS (SELECT 1 FROM pg_depend d JOIN pg_class t ON t.oid = d.objid
-                  WHERE d.refclassid = 'pg_catalog.pg_namespace'::regclass AND d.refobjid = ns AND d.objsubid = 0
+                  WHERE ${OF_SCHEMA}
                     AND d.classid = 'pg_catalog.pg_class'::regclass
                     AND ((t.relkind IN ('r', 'p')
                           AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = t.oid
                                              AND g.tgname = '${FENCE_FUNCTION}' AND g.tgenabled = 'A'))
                          OR (t.relowner <> fenced AND t.relkind IN ('r', 'p', 'S', 'v', 'm', 'f'))))
          OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
-                     WHERE d.refclassid = 'pg_catalog.pg_namespace'::regclass AND d.refobjid = ns AND d.objsubid = 0
+                     WHERE ${OF_SCHEMA}
                        AND d.classid = 'pg_catalog.pg_proc'::regclass AND p.proowner <> fenced) THEN
         hit := (SELECT nspname FROM pg_namespace WHERE oid = ns);
         EXIT;

@@ -296,6 +296,9 @@ async function inTransaction(client: pg.Client, sql: string): Promise<void> {
   }
 }
 
+/** How often a batch tries again an entry whose value changed owner between its insert and the look after it. */
+const ENTRY_ROUNDS = 20;
+
 /** Step 3 for one batch of one shard (see the top of the file for why the row locks make it safe). */
 async function backfillBatch(
   clients: Map<string, pg.Client>,
@@ -340,8 +343,14 @@ async function backfillBatch(
       let list = byShard.get(shard) as { value: string; id: bigint }[];
       // A value whose entry another id held when the insert skipped it may be let go before the entry is looked
       // at (that owner's change commits): such an entry is inserted again, until each is written or held by
-      // another id (a duplicate). Each round settles at least the values whose holder did not change.
-      while (list.length > 0) {
+      // another id (a duplicate). Each round settles at least the values whose holder did not change; a value
+      // that changed owner between insert and look in every one of ENTRY_ROUNDS rounds fails the batch.
+      for (let round = 1; list.length > 0; round++) {
+        if (round > ENTRY_ROUNDS)
+          throw new ShardflakeError(
+            'MIGRATION_FAILED',
+            `lookup ${lookup.name}: ${list.length} values of shard ${source.shard} changed owner during each of ${ENTRY_ROUNDS} attempts to write their entries; run cluster migrate again`,
+          );
         const values = [list.map((e) => e.value), list.map((e) => e.id)];
         const inserted = await client.query(
           `INSERT INTO ${entries} (value, id) SELECT * FROM unnest($1::text[], $2::bigint[]) ON CONFLICT DO NOTHING RETURNING id`,

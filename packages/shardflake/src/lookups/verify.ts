@@ -300,6 +300,9 @@ async function stillWrong(ctx: Context, found: Found): Promise<boolean> {
   return hasEntry && !holds;
 }
 
+/** How often a repair tries again an entry whose value changed owner between its insert and the look after it. */
+const REPAIR_ROUNDS = 20;
+
 async function repair(ctx: Context, found: Found): Promise<Pick<LookupProblem, 'repaired' | 'unrepairable'>> {
   const { lookup } = found;
   if (found.kind === 'owner-without-entry') {
@@ -324,7 +327,11 @@ async function repair(ctx: Context, found: Found): Promise<Pick<LookupProblem, '
       let unrepairable: string | undefined;
       // The insert skips the value when another id holds it; that holder may let it go before the look that
       // follows (its change commits), and then the insert is tried again (lookups/maintain.ts, entryStatements).
-      for (;;) {
+      for (let round = 1; ; round++) {
+        if (round > REPAIR_ROUNDS) {
+          unrepairable = `the value changed owner during each of ${REPAIR_ROUNDS} attempts to write its entry; run verify --repair again`;
+          break;
+        }
         const inserted = await e.c.query(
           `INSERT INTO ${table} (value, id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING id`,
           [found.value, found.id],
