@@ -61,7 +61,7 @@ export function insertBeside(
       const oneStatement = direct
         ? directInsert(text(placement.schema), values, lookups, predicted, schemaOf)
         : undefined;
-      const lease = await acquireOn(ctx, placement.server, { intent: 'write' });
+      const lease = await acquireOn(ctx, placement.server, { intent: 'write', shard: placement.shard });
       trace?.lease(placement.server, lease);
       const nodes = ctx.nodes(placement.server);
       const statements: BatchStatement[] = oneStatement

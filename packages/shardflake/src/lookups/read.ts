@@ -251,17 +251,22 @@ async function perServer(
   byShard: Map<number, unknown[]>,
   select: (schema: string, parameter: string) => string,
 ): Promise<Record<string, unknown>[]> {
-  const servers = new Map<string, { schema: string; items: unknown[] }[]>();
+  const servers = new Map<string, { shard: number; schema: string; items: unknown[] }[]>();
   for (const [shard, items] of byShard) {
     const placement = placementIn(map, shard);
     const list = servers.get(placement.server) ?? [];
-    list.push({ schema: placement.schema, items });
+    list.push({ shard, schema: placement.schema, items });
     servers.set(placement.server, list);
   }
   const results = await Promise.all(
     [...servers].map(async ([server, parts]) => {
       const text = parts.map((part, i) => select(part.schema, `$${i + 1}`)).join(' UNION ALL ');
-      const lease = await acquireOn(ctx, server, { intent: 'read', after: ctx.positions.get(server) });
+      const lease = await acquireOn(ctx, server, {
+        intent: 'read',
+        after: ctx.positions.get(server),
+        shard: parts[0]?.shard,
+      });
+      lease.touch(parts.map((p) => p.shard));
       try {
         const { rows } = await lease.client.query(
           text,

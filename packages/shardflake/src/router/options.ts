@@ -6,6 +6,7 @@ const COUNTS: Record<string, number> = {
   connectTimeoutMs: 0,
   maxUses: 0,
   maxLifetimeSeconds: 0,
+  shardsPerConnection: 0,
   writeRetryMs: 0,
   catalogRetryMs: 1,
   retryBackoffMs: 1,

@@ -56,6 +56,7 @@ import { primaryUrl, serverNodeUrls } from '../topology/connections.js';
 import { type LoginMemory, withLoginMemory } from '../topology/login-backoff.js';
 import type { ServerNodes, ServerNodesOptions } from '../topology/nodes.js';
 import { createServerNodes } from '../topology/server-nodes.js';
+import { DEFAULT_SHARDS_PER_CONNECTION } from '../topology/warm-shards.js';
 import type { WithShardsOptions } from '../transactions/with-shards.js';
 import { serverLoginMemory, serverUrls } from './learned-server.js';
 import { checkRouterOptions } from './options.js';
@@ -89,6 +90,15 @@ export interface RouterOptions {
   maxUses?: number;
   /** Close a pooled connection this many seconds after it opened (default 0: never). */
   maxLifetimeSeconds?: number;
+  /**
+   * Close a pooled connection when it is released once it has served more than this many distinct shards
+   * (default 256; 0: never). A PostgreSQL backend keeps what it loaded for every shard it served (≈ 155 kB per
+   * shard written: the shard's next_id() and its cached plans), so without a bound every pooled connection ends
+   * up holding its whole server's worth. Connections also prefer the shards they served before, so with a pool
+   * of P and n shards on a server each settles on about n / P of them and, below the bound, none is closed. See
+   * "Connections and shards" in docs/applications.md.
+   */
+  shardsPerConnection?: number;
   /** How long a write keeps retrying on a fenced or moving shard (default 10 000 ms). */
   writeRetryMs?: number;
   /** Listen for map changes (default true). */
@@ -261,6 +271,7 @@ const DEFAULTS = {
   lookupCacheSize: 10_000,
   maxUses: 0,
   maxLifetimeSeconds: 0,
+  shardsPerConnection: DEFAULT_SHARDS_PER_CONNECTION,
   writeRetryMs: 10_000,
   listen: true,
   checkPrivileges: true,
@@ -344,6 +355,7 @@ export async function createRouter(
         connectTimeoutMs: opts.connectTimeoutMs,
         maxUses: opts.maxUses,
         maxLifetimeSeconds: opts.maxLifetimeSeconds,
+        shardsPerConnection: opts.shardsPerConnection,
         applicationName,
         ...opts.replicas,
         onEvent: hook,

@@ -259,10 +259,11 @@ async function writeServer(
   const landed: [number, ShardflakeId][] = [];
   let lease: Awaited<ReturnType<typeof acquireOn>>;
   try {
-    lease = await acquireOn(ctx, server, { intent: 'write' });
+    lease = await acquireOn(ctx, server, { intent: 'write', shard: parts[0]?.placement.shard });
   } catch (error) {
     return { ok: false, error: failed(server, batches, error), reason: undefined, batches };
   }
+  lease.touch(parts.map((p) => p.placement.shard));
   trace?.lease(server, lease);
   const { client } = lease;
   let current = parts[0] as (typeof parts)[number];

@@ -5,7 +5,8 @@ import type { AcquireOptions, NodeLease } from '../topology/nodes.js';
 import type { RouterContext } from './context.js';
 
 /**
- * Getting a connection from a server's nodes, and telling a lost connection from an error PostgreSQL reported on
+ * Getting a connection from a server's nodes (for one shard: `options.shard`, which the lease counts as touched
+ * and which picks a connection warm on it), and telling a lost connection from an error PostgreSQL reported on
  * a connection that still works (the difference decides whether a write may have committed).
  */
 export async function acquireOn(
@@ -17,7 +18,9 @@ export async function acquireOn(
 ): Promise<NodeLease> {
   try {
     const nodes = committing && ctx.commitNodes ? ctx.commitNodes(server) : ctx.nodes(server);
-    return await nodes.acquire(options);
+    const lease = await nodes.acquire(options);
+    if (options.shard !== undefined) lease.touch(options.shard);
+    return lease;
   } catch (error) {
     const wrapped = wrapPgError(error);
     // An error that already starts with its server (AUTH_FAILED from the login memory) is passed on as it is.

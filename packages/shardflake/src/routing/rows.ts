@@ -61,7 +61,9 @@ async function statement(
   const lease = await acquireOn(
     ctx,
     placement.server,
-    write ? { intent: 'write' } : { intent: 'read', after: ctx.positions.get(placement.server) },
+    write
+      ? { intent: 'write', shard: placement.shard }
+      : { intent: 'read', after: ctx.positions.get(placement.server), shard: placement.shard },
   );
   trace?.lease(placement.server, lease);
   let result: pg.QueryResult;

@@ -330,8 +330,8 @@ export async function withShard<T>(
           ctx,
           placement.server,
           readOnly
-            ? { intent: 'read', after: ctx.positions.after(placement.server, token) }
-            : { intent: 'write' },
+            ? { intent: 'read', after: ctx.positions.after(placement.server, token), shard: placement.shard }
+            : { intent: 'write', shard: placement.shard },
         );
         trace?.lease(placement.server, lease);
         return runSession(ctx, placement, lease, fn, readOnly, info);

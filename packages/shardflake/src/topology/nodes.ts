@@ -28,6 +28,8 @@ export interface AcquireOptions {
   intent: 'write' | 'read';
   /** The last write position the reader must see on this server. */
   after?: Lsn;
+  /** The shard the lease is for, when it is one: an idle connection warm on it is preferred (warm-shards.ts). */
+  shard?: number;
 }
 
 /** A connection to one node of a server, borrowed from its pool, with the role the node had when it was found. */
@@ -40,6 +42,11 @@ export interface NodeLease {
   readonly role: NodeRole;
   /** Milliseconds spent waiting for the connection (pool queue and connect). */
   readonly waitMs: number;
+  /**
+   * Records the shards the lease's statements address, so that the connection stays warm on a slice of the
+   * server's shards and is replaced once it has touched more than `shardsPerConnection` (warm-shards.ts).
+   */
+  touch(shards: number | Iterable<number>): void;
   /** Gives the connection back; pass the error when the connection may be broken, so the pool discards it. */
   release(error?: unknown): void;
 }
@@ -52,6 +59,11 @@ export interface ServerNodesOptions {
   maxUses?: number;
   /** Close a pooled connection this many seconds after it opened (0 = never). */
   maxLifetimeSeconds?: number;
+  /**
+   * Close a pooled connection, when it is released, once it has touched more than this many distinct shards
+   * (0 = never; default 256). See warm-shards.ts.
+   */
+  shardsPerConnection?: number;
   /** How long a new connection to a node may take before SERVER_UNREACHABLE, in ms (default 5000). */
   connectTimeoutMs?: number;
   /** The `application_name` the pools' connections show in pg_stat_activity (default `shardflake router`). */

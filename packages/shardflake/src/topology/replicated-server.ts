@@ -13,6 +13,7 @@ import type {
   ServerNodesOptions,
 } from './nodes.js';
 import { PROBE_SQL } from './roles.js';
+import { DEFAULT_SHARDS_PER_CONNECTION, WarmShards } from './warm-shards.js';
 
 /**
  * A server of several nodes (one primary, its streaming replicas) behind the router's lease interface.
@@ -60,6 +61,7 @@ export function createReplicatedServerNodes(
   const failoverWaitMs = options.failoverWaitMs ?? 15_000;
   const rediscoverMs = options.rediscoverMs ?? 250;
   const suspectMs = options.suspectMs ?? 1000;
+  const warm = new WarmShards(options.shardsPerConnection ?? DEFAULT_SHARDS_PER_CONNECTION);
   const emit = (event: FailoverEvent) => {
     try {
       options.onEvent?.(event);
@@ -170,19 +172,21 @@ export function createReplicatedServerNodes(
       node: state.node,
       role,
       waitMs: performance.now() - started,
+      touch: (shards) => warm.touch(client, shards),
       release: (error?: unknown) => {
         client.removeListener('error', onError);
-        client.release(error instanceof Error ? error : error !== undefined);
+        client.release(error instanceof Error ? error : error !== undefined || warm.spent(client));
       },
     };
   }
 
-  async function acquirePrimary(started: number): Promise<NodeLease> {
+  async function acquirePrimary(started: number, shard: number | undefined): Promise<NodeLease> {
     // A connect that fails marks the primary suspect and finds the roles again; the discovery's own wait bounds
     // the loop, and the attempt count keeps a node that answers probes but refuses pool connections from spinning.
     for (let attempt = 1; ; attempt++) {
       const state = await findPrimary();
       try {
+        warm.prefer(state.pool, shard);
         return lease(state, guard(await checkout(state.pool)), 'primary', started);
       } catch (error) {
         if (!isNodeFailure(error) || attempt >= 3) throw wrapPgError(error, state.url);
@@ -201,12 +205,17 @@ export function createReplicatedServerNodes(
     );
   }
 
-  async function acquireReplica(after: bigint | undefined, started: number): Promise<NodeLease | undefined> {
+  async function acquireReplica(
+    after: bigint | undefined,
+    started: number,
+    shard: number | undefined,
+  ): Promise<NodeLease | undefined> {
     const candidates = replicaCandidates(performance.now());
     for (let i = 0; i < candidates.length; i++) {
       const state = candidates[(nextReplica + i) % candidates.length] as NodeState;
       let client: pg.PoolClient;
       try {
+        warm.prefer(state.pool, shard);
         client = guard(await checkout(state.pool));
       } catch (error) {
         markSuspect(state, error);
@@ -254,16 +263,20 @@ export function createReplicatedServerNodes(
   return {
     name,
     hasReplicas: true,
-    async acquire({ intent, after }: AcquireOptions): Promise<NodeLease> {
+    async acquire({ intent, after, shard }: AcquireOptions): Promise<NodeLease> {
       if (ended) throw new ShardflakeError('INVALID_ARGUMENT', `server ${name}: its connections were closed`);
       const started = performance.now();
       if (intent === 'read') {
         // Roles must be known before a replica can be told from the primary.
         if (nodes.every((n) => n.role === undefined)) await findPrimary();
-        const served = await acquireReplica(after === undefined ? undefined : lsnToBigint(after), started);
+        const served = await acquireReplica(
+          after === undefined ? undefined : lsnToBigint(after),
+          started,
+          shard,
+        );
         if (served) return served;
       }
-      return acquirePrimary(started);
+      return acquirePrimary(started, shard);
     },
     async positionAfterWrite(held: NodeLease): Promise<Lsn | undefined> {
       // The insert position, not the write or flush position: right after a commit it is at or beyond the end of

@@ -1,5 +1,6 @@
 import { checkout, createPool, describeUrl } from '../postgres/connect.js';
-import type { ServerNodes, ServerNodesOptions } from './nodes.js';
+import type { AcquireOptions, ServerNodes, ServerNodesOptions } from './nodes.js';
+import { DEFAULT_SHARDS_PER_CONNECTION, WarmShards } from './warm-shards.js';
 
 const ignore = () => {};
 
@@ -17,11 +18,13 @@ export function createSingleServerNodes(
     maxLifetimeSeconds: options.maxLifetimeSeconds,
   });
   const node = describeUrl(url);
+  const warm = new WarmShards(options.shardsPerConnection ?? DEFAULT_SHARDS_PER_CONNECTION);
   return {
     name,
     hasReplicas: false,
-    async acquire() {
+    async acquire({ shard }: AcquireOptions) {
       const started = performance.now();
+      warm.prefer(pool, shard);
       const client = await checkout(pool);
       const waitMs = performance.now() - started;
       // The pool listens for errors only on idle clients; a leased one whose server goes away between two
@@ -32,9 +35,10 @@ export function createSingleServerNodes(
         node,
         role: 'primary',
         waitMs,
+        touch: (shards) => warm.touch(client, shards),
         release: (error?: unknown) => {
           client.removeListener('error', ignore);
-          client.release(error instanceof Error ? error : error !== undefined);
+          client.release(error instanceof Error ? error : error !== undefined || warm.spent(client));
         },
       };
     },

@@ -247,11 +247,24 @@ export function openCrossTransaction(
 
   const participant = (server: string, firstPath: string, placement?: ShardPlacement) => {
     let entry = participants.get(server);
-    if (entry) return entry;
+    if (entry) {
+      // Another shard on the server's connection: it counts toward the connection's shards (warm-shards.ts).
+      if (placement)
+        void entry.then(
+          (p) => p.lease.touch(placement.shard),
+          () => {},
+        );
+      return entry;
+    }
     entry = (async () => {
       // Joined while committing (a beforeCommit hook): from the commit pools, so that a transaction holding
       // connections never waits for one from the pools it holds (lookups/cross.ts).
-      const lease = await acquireOn(ctx, server, { intent: 'write' }, state === 'hooks');
+      const lease = await acquireOn(
+        ctx,
+        server,
+        { intent: 'write', shard: placement?.shard },
+        state === 'hooks',
+      );
       options.trace?.lease(server, lease);
       const p: Participant = {
         server,
