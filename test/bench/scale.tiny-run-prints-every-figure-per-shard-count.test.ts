@@ -3,8 +3,8 @@ import { test } from 'node:test';
 import { startCli } from '../support/cli.js';
 
 /**
- * A tiny `shardflake bench scale` (8 and 16 shards on 2 servers, 100 rows): the table has a column per shard count
- * and a line for every figure, each filled with a number (router.sql's answers were checked against the one
+ * A tiny `shardflake bench scale` (8 and 16 shards on 2 servers, 100 rows, passes over every shard with no bound,
+ * 256 and 2 shards per connection): the table has a column per shard count and a line for every figure, each filled with a number (router.sql's answers were checked against the one
  * table's, or the run would have stopped); a bad shard list is one INVALID_ARGUMENT line, exit 2.
  */
 const FIGURES = [
@@ -27,11 +27,20 @@ const FIGURES = [
   'insert random/hot',
   'get p50 ms hot/random',
   'get random/hot',
+  ...['none', '256', '2'].flatMap((bound) =>
+    [
+      'backend max RssAnon MB',
+      'connections opened',
+      'first insert/get p50 ms',
+      'first insert/hot insert',
+      'seconds',
+    ].map((figure) => `pass, shardsPerConnection ${bound}: ${figure}`),
+  ),
 ];
 
 test('bench scale: a column per shard count, a line per figure, each a number', async () => {
   const args = ['bench', 'scale', '--shards', '8,16', '--servers', '2', '--rows', '100'];
-  const run = await startCli([...args, '--samples', '20', '--repeat', '2']).done;
+  const run = await startCli([...args, '--samples', '20', '--repeat', '2', '--pass-bounds', '0,256,2']).done;
   assert.equal(run.code, 0, run.stderr);
   const lines = run.stdout.split('\n');
   assert.match(lines.find((l) => l.startsWith('shards ')) ?? '', /^shards\s+8\s+16$/);

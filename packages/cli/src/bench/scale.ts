@@ -6,6 +6,7 @@ import { initCluster } from 'shardflake/internal/admin/init.js';
 import type { ShardflakeId } from 'shardflake/internal/ids/id.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { createRouter, type Router, type RouterOptions } from 'shardflake/internal/router/router.js';
+import { DEFAULT_SHARDS_PER_CONNECTION } from 'shardflake/internal/topology/warm-shards.js';
 import { COLUMNS, fillStatements, ordersConfig, TABLE } from './sql-across.js';
 import { percentile } from './stats.js';
 
@@ -27,6 +28,11 @@ import { percentile } from './stats.js';
  * - single rows: `router.insert` by key and `router.get` by id on 16 hot shards vs on random shards of all of them,
  *   interleaved in blocks of 50, p50 of each and the ratio random / hot.
  *
+ * - a pass over every shard (issue 33 item 2): for each `passBounds` value, a new router (pools of 10) with that
+ *   `shardsPerConnection` inserts a row into every shard and reads it back, shards in random order, 10 at a time;
+ *   then the largest private memory of its backends, how many connections it opened (pg_stat_database.sessions),
+ *   the p50 of those first touches, and the p50 of inserts on 16 hot shards afterwards (the same router, warm).
+ *
  * The bench does not create the rows through the router: each server fills its shards with INSERT … SELECT
  * generate_series (row g in shard g mod shards), as the one table is filled, so loading 409,600 rows takes seconds.
  */
@@ -43,6 +49,10 @@ export interface ScaleBenchOptions {
   samples?: number;
   /** router.sql's `sqlShardsPerStatement` (default: the router's, 64). */
   shardsPerStatement?: number;
+  /** `shardsPerConnection` of each pass over every shard (default 0, 256 and 80; empty: no pass). */
+  passBounds?: readonly number[];
+  /** Only the passes over every shard: no rows loaded, no router.sql, no hot/random single rows. */
+  passOnly?: boolean;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -58,11 +68,8 @@ export interface SqlFigures {
   prepared: { p50Ms: number; oneTableP50Ms: number; ratio: number };
 }
 
-export interface ScaleRow {
-  shards: number;
-  initMsPerShard: number;
-  createRouterMs: number;
-  routerRssMb: number;
+/** router.sql against one table, the backends after it, single rows on hot and random shards. */
+export interface AcrossFigures {
   aggregate: SqlFigures;
   orderLimit: SqlFigures;
   /** After the router.sql calls: the router's backends, largest on any server. */
@@ -71,6 +78,34 @@ export interface ScaleRow {
   backends: number;
   insert: { hotP50Ms: number; randomP50Ms: number; ratio: number };
   get: { hotP50Ms: number; randomP50Ms: number; ratio: number };
+}
+
+/** A pass over every shard by a new router whose connections have a given `shardsPerConnection`. */
+export interface PassFigures {
+  shardsPerConnection: number;
+  seconds: number;
+  /** p50 of the pass's inserts and gets: each the router's first touch of its shard. */
+  insertP50Ms: number;
+  getP50Ms: number;
+  /** p50 of inserts on 16 hot shards after the pass, on the same router. */
+  hotInsertP50Ms: number;
+  /** insertP50Ms / hotInsertP50Ms. */
+  coldRatio: number;
+  /** The largest private memory of the router's backends after the pass, on any server. */
+  backendMaxRssAnonMb: number | null;
+  backends: number;
+  /** Connections the servers accepted during the pass (pg_stat_database.sessions), summed. */
+  connectionsOpened: number;
+}
+
+export interface ScaleRow {
+  shards: number;
+  initMsPerShard: number;
+  createRouterMs: number;
+  routerRssMb: number;
+  /** router.sql, its backends and single rows: left out with `passOnly`. */
+  across?: AcrossFigures;
+  passes: PassFigures[];
   /** Wall time of this shard count, servers' start to stop. */
   seconds: number;
 }
@@ -84,8 +119,11 @@ export interface ScaleBenchResult {
   shardsPerStatement?: number;
   queries: { aggregate: string; orderLimit: string };
   results: ScaleRow[];
-  /** The targets of issue 33 at the largest shard count measured. */
-  targets: { ratio: number; firstMs: number; backendMb: number };
+  /** `shardsPerConnection` of the passes over every shard, in their order. */
+  passBounds: number[];
+  passOnly: boolean;
+  /** The targets of issue 33 at the largest shard count measured (passBackendMb: after a pass over every shard). */
+  targets: { ratio: number; firstMs: number; backendMb: number; passBackendMb: number };
   load: { before: number; after: number };
   machine: { cpus: number; node: string };
 }
@@ -101,6 +139,9 @@ const LOAD_BATCH = 256;
 const HOT_SHARDS = 16;
 const PREPARED_WARM_CALLS = 30;
 const BLOCK = 50;
+/** Concurrent callers of a pass over every shard: as many as the router's pool holds per server. */
+const PASS_WORKERS = 10;
+const PASS_HOT_INSERTS = 400;
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
 const mb = (bytes: number) => round(bytes / 2 ** 20, 1);
@@ -234,7 +275,7 @@ async function singleRows(
   router: Router,
   shards: number,
   samples: number,
-): Promise<Pick<ScaleRow, 'insert' | 'get'>> {
+): Promise<Pick<AcrossFigures, 'insert' | 'get'>> {
   const hot = Math.min(HOT_SHARDS, shards);
   const times = {
     hotInsert: [] as number[],
@@ -270,6 +311,126 @@ async function singleRows(
   return { insert: pair(times.hotInsert, times.randomInsert), get: pair(times.hotGet, times.randomGet) };
 }
 
+/** Connections each server has accepted since it started (pg_stat_database.sessions), summed. */
+async function sessionsOpened(servers: EmbeddedServer[]): Promise<number> {
+  let total = 0;
+  for (const s of servers) {
+    const client = await connect(s.url);
+    try {
+      const { rows } = await client.query<{ n: string }>(
+        'SELECT sessions::text AS n FROM pg_stat_database WHERE datname = current_database()',
+      );
+      total += Number(rows[0]?.n ?? 0);
+    } finally {
+      await client.end();
+    }
+  }
+  // This function's own connections count too: one per server.
+  return total - servers.length;
+}
+
+/**
+ * A new router with `shardsPerConnection: bound` inserts a row into every shard and reads it back (shards in
+ * random order, PASS_WORKERS at a time, pools of 10), then inserts on hot shards; what its backends hold after.
+ */
+async function passOverEveryShard(
+  config: ReturnType<typeof ordersConfig>,
+  servers: EmbeddedServer[],
+  shards: number,
+  bound: number,
+  routerOptions: RouterOptions,
+  progress: (phase: string, done: number, total: number) => void,
+): Promise<PassFigures> {
+  const router = await createRouter(config, { ...routerOptions, poolSize: 10, shardsPerConnection: bound });
+  try {
+    const opened = await sessionsOpened(servers);
+    const order = [...Array(shards).keys()];
+    for (let i = order.length - 1; i > 0; i--) {
+      const j = Math.floor(Math.random() * (i + 1));
+      [order[i], order[j]] = [order[j] as number, order[i] as number];
+    }
+    const inserts: number[] = [];
+    const gets: number[] = [];
+    const row = { country: 'fr', amount: 1, price: '1.00' };
+    let next = 0;
+    const at = performance.now();
+    await Promise.all(
+      Array.from({ length: PASS_WORKERS }, async () => {
+        while (next < order.length) {
+          const shard = order[next++] as number;
+          const made = await timed(() => router.insert('orders', row, { key: shard }));
+          inserts.push(made.ms);
+          gets.push((await timed(() => router.get('orders', made.value))).ms);
+          if (inserts.length % 256 === 0) progress(`${shards}: pass, bound ${bound}`, inserts.length, shards);
+        }
+      }),
+    );
+    const seconds = (performance.now() - at) / 1000;
+    const accepted = (await sessionsOpened(servers)) - opened;
+    const memory = await backendMemory(servers);
+    const hot: number[] = [];
+    for (let i = 0; i < PASS_HOT_INSERTS; i++)
+      hot.push((await timed(() => router.insert('orders', row, { key: i % HOT_SHARDS }))).ms);
+    const [insertP50, hotP50] = [percentile(inserts, 50), percentile(hot, 50)];
+    return {
+      shardsPerConnection: bound,
+      seconds: round(seconds, 1),
+      insertP50Ms: round(insertP50, 3),
+      getP50Ms: round(percentile(gets, 50), 3),
+      hotInsertP50Ms: round(hotP50, 3),
+      coldRatio: round(insertP50 / hotP50),
+      backendMaxRssAnonMb: memory.rssAnonMb,
+      backends: memory.backends,
+      connectionsOpened: accepted,
+    };
+  } finally {
+    await router.close();
+  }
+}
+
+/** Loads the rows, then router.sql against one table, the backends after it, and single rows. */
+async function acrossShards(
+  router: Router,
+  servers: EmbeddedServer[],
+  shards: number,
+  o: Required<Pick<ScaleBenchOptions, 'rows' | 'repeat' | 'samples'>>,
+  progress: (phase: string, done: number, total: number) => void,
+): Promise<AcrossFigures> {
+  progress(`${shards}: load`, 0, 1);
+  await load(router, servers, shards, o.rows);
+  const url = (servers[0] as EmbeddedServer).url;
+  const one = await connect(url);
+  try {
+    await one.query('CREATE SCHEMA one_table');
+    await one.query(`SET search_path TO one_table`);
+    await one.query(TABLE.replace(' DEFAULT next_id()', ''));
+    await one.query(`INSERT INTO orders SELECT g, ${COLUMNS} FROM generate_series(0, ${o.rows - 1}) AS g`);
+    await one.query('VACUUM ANALYZE orders');
+  } finally {
+    await one.end();
+  }
+  progress(`${shards}: load`, 1, 1);
+  // The parser loads on the process's first router.sql (≈ 1 s); a refused query loads it and sends nothing.
+  await router.sql('SELECT now() FROM orders').catch(() => {});
+  progress(`${shards}: router.sql`, 0, 2);
+  const aggregate = await compareSql(router, url, AGGREGATE, o.repeat);
+  progress(`${shards}: router.sql`, 1, 2);
+  const orderLimit = await compareSql(router, url, ORDER_LIMIT, o.repeat);
+  progress(`${shards}: router.sql`, 2, 2);
+  const memory = await backendMemory(servers);
+  progress(`${shards}: single rows`, 0, 1);
+  const rowsFigures = await singleRows(router, shards, o.samples);
+  progress(`${shards}: single rows`, 1, 1);
+  return {
+    aggregate,
+    orderLimit,
+    backendMaxRssAnonMb: memory.rssAnonMb,
+    backendMaxVmRssMb: memory.vmRssMb,
+    backends: memory.backends,
+    ...rowsFigures,
+  };
+}
+
 async function runOne(
   shards: number,
   o: Required<Omit<ScaleBenchOptions, 'shards' | 'shardsPerStatement' | 'onProgress'>>,
@@ -286,50 +447,24 @@ async function runOne(
     const made = await timed(() => createRouter(config, routerOptions));
     const router = made.value;
     const routerRss = rss() - before;
+    let across: AcrossFigures | undefined;
     try {
-      progress(`${shards}: load`, 0, 1);
-      await load(router, servers, shards, o.rows);
-      const url = (servers[0] as EmbeddedServer).url;
-      const one = await connect(url);
-      try {
-        await one.query('CREATE SCHEMA one_table');
-        await one.query(`SET search_path TO one_table`);
-        await one.query(TABLE.replace(' DEFAULT next_id()', ''));
-        await one.query(
-          `INSERT INTO orders SELECT g, ${COLUMNS} FROM generate_series(0, ${o.rows - 1}) AS g`,
-        );
-        await one.query('VACUUM ANALYZE orders');
-      } finally {
-        await one.end();
-      }
-      progress(`${shards}: load`, 1, 1);
-      // The parser loads on the process's first router.sql (≈ 1 s); a refused query loads it and sends nothing.
-      await router.sql('SELECT now() FROM orders').catch(() => {});
-      progress(`${shards}: router.sql`, 0, 2);
-      const aggregate = await compareSql(router, url, AGGREGATE, o.repeat);
-      progress(`${shards}: router.sql`, 1, 2);
-      const orderLimit = await compareSql(router, url, ORDER_LIMIT, o.repeat);
-      progress(`${shards}: router.sql`, 2, 2);
-      const memory = await backendMemory(servers);
-      progress(`${shards}: single rows`, 0, 1);
-      const rowsFigures = await singleRows(router, shards, o.samples);
-      progress(`${shards}: single rows`, 1, 1);
-      return {
-        shards,
-        initMsPerShard: round(init.ms / shards),
-        createRouterMs: round(made.ms, 1),
-        routerRssMb: mb(routerRss),
-        aggregate,
-        orderLimit,
-        backendMaxRssAnonMb: memory.rssAnonMb,
-        backendMaxVmRssMb: memory.vmRssMb,
-        backends: memory.backends,
-        ...rowsFigures,
-        seconds: 0,
-      };
+      if (!o.passOnly) across = await acrossShards(router, servers, shards, o, progress);
     } finally {
       await router.close();
     }
+    const passes: PassFigures[] = [];
+    for (const bound of o.passBounds)
+      passes.push(await passOverEveryShard(config, servers, shards, bound, routerOptions, progress));
+    return {
+      shards,
+      initMsPerShard: round(init.ms / shards),
+      createRouterMs: round(made.ms, 1),
+      routerRssMb: mb(routerRss),
+      ...(across ? { across } : {}),
+      passes,
+      seconds: 0,
+    };
   } finally {
     await Promise.all(servers.map((s) => s.stop()));
   }
@@ -342,6 +477,8 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     rows: options.rows ?? 409_600,
     repeat: options.repeat ?? 5,
     samples: options.samples ?? 400,
+    passBounds: [...(options.passBounds ?? [0, DEFAULT_SHARDS_PER_CONNECTION, 80])],
+    passOnly: options.passOnly ?? false,
   };
   const routerOptions: RouterOptions = {
     listen: false,
@@ -362,7 +499,7 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     ...(options.shardsPerStatement === undefined ? {} : { shardsPerStatement: options.shardsPerStatement }),
     queries: { aggregate: AGGREGATE, orderLimit: ORDER_LIMIT },
     results,
-    targets: { ratio: 3, firstMs: 1000, backendMb: 200 },
+    targets: { ratio: 3, firstMs: 1000, backendMb: 200, passBackendMb: 20 },
     load: { before: round(loadBefore), after: round(loadavg()[0] as number) },
     machine: { cpus: cpus().length, node: process.version },
   };

