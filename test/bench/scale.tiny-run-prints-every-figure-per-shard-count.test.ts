@@ -36,11 +36,26 @@ const FIGURES = [
       'seconds',
     ].map((figure) => `pass, shardsPerConnection ${bound}: ${figure}`),
   ),
+  'migrate seconds',
+  'writer inserts/s alone/migrating',
+  'writer throughput migrating/alone',
+  'writer p99 ms alone/migrating',
+  'writer longest ms alone/migrating',
 ];
 
 test('bench scale: a column per shard count, a line per figure, each a number', async () => {
   const args = ['bench', 'scale', '--shards', '8,16', '--servers', '2', '--rows', '100'];
-  const run = await startCli([...args, '--samples', '20', '--repeat', '2', '--pass-bounds', '0,256,2']).done;
+  const run = await startCli([
+    ...args,
+    '--samples',
+    '20',
+    '--repeat',
+    '2',
+    '--pass-bounds',
+    '0,256,2',
+    '--writer-alone-seconds',
+    '1',
+  ]).done;
   assert.equal(run.code, 0, run.stderr);
   const lines = run.stdout.split('\n');
   assert.match(lines.find((l) => l.startsWith('shards ')) ?? '', /^shards\s+8\s+16$/);

@@ -3,6 +3,7 @@ import { cpus, loadavg } from 'node:os';
 import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded';
 import type pg from 'pg';
 import { initCluster } from 'shardflake/internal/admin/init.js';
+import { migrateCluster } from 'shardflake/internal/admin/migrate.js';
 import type { ShardflakeId } from 'shardflake/internal/ids/id.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { createRouter, type Router, type RouterOptions } from 'shardflake/internal/router/router.js';
@@ -33,6 +34,10 @@ import { percentile } from './stats.js';
  *   then the largest private memory of its backends, how many connections it opened (pg_stat_database.sessions),
  *   the p50 of those first touches, and the p50 of inserts on 16 hot shards afterwards (the same router, warm).
  *
+ * - a migration under a writer (issue 33 item 3): one router inserting on random shards, one row at a time, alone
+ *   for `writerAloneSeconds`, then while `migrateCluster` builds an index CONCURRENTLY on every shard's orders:
+ *   its throughput, p50, p99 and longest insert in each, and the migration's time.
+ *
  * The bench does not create the rows through the router: each server fills its shards with INSERT … SELECT
  * generate_series (row g in shard g mod shards), as the one table is filled, so loading 409,600 rows takes seconds.
  */
@@ -53,6 +58,10 @@ export interface ScaleBenchOptions {
   passBounds?: readonly number[];
   /** Only the passes over every shard: no rows loaded, no router.sql, no hot/random single rows. */
   passOnly?: boolean;
+  /** A migration (an index built CONCURRENTLY on every shard) under one writer (default true). */
+  migrate?: boolean;
+  /** Seconds the writer runs alone before the migration (default 10). */
+  writerAloneSeconds?: number;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -66,6 +75,23 @@ export interface SqlFigures {
   ratio: number;
   /** `router.sql(…, { prepare: true })` against a named statement on the one table, both warm. */
   prepared: { p50Ms: number; oneTableP50Ms: number; ratio: number };
+}
+
+/** One writer's inserts on random shards: alone, then while `cluster migrate` builds an index on every shard. */
+export interface MigrateFigures {
+  /** The migration's wall time (a CREATE INDEX CONCURRENTLY on every shard's orders). */
+  seconds: number;
+  alone: WriterFigures;
+  during: WriterFigures;
+  /** during.perSecond / alone.perSecond. */
+  throughputRatio: number;
+}
+
+export interface WriterFigures {
+  perSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
 }
 
 /** router.sql against one table, the backends after it, single rows on hot and random shards. */
@@ -106,6 +132,8 @@ export interface ScaleRow {
   /** router.sql, its backends and single rows: left out with `passOnly`. */
   across?: AcrossFigures;
   passes: PassFigures[];
+  /** Left out with `migrate: false`. */
+  migrate?: MigrateFigures;
   /** Wall time of this shard count, servers' start to stop. */
   seconds: number;
 }
@@ -122,8 +150,20 @@ export interface ScaleBenchResult {
   /** `shardsPerConnection` of the passes over every shard, in their order. */
   passBounds: number[];
   passOnly: boolean;
-  /** The targets of issue 33 at the largest shard count measured (passBackendMb: after a pass over every shard). */
-  targets: { ratio: number; firstMs: number; backendMb: number; passBackendMb: number };
+  migrate: boolean;
+  writerAloneSeconds: number;
+  /**
+   * The targets of issue 33 at the largest shard count measured (passBackendMb: after a pass over every shard;
+   * the writer during a migration: at least migrateThroughput of its throughput alone, p99 at most migrateP99Ms).
+   */
+  targets: {
+    ratio: number;
+    firstMs: number;
+    backendMb: number;
+    passBackendMb: number;
+    migrateThroughput: number;
+    migrateP99Ms: number;
+  };
   load: { before: number; after: number };
   machine: { cpus: number; node: string };
 }
@@ -388,6 +428,78 @@ async function passOverEveryShard(
   }
 }
 
+/** A writer's figures from its insert times over `seconds`. */
+function writerFigures(times: number[], seconds: number): WriterFigures {
+  return {
+    perSecond: round(times.length / seconds, 1),
+    p50Ms: round(percentile(times, 50), 2),
+    p99Ms: round(percentile(times, 99), 1),
+    maxMs: round(Math.max(...times), 1),
+  };
+}
+
+/**
+ * One writer inserting on random shards, one row at a time: alone for `aloneSeconds`, then while `migrateCluster`
+ * builds an index CONCURRENTLY on every shard's orders (the config's migration 1).
+ */
+async function migrateWithWriter(
+  config: ReturnType<typeof ordersConfig>,
+  servers: EmbeddedServer[],
+  shards: number,
+  aloneSeconds: number,
+  routerOptions: RouterOptions,
+  progress: (phase: string, done: number, total: number) => void,
+): Promise<MigrateFigures> {
+  const router = await createRouter(config, routerOptions);
+  try {
+    const row = { country: 'fr', amount: 1, price: '1.00' };
+    const write = async (until: () => boolean): Promise<number[]> => {
+      const times: number[] = [];
+      while (!until()) {
+        const key = Math.floor(Math.random() * shards);
+        times.push((await timed(() => router.insert('orders', row, { key }))).ms);
+      }
+      return times;
+    };
+    progress(`${shards}: writer alone`, 0, 1);
+    const aloneEnd = performance.now() + aloneSeconds * 1000;
+    const alone = await write(() => performance.now() >= aloneEnd);
+    progress(`${shards}: writer alone`, 1, 1);
+    let done = false;
+    const at = performance.now();
+    const [during] = await Promise.all([
+      write(() => done),
+      migrateCluster(
+        ordersConfig(servers, shards, 'bench scale', {
+          migrations: [
+            {
+              version: 1,
+              name: 'orders by country',
+              sql: 'CREATE INDEX CONCURRENTLY orders_country ON orders (country, amount)',
+            },
+          ],
+        }),
+        { onProgress: (d, n) => progress(`${shards}: migrate`, d, n) },
+      ).finally(() => {
+        done = true;
+      }),
+    ]);
+    const seconds = (performance.now() - at) / 1000;
+    const [aloneFigures, duringFigures] = [
+      writerFigures(alone, aloneSeconds),
+      writerFigures(during, seconds),
+    ];
+    return {
+      seconds: round(seconds, 1),
+      alone: aloneFigures,
+      during: duringFigures,
+      throughputRatio: round(duringFigures.perSecond / aloneFigures.perSecond),
+    };
+  } finally {
+    await router.close();
+  }
+}
+
 /** Loads the rows, then router.sql against one table, the backends after it, and single rows. */
 async function acrossShards(
   router: Router,
@@ -456,6 +568,9 @@ async function runOne(
     const passes: PassFigures[] = [];
     for (const bound of o.passBounds)
       passes.push(await passOverEveryShard(config, servers, shards, bound, routerOptions, progress));
+    const migrate = o.migrate
+      ? await migrateWithWriter(config, servers, shards, o.writerAloneSeconds, routerOptions, progress)
+      : undefined;
     return {
       shards,
       initMsPerShard: round(init.ms / shards),
@@ -463,6 +578,7 @@ async function runOne(
       routerRssMb: mb(routerRss),
       ...(across ? { across } : {}),
       passes,
+      ...(migrate ? { migrate } : {}),
       seconds: 0,
     };
   } finally {
@@ -479,6 +595,8 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     samples: options.samples ?? 400,
     passBounds: [...(options.passBounds ?? [0, DEFAULT_SHARDS_PER_CONNECTION, 80])],
     passOnly: options.passOnly ?? false,
+    migrate: options.migrate ?? true,
+    writerAloneSeconds: options.writerAloneSeconds ?? 10,
   };
   const routerOptions: RouterOptions = {
     listen: false,
@@ -499,7 +617,14 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     ...(options.shardsPerStatement === undefined ? {} : { shardsPerStatement: options.shardsPerStatement }),
     queries: { aggregate: AGGREGATE, orderLimit: ORDER_LIMIT },
     results,
-    targets: { ratio: 3, firstMs: 1000, backendMb: 200, passBackendMb: 20 },
+    targets: {
+      ratio: 3,
+      firstMs: 1000,
+      backendMb: 200,
+      passBackendMb: 20,
+      migrateThroughput: 0.5,
+      migrateP99Ms: 100,
+    },
     load: { before: round(loadBefore), after: round(loadavg()[0] as number) },
     machine: { cpus: cpus().length, node: process.version },
   };

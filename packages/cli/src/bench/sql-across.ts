@@ -78,6 +78,8 @@ export function ordersConfig(
   servers: readonly { name: string; url: string }[],
   shards: number,
   source: string,
+  /** More of the config (bench scale's migration). */
+  more: Record<string, unknown> = {},
 ): ClusterConfig {
   return validateConfig(
     {
@@ -86,6 +88,7 @@ export function ordersConfig(
       logicalShards: shards,
       epoch: '2024-01-01T00:00:00Z',
       tables: { orders: TABLE },
+      ...more,
     },
     source,
   );

