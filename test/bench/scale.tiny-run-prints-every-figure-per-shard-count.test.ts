@@ -33,6 +33,7 @@ const FIGURES = [
       'connections opened',
       'first insert/get p50 ms',
       'first insert/hot insert',
+      'last pass insert p50 ms',
       'seconds',
     ].map((figure) => `pass, shardsPerConnection ${bound}: ${figure}`),
   ),

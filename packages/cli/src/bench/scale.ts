@@ -29,10 +29,11 @@ import { percentile } from './stats.js';
  * - single rows: `router.insert` by key and `router.get` by id on 16 hot shards vs on random shards of all of them,
  *   interleaved in blocks of 50, p50 of each and the ratio random / hot.
  *
- * - a pass over every shard (issue 33 item 2): for each `passBounds` value, a new router (pools of 10) with that
- *   `shardsPerConnection` inserts a row into every shard and reads it back, shards in random order, 10 at a time;
- *   then the largest private memory of its backends, how many connections it opened (pg_stat_database.sessions),
- *   the p50 of those first touches, and the p50 of inserts on 16 hot shards afterwards (the same router, warm).
+ * - passes over every shard (issue 33 item 2): for each `passBounds` value, a new router (pools of 10) with that
+ *   `shardsPerConnection` inserts a row into every shard and reads it back, `passRounds` times (shards in random
+ *   order, 10 at a time); then the largest private memory of its backends, how many connections it opened
+ *   (pg_stat_database.sessions), the p50 of the first pass (first touches) and of the last, and the p50 of inserts
+ *   on 16 hot shards afterwards (the same router, 10 at a time).
  *
  * - a migration under a writer (issue 33 item 3): one router inserting on random shards, one row at a time, alone
  *   for `writerAloneSeconds`, then while `migrateCluster` builds an index CONCURRENTLY on every shard's orders:
@@ -56,6 +57,8 @@ export interface ScaleBenchOptions {
   shardsPerStatement?: number;
   /** `shardsPerConnection` of each pass over every shard (default 0, 256 and 80; empty: no pass). */
   passBounds?: readonly number[];
+  /** Passes over every shard per bound, on one router (default 3). */
+  passRounds?: number;
   /** Only the passes over every shard: no rows loaded, no router.sql, no hot/random single rows. */
   passOnly?: boolean;
   /** A migration (an index built CONCURRENTLY on every shard) under one writer (default true). */
@@ -109,11 +112,15 @@ export interface AcrossFigures {
 /** A pass over every shard by a new router whose connections have a given `shardsPerConnection`. */
 export interface PassFigures {
   shardsPerConnection: number;
+  /** Passes over every shard, on the same router. */
+  rounds: number;
   seconds: number;
-  /** p50 of the pass's inserts and gets: each the router's first touch of its shard. */
+  /** p50 of the first pass's inserts and gets: each the router's first touch of its shard. */
   insertP50Ms: number;
   getP50Ms: number;
-  /** p50 of inserts on 16 hot shards after the pass, on the same router. */
+  /** p50 of the last pass's inserts. */
+  lastInsertP50Ms: number;
+  /** p50 of inserts on 16 hot shards after the passes, on the same router, as many at a time. */
   hotInsertP50Ms: number;
   /** insertP50Ms / hotInsertP50Ms. */
   coldRatio: number;
@@ -150,6 +157,7 @@ export interface ScaleBenchResult {
   /** `shardsPerConnection` of the passes over every shard, in their order. */
   passBounds: number[];
   passOnly: boolean;
+  passRounds: number;
   migrate: boolean;
   writerAloneSeconds: number;
   /**
@@ -369,54 +377,72 @@ async function sessionsOpened(servers: EmbeddedServer[]): Promise<number> {
   return total - servers.length;
 }
 
+/** Runs `work(shard)` for every shard in random order, PASS_WORKERS at a time. */
+async function everyShard(shards: number, work: (shard: number) => Promise<void>): Promise<void> {
+  const order = [...Array(shards).keys()];
+  for (let i = order.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [order[i], order[j]] = [order[j] as number, order[i] as number];
+  }
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: PASS_WORKERS }, async () => {
+      while (next < order.length) await work(order[next++] as number);
+    }),
+  );
+}
+
 /**
- * A new router with `shardsPerConnection: bound` inserts a row into every shard and reads it back (shards in
- * random order, PASS_WORKERS at a time, pools of 10), then inserts on hot shards; what its backends hold after.
+ * A new router with `shardsPerConnection: bound` (pools of 10) inserts a row into every shard and reads it back,
+ * `rounds` times (shards in random order each round, PASS_WORKERS at a time), then inserts on hot shards as many at
+ * a time; what its backends hold after.
  */
 async function passOverEveryShard(
   config: ReturnType<typeof ordersConfig>,
   servers: EmbeddedServer[],
   shards: number,
   bound: number,
+  rounds: number,
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
 ): Promise<PassFigures> {
   const router = await createRouter(config, { ...routerOptions, poolSize: 10, shardsPerConnection: bound });
   try {
     const opened = await sessionsOpened(servers);
-    const order = [...Array(shards).keys()];
-    for (let i = order.length - 1; i > 0; i--) {
-      const j = Math.floor(Math.random() * (i + 1));
-      [order[i], order[j]] = [order[j] as number, order[i] as number];
-    }
-    const inserts: number[] = [];
-    const gets: number[] = [];
     const row = { country: 'fr', amount: 1, price: '1.00' };
-    let next = 0;
+    const perRound: { inserts: number[]; gets: number[] }[] = [];
     const at = performance.now();
-    await Promise.all(
-      Array.from({ length: PASS_WORKERS }, async () => {
-        while (next < order.length) {
-          const shard = order[next++] as number;
-          const made = await timed(() => router.insert('orders', row, { key: shard }));
-          inserts.push(made.ms);
-          gets.push((await timed(() => router.get('orders', made.value))).ms);
-          if (inserts.length % 256 === 0) progress(`${shards}: pass, bound ${bound}`, inserts.length, shards);
-        }
-      }),
-    );
+    for (let round = 0; round < rounds; round++) {
+      const times = { inserts: [] as number[], gets: [] as number[] };
+      perRound.push(times);
+      await everyShard(shards, async (shard) => {
+        const made = await timed(() => router.insert('orders', row, { key: shard }));
+        times.inserts.push(made.ms);
+        times.gets.push((await timed(() => router.get('orders', made.value))).ms);
+        if (times.inserts.length % 256 === 0)
+          progress(`${shards}: pass ${round + 1}/${rounds}, bound ${bound}`, times.inserts.length, shards);
+      });
+    }
     const seconds = (performance.now() - at) / 1000;
     const accepted = (await sessionsOpened(servers)) - opened;
     const memory = await backendMemory(servers);
+    // Hot inserts with as many callers at a time as the pass had, so that their p50 is comparable.
     const hot: number[] = [];
-    for (let i = 0; i < PASS_HOT_INSERTS; i++)
+    await everyShard(PASS_HOT_INSERTS, async (i) => {
       hot.push((await timed(() => router.insert('orders', row, { key: i % HOT_SHARDS }))).ms);
-    const [insertP50, hotP50] = [percentile(inserts, 50), percentile(hot, 50)];
+    });
+    const [first, last] = [perRound[0], perRound[perRound.length - 1]] as {
+      inserts: number[];
+      gets: number[];
+    }[];
+    const [insertP50, hotP50] = [percentile(first?.inserts ?? [], 50), percentile(hot, 50)];
     return {
       shardsPerConnection: bound,
+      rounds,
       seconds: round(seconds, 1),
       insertP50Ms: round(insertP50, 3),
-      getP50Ms: round(percentile(gets, 50), 3),
+      getP50Ms: round(percentile(first?.gets ?? [], 50), 3),
+      lastInsertP50Ms: round(percentile(last?.inserts ?? [], 50), 3),
       hotInsertP50Ms: round(hotP50, 3),
       coldRatio: round(insertP50 / hotP50),
       backendMaxRssAnonMb: memory.rssAnonMb,
@@ -567,7 +593,9 @@ async function runOne(
     }
     const passes: PassFigures[] = [];
     for (const bound of o.passBounds)
-      passes.push(await passOverEveryShard(config, servers, shards, bound, routerOptions, progress));
+      passes.push(
+        await passOverEveryShard(config, servers, shards, bound, o.passRounds, routerOptions, progress),
+      );
     const migrate = o.migrate
       ? await migrateWithWriter(config, servers, shards, o.writerAloneSeconds, routerOptions, progress)
       : undefined;
@@ -595,6 +623,7 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     samples: options.samples ?? 400,
     passBounds: [...(options.passBounds ?? [0, DEFAULT_SHARDS_PER_CONNECTION, 80])],
     passOnly: options.passOnly ?? false,
+    passRounds: options.passRounds ?? 3,
     migrate: options.migrate ?? true,
     writerAloneSeconds: options.writerAloneSeconds ?? 10,
   };

@@ -70,6 +70,7 @@ function passLines(bounds: readonly number[]): Line[] {
         `${name} first insert/hot insert`,
         (x) => `${num(pass(x).coldRatio)}× (hot ${pass(x).hotInsertP50Ms})`,
       ],
+      [`${name} last pass insert p50 ms`, (x) => `${pass(x).lastInsertP50Ms}`],
       [`${name} seconds`, (x) => num(pass(x).seconds)],
     ];
   });
@@ -147,6 +148,12 @@ export function registerBenchScaleCommand(bench: Command): void {
       [0, 256, 80],
     )
     .option(
+      '--pass-rounds <n>',
+      'passes over every shard per bound, on one router',
+      positiveInteger('--pass-rounds'),
+      3,
+    )
+    .option(
       '--pass-only',
       'only the passes over every shard: no rows, no router.sql, no hot/random single rows',
     )
@@ -168,6 +175,7 @@ export function registerBenchScaleCommand(bench: Command): void {
         shardsPerStatement?: number;
         passBounds: number[];
         passOnly?: boolean;
+        passRounds: number;
         migrate: boolean;
         writerAloneSeconds: number;
         json?: boolean;
