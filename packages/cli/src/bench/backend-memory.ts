@@ -65,7 +65,8 @@ export async function runBackendMemoryBench(
     );
     await initCluster(config, { onProgress: (d, n) => progress('init', d, n) });
     const measure = async (maxUses: number, sweep: boolean): Promise<BackendMemorySweep> => {
-      const router = await createRouter(config, { poolSize: 1, maxUses });
+      // No bound on the shards a connection serves (shardsPerConnection), so that maxUses alone decides.
+      const router = await createRouter(config, { poolSize: 1, maxUses, shardsPerConnection: 0 });
       try {
         const started = performance.now();
         if (sweep) {
