@@ -4,7 +4,10 @@ import { initCluster } from '../../packages/shardflake/src/admin/init.js';
 import { bumpMapVersion } from '../../packages/shardflake/src/catalog/shards.js';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { createRouter, type Router } from '../../packages/shardflake/src/router/router.js';
-import { CATALOG_APPLICATION_NAME } from '../../packages/shardflake/src/routing/catalog-connection.js';
+import {
+  CATALOG_APPLICATION_NAME,
+  catalogConnection,
+} from '../../packages/shardflake/src/routing/catalog-connection.js';
 import { defined } from '../support/defined.js';
 import { useServers } from '../support/postgres.js';
 import { testConfig } from './cluster-config.js';
@@ -16,6 +19,10 @@ import { testConfig } from './cluster-config.js';
  * the catalog server after typical use by 10 routers at once: inserts, gets, a withShards across servers, and a
  * map version change every router re-reads.
  */
+// pg prints a DeprecationWarning (once per process) when a query is given to a client whose queue is not empty.
+const warnings: string[] = [];
+process.on('warning', (warning) => warnings.push(warning.message));
+
 const servers = await useServers(2);
 const config = testConfig(servers, { logicalShards: 16 });
 const routers: Router[] = [];
@@ -82,5 +89,42 @@ test(`${N} routers after inserts, gets, withShards and a map change hold ${N} ca
     others.filter((n) => n !== CATALOG_APPLICATION_NAME),
     [],
     'no connection of another kind stays open on the catalog server',
+  );
+});
+
+test('queries given to the catalog connection at once run one after another, in order, and pg is never handed a busy client', async () => {
+  const connection = catalogConnection(defined(servers[0]).url, {
+    channel: undefined,
+    onNotification: () => {},
+    onLost: () => {},
+  });
+  try {
+    const finished: number[] = [];
+    const answers = await Promise.all(
+      [0, 1, 2, 3].map(async (i) => {
+        const { rows } = await connection.reader.query(
+          'SELECT $1::int AS i, pg_backend_pid() AS pid FROM pg_sleep(0.03)',
+          [i],
+        );
+        finished.push(i);
+        return rows[0] as { i: number; pid: number };
+      }),
+    );
+    assert.deepEqual(finished, [0, 1, 2, 3]);
+    assert.equal(new Set(answers.map((a) => a.pid)).size, 1);
+    // A failed query does not stop the ones after it.
+    const [failed, after] = await Promise.allSettled([
+      connection.reader.query('SELECT 1/0'),
+      connection.reader.query('SELECT 2 AS two'),
+    ]);
+    assert.equal(failed?.status, 'rejected');
+    assert.equal(after?.status === 'fulfilled' ? after.value.rows[0]?.two : undefined, 2);
+  } finally {
+    await connection.close();
+  }
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(
+    warnings.filter((w) => /already executing a query/.test(w)),
+    [],
   );
 });

@@ -5,7 +5,7 @@ import { quoteIdent } from '../postgres/identifier.js';
 
 /**
  * The router's one connection to the catalog. Everything the router asks the catalog — the map and its changes,
- * placements for fence on discovery — queues on it (pg runs a client's queries in order), and the same session
+ * placements for fence on discovery — queues on it (one at a time, in order), and the same session
  * LISTENs for new map versions. One connection, not a pool beside a listener: the catalog's connections grow with
  * routers, and 100 routers must fit in PostgreSQL's default `max_connections` of 100. Its reads are a handful of
  * small statements per map version, so queueing them costs nothing a second connection would win back.
@@ -96,10 +96,18 @@ export function catalogConnection(firstUrl: string, options: CatalogConnectionOp
     await c?.end().catch(() => {});
   }
 
+  // One query at a time, queued here: pg still queues a busy client's queries, but says that is deprecated (a
+  // DeprecationWarning printed in the host's process) and will stop doing it in pg 9. A refresh of a big map and a
+  // placement read overlap often enough at thousands of shards to have printed it.
+  let tail: Promise<unknown> = Promise.resolve();
   const reader = {
-    query: (async (...args: unknown[]) => {
-      const c = await use();
-      return (c.query as (...a: unknown[]) => Promise<unknown>).apply(c, args);
+    query: ((...args: unknown[]) => {
+      const run = tail.then(async () => {
+        const c = await use();
+        return (c.query as (...a: unknown[]) => Promise<unknown>).apply(c, args);
+      });
+      tail = run.catch(() => {});
+      return run;
     }) as unknown as Queryable['query'],
   };
 
