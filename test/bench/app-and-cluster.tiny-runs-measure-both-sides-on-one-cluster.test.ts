@@ -32,8 +32,13 @@ it('bench app: a tiny run measures each side against its baseline in the same ro
   for (const side of [r.sessions, r.bulk, r.copy]) {
     assert.deepEqual([side.rounds.length, side.baseline.length], [2, 2], JSON.stringify(side));
     assert.ok(side.rounds.every((x) => x > 0) && side.baseline.every((x) => x > 0));
-    // Medians are rounded to whole rates before they are printed: the ratio is theirs within 1 %.
-    assert.ok(Math.abs(side.ratio / (side.median / side.baselineMedian) - 1) < 0.01, JSON.stringify(side));
+    // Medians are rounded to whole rates before they are printed: the ratio is theirs within what rounding each by
+    // up to 0.5 can move it (1 % at rates of 100 a second; more on a loaded machine, where rates are low).
+    const rounding = 0.5 / side.median + 0.5 / side.baselineMedian + 0.001;
+    assert.ok(
+      Math.abs(side.ratio / (side.median / side.baselineMedian) - 1) < Math.max(0.01, rounding),
+      JSON.stringify(side),
+    );
     assert.ok(
       side.spread[0] <= side.ratio + 0.001 && side.ratio <= side.spread[1] + 0.001,
       JSON.stringify(side),
