@@ -14,7 +14,7 @@ import { recordServers } from '../catalog/servers.js';
 import { readPlacements, setShardsState } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config/config.js';
 import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
-import { fenceSql } from '../fence/fence.js';
+import { fencesSql } from '../fence/fence.js';
 import { lockShard, unlockShard } from '../fence/shard-lock.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
@@ -107,12 +107,12 @@ async function prepare(s: Run): Promise<void> {
         [
           ...(all.length > 0 ? [`TRUNCATE ${all.join(', ')}`] : []),
           ...indexes.map((index) => `DROP INDEX ${qualified(index.schema, index.name)}`),
-          ...chunk.map((m) =>
-            fenceSql(
-              m.record.schema,
-              m.tables.map((t) => t.name),
-              `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
-            ),
+          fencesSql(
+            chunk.map((m) => ({
+              schema: m.record.schema,
+              tables: m.tables.map((t) => t.name),
+              message: `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
+            })),
           ),
         ].join(';\n'),
       );
