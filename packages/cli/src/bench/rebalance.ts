@@ -52,7 +52,15 @@ export interface RebalanceBenchResult {
     shards: number;
     rowsPerShard: number;
     oneAtATime: { moves: number; secondsPerShard: { median: number; min: number; max: number } };
-    sets: { moves: number; seconds: number; secondsPerShard: number; sets: number; longestPauseMs: number };
+    sets: {
+      moves: number;
+      seconds: number;
+      secondsPerShard: number;
+      sets: number;
+      longestPauseMs: number;
+      /** Where each set's time went (ms per step, `setSteps` of moveShards: check, prepare, copy, cutover, …). */
+      steps: Record<string, number>[];
+    };
     speedup: number;
     meetsSecondsTarget: boolean;
     meetsSpeedupTarget: boolean;
@@ -184,6 +192,7 @@ async function rebalancePart(
         secondsPerShard: round(perShard, 4),
         sets: new Set(results.map((r) => r.batchId)).size,
         longestPauseMs: round(Math.max(0, ...results.map((r) => r.pauseMs ?? 0)), 1),
+        steps: [...new Map(results.map((r) => [r.batchId, r.setSteps ?? {}])).values()],
       },
       speedup: perShard > 0 ? round(median / perShard, 1) : 0,
       meetsSecondsTarget: perShard <= TARGET_SECONDS_PER_SHARD,

@@ -48,20 +48,45 @@ export { FENCE_FUNCTION, FENCED_ROLE } from './names.js';
  */
 export const FENCED_SQLSTATE = 'SF001';
 
+/** One shard's fence: the schema, its tables, and what a write there is told. */
+export interface Fence {
+  schema: string;
+  tables: readonly string[];
+  message: string;
+}
+
 /** Statements (for one transaction) that fence `tables` of `schema`; idempotent. */
 export function fenceSql(schema: string, tables: readonly string[], message: string): string {
-  const fn = qualified(schema, FENCE_FUNCTION);
+  return fencesSql([{ schema, tables, message }]);
+}
+
+/**
+ * `fenceSql` for many schemas in one transaction. Every fence function is created before any trigger names one:
+ * a CREATE FUNCTION throws away PostgreSQL's by-name function lists, and each `CREATE TRIGGER … EXECUTE FUNCTION`
+ * then reads the list of every schema's `_shardflake_fence` again — as many rows as the server has fenced copies
+ * (the copies a set is making on its target, the old copies a rebalance leaves on its source). Functions first,
+ * the list is read once per batch instead of once per shard.
+ */
+export function fencesSql(fences: readonly Fence[]): string {
+  const fn = (schema: string) => qualified(schema, FENCE_FUNCTION);
   return [
-    `CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $fence$
+    ...fences.map(
+      ({
+        schema,
+        message,
+      }) => `CREATE OR REPLACE FUNCTION ${fn(schema)}() RETURNS trigger LANGUAGE plpgsql AS $fence$
 BEGIN
   RAISE EXCEPTION USING ERRCODE = '${FENCED_SQLSTATE}', MESSAGE = ${quoteLiteral(message)};
 END
 $fence$`,
-    ...tables.flatMap((t) => [
-      `DROP TRIGGER IF EXISTS ${quoteIdent(FENCE_FUNCTION)} ON ${qualified(schema, t)}`,
-      `CREATE TRIGGER ${quoteIdent(FENCE_FUNCTION)} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${qualified(schema, t)} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`,
+    ),
+    ...fences.flatMap(({ schema, tables, message }) => [
+      ...tables.flatMap((t) => [
+        `DROP TRIGGER IF EXISTS ${quoteIdent(FENCE_FUNCTION)} ON ${qualified(schema, t)}`,
+        `CREATE TRIGGER ${quoteIdent(FENCE_FUNCTION)} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${qualified(schema, t)} FOR EACH STATEMENT EXECUTE FUNCTION ${fn(schema)}()`,
+      ]),
+      `COMMENT ON SCHEMA ${quoteIdent(schema, 'schema')} IS ${quoteLiteral(`shardflake: fenced old copy. ${message}`)}`,
     ]),
-    `COMMENT ON SCHEMA ${quoteIdent(schema, 'schema')} IS ${quoteLiteral(`shardflake: fenced old copy. ${message}`)}`,
   ].join(';\n');
 }
 
@@ -88,10 +113,19 @@ export async function fenceSchema(client: Queryable, schema: string, message: st
 
 /** Removes the fence (only for rolling back a move whose catalog switch never happened). */
 export function unfenceSql(schema: string): string {
+  return unfencesSql([schema]);
+}
+
+/**
+ * `unfenceSql` for many schemas: one DROP FUNCTION names them all, so PostgreSQL looks every one up (a read of
+ * every schema's `_shardflake_fence`, see `fencesSql`) before it drops any.
+ */
+export function unfencesSql(schemas: readonly string[]): string {
+  if (schemas.length === 0) return '';
   // DROP FUNCTION … CASCADE takes every fence trigger with it.
   return [
-    `DROP FUNCTION IF EXISTS ${qualified(schema, FENCE_FUNCTION)}() CASCADE`,
-    `COMMENT ON SCHEMA ${quoteIdent(schema, 'schema')} IS NULL`,
+    `DROP FUNCTION IF EXISTS ${schemas.map((schema) => `${qualified(schema, FENCE_FUNCTION)}()`).join(', ')} CASCADE`,
+    ...schemas.map((schema) => `COMMENT ON SCHEMA ${quoteIdent(schema, 'schema')} IS NULL`),
   ].join(';\n');
 }
 

@@ -4,7 +4,7 @@ import { recordSwitched } from '../catalog/moves.js';
 import { holdOffRestorePoints } from '../catalog/restore-points.js';
 import { setShardsState } from '../catalog/shards.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { fencedSchemas, fenceSql, unfenceSql } from '../fence/fence.js';
+import { fencedSchemas, fencesSql, unfencesSql } from '../fence/fence.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified } from '../postgres/identifier.js';
 import { settlePreparedOnShards } from '../recovery/settle.js';
@@ -212,15 +212,13 @@ export function movedMessage(s: Pick<Run, 'from' | 'to'>, m: Member): string {
 /** Step 4: the old copies refuse writes (SF001), inside the locked transaction. */
 async function fenceOldCopies(s: Run, toFence: readonly Member[]): Promise<void> {
   await s.source.query(
-    toFence
-      .map((m) =>
-        fenceSql(
-          m.record.schema,
-          m.tables.map((t) => t.name),
-          movedMessage(s, m),
-        ),
-      )
-      .join(';\n'),
+    fencesSql(
+      toFence.map((m) => ({
+        schema: m.record.schema,
+        tables: m.tables.map((t) => t.name),
+        message: movedMessage(s, m),
+      })),
+    ),
   );
 }
 
@@ -288,7 +286,7 @@ async function switchCatalog(
         m.pauseSteps = { ...m.pauseSteps, replicas: round(replicas.waitedMs) };
     }
   }
-  await s.target.query(switching.map((m) => unfenceSql(m.record.schema)).join(';\n'));
+  await s.target.query(unfencesSql(switching.map((m) => m.record.schema)));
   await inTransaction(s.catalog, async () => {
     // A switch is a decision across servers (the fence on the source, the copy on the target, the map here): a
     // restore point holds it off and is never written between its parts (backups/restore-point.ts).

@@ -1,5 +1,5 @@
 import { clusterHistory } from '../admin/migrations.js';
-import { shardsCreationSql } from '../admin/shard-ddl.js';
+import { MIGRATIONS_TABLE, shardsCreationSql } from '../admin/shard-ddl.js';
 import { readAdoptionRouting } from '../catalog/adopt.js';
 import {
   createBatch,
@@ -14,7 +14,7 @@ import { recordServers } from '../catalog/servers.js';
 import { readPlacements, setShardsState } from '../catalog/shards.js';
 import type { ClusterConfig } from '../config/config.js';
 import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
-import { fenceSql } from '../fence/fence.js';
+import { fencesSql } from '../fence/fence.js';
 import { lockShard, unlockShard } from '../fence/shard-lock.js';
 import { wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent } from '../postgres/identifier.js';
@@ -40,7 +40,7 @@ import { checkReplicationLimits } from './replication-limits.js';
 import { advanceAll, checkpoint, describe, type Member, pending, type Run, round } from './run.js';
 import { rollBackMove, settleMove } from './settle.js';
 import { copyAtSnapshot } from './snapshot-copy.js';
-import { listTables, listTablesOfSchemas, type SourceTable } from './tables.js';
+import { listTables, listTablesOfSchemas, type SourceTable, tablesWithRows } from './tables.js';
 import { buildDeferredIndexesOf, deferrableIndexesOf } from './target-schema.js';
 
 export { checkMoveList, checkSetOptions, checkShardList } from './checks.js';
@@ -101,18 +101,27 @@ async function prepare(s: Run): Promise<void> {
           );
         }
       }
-      const all = chunk.flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)));
       const indexes = await deferrableIndexesOf(s.target, schemas);
+      const filled = await tablesWithRows(
+        s.target,
+        chunk.flatMap((m) =>
+          m.tables.filter((t) => t.name !== MIGRATIONS_TABLE).map((t) => qualified(m.record.schema, t.name)),
+        ),
+      );
       await s.target.query(
         [
-          ...(all.length > 0 ? [`TRUNCATE ${all.join(', ')}`] : []),
+          // The copy brings the source's rows. The new copies' tables are empty but for the migrations table (and
+          // whatever a migration inserted): a TRUNCATE of every table scanned the whole buffer pool once per
+          // relation and rebuilt every index, as long as making the copies.
+          ...chunk.map((m) => `DELETE FROM ${qualified(m.record.schema, MIGRATIONS_TABLE)}`),
+          ...(filled.length > 0 ? [`TRUNCATE ${filled.join(', ')}`] : []),
           ...indexes.map((index) => `DROP INDEX ${qualified(index.schema, index.name)}`),
-          ...chunk.map((m) =>
-            fenceSql(
-              m.record.schema,
-              m.tables.map((t) => t.name),
-              `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
-            ),
+          fencesSql(
+            chunk.map((m) => ({
+              schema: m.record.schema,
+              tables: m.tables.map((t) => t.name),
+              message: `shard ${m.record.shard} is being copied to this server by move #${m.record.id}; it stays on server ${s.from} until the move switches`,
+            })),
           ),
         ].join(';\n'),
       );
@@ -159,8 +168,13 @@ async function copyAndSubscribe(s: Run): Promise<void> {
     await dropSlots(s.source, s.names.slot, null);
     await inTransaction(s.target, async () => {
       await s.target.query('SET LOCAL session_replication_role = replica');
-      const all = s.members.flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name)));
-      if (all.length > 0) await s.target.query(`TRUNCATE ${all.join(', ')}`);
+      // Only what an earlier copy left: prepare leaves the new copies empty, and a TRUNCATE of every table of the
+      // set gave each table a new file and rebuilt its indexes even when all were empty.
+      const filled = await tablesWithRows(
+        s.target,
+        s.members.flatMap((m) => m.tables.map((t) => qualified(m.record.schema, t.name))),
+      );
+      if (filled.length > 0) await s.target.query(`TRUNCATE ${filled.join(', ')}`);
     });
     const totalRows = Number(s.members.reduce((n, m) => n + m.rows, 0n));
     s.copy = await copyAtSnapshot({

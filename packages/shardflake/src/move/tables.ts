@@ -50,6 +50,19 @@ export async function existingSchemas(client: Queryable, schemas: readonly strin
   return new Set((rows as { s: string }[]).map((r) => r.s));
 }
 
+/** Which of `tables` (qualified names) hold a row: one query per 500 tables. */
+export async function tablesWithRows(client: Queryable, tables: readonly string[]): Promise<string[]> {
+  const filled: string[] = [];
+  for (let i = 0; i < tables.length; i += 500) {
+    const part = tables.slice(i, i + 500);
+    const { rows } = await client.query(
+      `SELECT i FROM (VALUES ${part.map((t, k) => `(${k}, EXISTS (SELECT FROM ${t}))`).join(', ')}) AS v(i, filled) WHERE filled`,
+    );
+    filled.push(...(rows as { i: number }[]).map((r) => part[r.i] as string));
+  }
+  return filled;
+}
+
 /** Refuses a table without a primary key: logical replication could not apply its UPDATEs and DELETEs. */
 export function requirePrimaryKeys(schema: string, tables: readonly SourceTable[]): void {
   const missing = tables.filter((t) => t.primaryKey.length === 0).map((t) => `${schema}.${t.name}`);

@@ -390,12 +390,14 @@ $shardflake$`;
  * PL/pgSQL that reads what the schema's `next_id()` says of itself. Needs the variables `comment text`,
  * `present boolean` and `existing jsonb` (not `found`, which would hide PL/pgSQL's FOUND). Sets `present` when
  * there is a `next_id()` at all, and `existing` to its signature when shardflake installed it (a JSON comment
- * with "shardflake": "generator"), else NULL.
+ * with "shardflake": "generator"), else NULL. No arguments is written `proargtypes = ''`, not `pronargs = 0`:
+ * then name, arguments and schema are the whole key of pg_proc's index, one entry, where the name alone walked
+ * every schema's `next_id` (an install runs this twice per shard).
  */
 function readInstalledSignature(plan: GeneratorSqlPlan): string {
   return `  SELECT pg_catalog.obj_description(p.oid, 'pg_proc') INTO comment FROM pg_catalog.pg_proc p
   WHERE p.pronamespace = ${quoteLiteral(plan.schema)}::regnamespace
-    AND p.proname = ${quoteLiteral(GENERATOR_OBJECTS.nextId)} AND p.pronargs = 0;
+    AND p.proname = ${quoteLiteral(GENERATOR_OBJECTS.nextId)} AND p.proargtypes = ''::pg_catalog.oidvector;
   present := FOUND;
   IF comment LIKE '{%' THEN
     BEGIN
