@@ -54,6 +54,8 @@ test('bench scale: a column per shard count, a line per figure, each a number', 
     '2',
     '--pass-bounds',
     '0,256,2',
+    '--pass-rounds',
+    '1',
     '--writer-alone-seconds',
     '1',
   ]).done;
