@@ -4,7 +4,8 @@ import { startCli } from '../support/cli.js';
 
 /**
  * A tiny `shardflake bench scale` (8 and 16 shards on 2 servers, 100 rows, passes over every shard with no bound,
- * 256 and 2 shards per connection): the table has a column per shard count and a line for every figure, each filled with a number (router.sql's answers were checked against the one
+ * 256 and 2 shards per connection, a migration and a rebalance onto a third server under a writer, a map version
+ * with 10 routers listening): the table has a column per shard count and a line for every figure, each filled with a number (router.sql's answers were checked against the one
  * table's, or the run would have stopped); a bad shard list is one INVALID_ARGUMENT line, exit 2.
  */
 const FIGURES = [
@@ -42,6 +43,17 @@ const FIGURES = [
   'writer throughput migrating/alone',
   'writer p99 ms alone/migrating',
   'writer longest ms alone/migrating',
+  'map version: shard rows a router read',
+  'map version: ms until every router had it',
+  'map version: catalog connections of routers',
+  'catalog read ms changes/whole map',
+  'rebalance shards moved (sets)',
+  'rebalance s per shard',
+  'rebalance longest pause ms',
+  'rebalance s prepare/copy/cutover/finish',
+  'writer throughput rebalancing/alone',
+  'writer p99 ms alone/rebalancing',
+  'writer longest ms alone/rebalancing',
 ];
 
 test('bench scale: a column per shard count, a line per figure, each a number', async () => {
@@ -74,6 +86,11 @@ test('bench scale: a column per shard count, a line per figure, each a number', 
     const number = figure === 'router RSS delta MB' ? /^-?[0-9.,]+/ : /^[0-9.,]+/;
     for (const cell of cells) assert.match(cell, number, `${figure}: ${line}`);
   }
+  // A map version that changed one shard: each router read that one row, and the routers hold one catalog
+  // connection each.
+  const line = (figure: string) => lines.find((l) => l.startsWith(`${figure} `)) ?? '';
+  assert.match(line('map version: shard rows a router read'), /^\S.*\s1 \(changes\)\s+1 \(changes\)$/);
+  assert.match(line('map version: catalog connections of routers'), /10 of 10\s+10 of 10$/);
   assert.match(run.stdout, /load average [0-9.]+ before, [0-9.]+ after/);
 
   const bad = await startCli(['bench', 'scale', '--shards', '8,x']).done;

@@ -4,9 +4,17 @@ import { type EmbeddedServer, startEmbeddedServers } from '@shardflake/embedded'
 import type pg from 'pg';
 import { initCluster } from 'shardflake/internal/admin/init.js';
 import { migrateCluster } from 'shardflake/internal/admin/migrate.js';
+import {
+  readPlacement,
+  readShardChanges,
+  readShardMap,
+  setShardsState,
+} from 'shardflake/internal/catalog/shards.js';
 import type { ShardflakeId } from 'shardflake/internal/ids/id.js';
+import { rebalanceCluster } from 'shardflake/internal/move/rebalance.js';
 import { connect } from 'shardflake/internal/postgres/connect.js';
 import { createRouter, type Router, type RouterOptions } from 'shardflake/internal/router/router.js';
+import { CATALOG_APPLICATION_NAME } from 'shardflake/internal/routing/catalog-connection.js';
 import { DEFAULT_SHARDS_PER_CONNECTION } from 'shardflake/internal/topology/warm-shards.js';
 import { COLUMNS, fillStatements, ordersConfig, TABLE } from './sql-across.js';
 import { percentile } from './stats.js';
@@ -39,6 +47,14 @@ import { percentile } from './stats.js';
  *   for `writerAloneSeconds`, then while `migrateCluster` builds an index CONCURRENTLY on every shard's orders:
  *   its throughput, p50, p99 and longest insert in each, and the migration's time.
  *
+ * - a map version (issue 33 item 4): `REFRESH_ROUTERS` routers listening to the catalog, then a version that changes
+ *   one shard (its state set again, as a move's steps do): the shard rows each router read for it (its `map` event)
+ *   and how long until every router routed by it; the catalog connections the routers hold; and on the catalog,
+ *   the p50 of reading what changed since the version before against reading the whole map.
+ * - a rebalance under a writer (issue 33 items 3 and 6): one more server joins, `rebalanceCluster` moves a fair
+ *   share of the shards to it as sets while the writer inserts on random shards (alone first, as for the
+ *   migration): seconds per shard moved, the longest cutover pause, the sets' steps, and the writer's figures.
+ *
  * The bench does not create the rows through the router: each server fills its shards with INSERT … SELECT
  * generate_series (row g in shard g mod shards), as the one table is filled, so loading 409,600 rows takes seconds.
  */
@@ -67,6 +83,10 @@ export interface ScaleBenchOptions {
   writerAloneSeconds?: number;
   /** The migration's `parallelBuilds`: servers building an index at once (default: migrateCluster's, all). */
   migrateParallelBuilds?: number;
+  /** The cost of a map version to routers and the catalog (default true). */
+  refresh?: boolean;
+  /** A rebalance onto one more server under a writer (default true). */
+  rebalance?: boolean;
   onProgress?: (phase: string, done: number, total: number) => void;
 }
 
@@ -82,14 +102,44 @@ export interface SqlFigures {
   prepared: { p50Ms: number; oneTableP50Ms: number; ratio: number };
 }
 
-/** One writer's inserts on random shards: alone, then while `cluster migrate` builds an index on every shard. */
-export interface MigrateFigures {
-  /** The migration's wall time (a CREATE INDEX CONCURRENTLY on every shard's orders). */
+/** One writer's inserts on random shards: alone, then during some work (a migration, a rebalance). */
+export interface WriterRun {
+  /** The work's wall time. */
   seconds: number;
   alone: WriterFigures;
   during: WriterFigures;
   /** during.perSecond / alone.perSecond. */
   throughputRatio: number;
+}
+
+/** The writer while `cluster migrate` builds an index (CREATE INDEX CONCURRENTLY) on every shard's orders. */
+export type MigrateFigures = WriterRun;
+
+/** What one map version costs: routers' reads, their catalog connections, and the catalog's reads. */
+export interface RefreshFigures {
+  routers: number;
+  /** Connections the routers hold to the catalog for the map (pg_stat_activity), all routers together. */
+  catalogConnections: number;
+  /** For a version that changed one shard: the most shard rows any router read, and how (`changes` or `full`). */
+  shardRowsRead: number;
+  read: 'changes' | 'full' | 'none';
+  /** From the version's commit until every router routed by it. */
+  propagationMs: number;
+  /** On the catalog, p50 of REFRESH_SAMPLES each: the changes since the version before (one shard); the whole map. */
+  changesP50Ms: number;
+  fullP50Ms: number;
+}
+
+/** A rebalance onto one more server, as sets, under a writer on random shards. */
+export interface RebalanceFigures {
+  moved: number;
+  sets: number;
+  secondsPerShard: number;
+  /** The longest cutover pause of any moved shard. */
+  longestPauseMs: number;
+  /** Milliseconds per step (check, prepare, copy, cutover, finish, …), summed over the sets. */
+  steps: Record<string, number>;
+  writer: WriterRun;
 }
 
 export interface WriterFigures {
@@ -143,6 +193,10 @@ export interface ScaleRow {
   passes: PassFigures[];
   /** Left out with `migrate: false`. */
   migrate?: MigrateFigures;
+  /** Left out with `refresh: false`. */
+  refresh?: RefreshFigures;
+  /** Left out with `rebalance: false`. */
+  rebalance?: RebalanceFigures;
   /** Wall time of this shard count, servers' start to stop. */
   seconds: number;
 }
@@ -163,6 +217,8 @@ export interface ScaleBenchResult {
   migrate: boolean;
   writerAloneSeconds: number;
   migrateParallelBuilds?: number;
+  refresh: boolean;
+  rebalance: boolean;
   /**
    * The targets of issue 33 at the largest shard count measured (passBackendMb: after a pass over every shard;
    * the writer during a migration: at least migrateThroughput of its throughput alone, p99 at most migrateP99Ms).
@@ -174,6 +230,7 @@ export interface ScaleBenchResult {
     passBackendMb: number;
     migrateThroughput: number;
     migrateP99Ms: number;
+    rebalanceSecondsPerShard: number;
   };
   load: { before: number; after: number };
   machine: { cpus: number; node: string };
@@ -193,6 +250,15 @@ const BLOCK = 50;
 /** Concurrent callers of a pass over every shard: as many as the router's pool holds per server. */
 const PASS_WORKERS = 10;
 const PASS_HOT_INSERTS = 400;
+/** Routers listening while a map version is measured, and catalog reads timed per kind. */
+const REFRESH_ROUTERS = 10;
+const REFRESH_SAMPLES = 20;
+/** The migration of the run (and so of the config the rebalance runs with once it ran). */
+const MIGRATION = {
+  version: 1,
+  name: 'orders by country',
+  sql: 'CREATE INDEX CONCURRENTLY orders_country ON orders (country, amount)',
+};
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
 const mb = (bytes: number) => round(bytes / 2 ** 20, 1);
@@ -468,19 +534,19 @@ function writerFigures(times: number[], seconds: number): WriterFigures {
 }
 
 /**
- * One writer inserting on random shards, one row at a time: alone for `aloneSeconds`, then while `migrateCluster`
- * builds an index CONCURRENTLY on every shard's orders (the config's migration 1).
+ * One writer inserting on random shards, one row at a time, on a router listening to the catalog: alone for
+ * `aloneSeconds`, then while `work` runs.
  */
-async function migrateWithWriter(
+async function writerDuring(
   config: ReturnType<typeof ordersConfig>,
-  servers: EmbeddedServer[],
   shards: number,
   aloneSeconds: number,
-  parallelBuilds: number | undefined,
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
-): Promise<MigrateFigures> {
-  const router = await createRouter(config, routerOptions);
+  phase: string,
+  work: () => Promise<unknown>,
+): Promise<WriterRun> {
+  const router = await createRouter(config, { ...routerOptions, listen: true });
   try {
     const row = { country: 'fr', amount: 1, price: '1.00' };
     const write = async (until: () => boolean): Promise<number[]> => {
@@ -497,23 +563,10 @@ async function migrateWithWriter(
     progress(`${shards}: writer alone`, 1, 1);
     let done = false;
     const at = performance.now();
+    progress(`${shards}: ${phase}`, 0, 1);
     const [during] = await Promise.all([
       write(() => done),
-      migrateCluster(
-        ordersConfig(servers, shards, 'bench scale', {
-          migrations: [
-            {
-              version: 1,
-              name: 'orders by country',
-              sql: 'CREATE INDEX CONCURRENTLY orders_country ON orders (country, amount)',
-            },
-          ],
-        }),
-        {
-          onProgress: (d, n) => progress(`${shards}: migrate`, d, n),
-          ...(parallelBuilds === undefined ? {} : { parallelBuilds }),
-        },
-      ).finally(() => {
+      work().finally(() => {
         done = true;
       }),
     ]);
@@ -531,6 +584,125 @@ async function migrateWithWriter(
   } finally {
     await router.close();
   }
+}
+
+/** The writer while `migrateCluster` builds an index CONCURRENTLY on every shard's orders (MIGRATION). */
+function migrateWithWriter(
+  servers: EmbeddedServer[],
+  shards: number,
+  aloneSeconds: number,
+  parallelBuilds: number | undefined,
+  routerOptions: RouterOptions,
+  progress: (phase: string, done: number, total: number) => void,
+): Promise<MigrateFigures> {
+  const config = ordersConfig(servers, shards, 'bench scale', { migrations: [MIGRATION] });
+  return writerDuring(config, shards, aloneSeconds, routerOptions, progress, 'migrate', () =>
+    migrateCluster(config, {
+      onProgress: (d, n) => progress(`${shards}: migrate`, d, n),
+      ...(parallelBuilds === undefined ? {} : { parallelBuilds }),
+    }),
+  );
+}
+
+/**
+ * REFRESH_ROUTERS routers listening to the catalog; a version that changes one shard (its state set again, under a
+ * new version, as a move's steps do); what the routers read for it and when they had it; then the catalog's two
+ * reads, timed on one connection.
+ */
+async function mapVersionCost(
+  config: ReturnType<typeof ordersConfig>,
+  catalogUrl: string,
+  shards: number,
+  routerOptions: RouterOptions,
+): Promise<RefreshFigures> {
+  const reads = new Map<number, { read: 'changes' | 'full'; shardRows: number; at: number }>();
+  const routers: Router[] = [];
+  const catalog = await connect(catalogUrl);
+  try {
+    for (let i = 0; i < REFRESH_ROUTERS; i++) {
+      routers.push(
+        await createRouter(config, {
+          ...routerOptions,
+          listen: true,
+          onEvent: (event) => {
+            if (event.type === 'map' && event.version > 0n && event.previous > 0n)
+              reads.set(i, { read: event.read, shardRows: event.shardRows, at: performance.now() });
+          },
+        }),
+      );
+    }
+    // createRouter resolves with the map read and the LISTEN in place (routing/map.ts); that first read is not counted.
+    const { rows } = await catalog.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1',
+      [CATALOG_APPLICATION_NAME],
+    );
+    const shard = Math.floor(shards / 2);
+    const state = (await readPlacement(catalog, shard)).state;
+    const committed = performance.now();
+    await catalog.query('BEGIN');
+    const version = await setShardsState(catalog, [shard], state);
+    await catalog.query('COMMIT');
+    const deadline = committed + 30_000;
+    while (reads.size < routers.length && performance.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    const seen = [...reads.values()];
+    const changesMs: number[] = [];
+    const fullMs: number[] = [];
+    for (let i = 0; i < REFRESH_SAMPLES; i++) {
+      changesMs.push((await timed(() => readShardChanges(catalog, version - 1n))).ms);
+      fullMs.push((await timed(() => readShardMap(catalog))).ms);
+    }
+    return {
+      routers: routers.length,
+      catalogConnections: rows[0]?.n ?? 0,
+      shardRowsRead: Math.max(0, ...seen.map((x) => x.shardRows)),
+      read: seen.some((x) => x.read === 'full') ? 'full' : seen.length > 0 ? 'changes' : 'none',
+      propagationMs: round(Math.max(0, ...seen.map((x) => x.at - committed)), 1),
+      changesP50Ms: round(percentile(changesMs, 50), 2),
+      fullP50Ms: round(percentile(fullMs, 50), 2),
+    };
+  } finally {
+    await Promise.all(routers.map((r) => r.close()));
+    await catalog.end();
+  }
+}
+
+/** One more server joins; a rebalance moves a fair share of the shards to it as sets, under the writer. */
+async function rebalanceWithWriter(
+  servers: EmbeddedServer[],
+  shards: number,
+  migrated: boolean,
+  aloneSeconds: number,
+  routerOptions: RouterOptions,
+  progress: (phase: string, done: number, total: number) => void,
+): Promise<RebalanceFigures> {
+  const config = ordersConfig(servers, shards, 'bench scale', migrated ? { migrations: [MIGRATION] } : {});
+  let moved: Awaited<ReturnType<typeof rebalanceCluster>>['results'] = [];
+  const writer = await writerDuring(
+    config,
+    shards,
+    aloneSeconds,
+    routerOptions,
+    progress,
+    'rebalance',
+    async () => {
+      moved = (
+        await rebalanceCluster(config, { onProgress: (d, n) => progress(`${shards}: rebalance`, d, n) })
+      ).results;
+    },
+  );
+  const sets = [...new Map(moved.map((r) => [r.batchId, r.setSteps ?? {}])).values()];
+  const steps: Record<string, number> = {};
+  for (const set of sets)
+    for (const [step, ms] of Object.entries(set)) steps[step] = round((steps[step] ?? 0) + ms, 0);
+  return {
+    moved: moved.length,
+    sets: sets.length,
+    secondsPerShard: moved.length > 0 ? round(writer.seconds / moved.length, 4) : 0,
+    longestPauseMs: round(Math.max(0, ...moved.map((r) => r.pauseMs ?? 0)), 1),
+    steps,
+    writer,
+  };
 }
 
 /** Loads the rows, then router.sql against one table, the backends after it, and single rows. */
@@ -585,7 +757,11 @@ async function runOne(
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
 ): Promise<ScaleRow> {
-  const servers = await startEmbeddedServers(o.servers, { settings: { autovacuum: 'off' } });
+  // One more server when a rebalance runs: it joins the config only for the rebalance.
+  const all = await startEmbeddedServers(o.servers + (o.rebalance ? 1 : 0), {
+    settings: { autovacuum: 'off' },
+  });
+  const servers = all.slice(0, o.servers);
   try {
     const config = ordersConfig(servers, shards, 'bench scale');
     const init = await timed(() =>
@@ -608,7 +784,6 @@ async function runOne(
       );
     const migrate = o.migrate
       ? await migrateWithWriter(
-          config,
           servers,
           shards,
           o.writerAloneSeconds,
@@ -616,6 +791,13 @@ async function runOne(
           routerOptions,
           progress,
         )
+      : undefined;
+    if (o.refresh) progress(`${shards}: map version`, 0, 1);
+    const refresh = o.refresh
+      ? await mapVersionCost(config, (servers[0] as EmbeddedServer).url, shards, routerOptions)
+      : undefined;
+    const rebalance = o.rebalance
+      ? await rebalanceWithWriter(all, shards, o.migrate, o.writerAloneSeconds, routerOptions, progress)
       : undefined;
     return {
       shards,
@@ -625,10 +807,12 @@ async function runOne(
       ...(across ? { across } : {}),
       passes,
       ...(migrate ? { migrate } : {}),
+      ...(refresh ? { refresh } : {}),
+      ...(rebalance ? { rebalance } : {}),
       seconds: 0,
     };
   } finally {
-    await Promise.all(servers.map((s) => s.stop()));
+    await Promise.all(all.map((s) => s.stop()));
   }
 }
 
@@ -644,6 +828,8 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     passRounds: options.passRounds ?? 3,
     migrate: options.migrate ?? true,
     writerAloneSeconds: options.writerAloneSeconds ?? 10,
+    refresh: options.refresh ?? true,
+    rebalance: options.rebalance ?? true,
     ...(options.migrateParallelBuilds === undefined
       ? {}
       : { migrateParallelBuilds: options.migrateParallelBuilds }),
@@ -674,6 +860,7 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
       passBackendMb: 20,
       migrateThroughput: 0.5,
       migrateP99Ms: 100,
+      rebalanceSecondsPerShard: 0.05,
     },
     load: { before: round(loadBefore), after: round(loadavg()[0] as number) },
     machine: { cpus: cpus().length, node: process.version },

