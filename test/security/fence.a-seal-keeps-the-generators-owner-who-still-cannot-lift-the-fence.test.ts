@@ -174,6 +174,31 @@ test('a sealed copy whose generators keep their owner: that owner cannot replace
   );
   assert.equal(await attempt(appUrl, `INSERT INTO ${q('items')} (note) VALUES ('lost')`), 'SF001');
 
+  // Whatever a routine other than the fence does, no write reaches it: the fence fires before the statement
+  // computes a row, its defaults or its subqueries. next_id replaced (past the guard) by one that raises XX999:
+  await withClient(aUrl, (c) =>
+    ddlPastGuard(
+      c,
+      `CREATE OR REPLACE FUNCTION ${q('next_id')}() RETURNS bigint LANGUAGE plpgsql AS $f$
+       BEGIN RAISE EXCEPTION USING ERRCODE = 'XX999', MESSAGE = 'next_id ran'; END $f$`,
+    ),
+  );
+  assert.equal(await attempt(aUrl, `SELECT ${q('next_id')}()`), 'XX999', 'called alone, it runs');
+  const writes: [string, string][] = [
+    [appUrl, `INSERT INTO ${q('items')} (note) SELECT 'lost' FROM generate_series(1, 3)`],
+    [appUrl, `INSERT INTO ${q('items')} (id, note) VALUES ((SELECT ${q('next_id')}()), 'lost')`],
+    [
+      appUrl,
+      `WITH n AS (SELECT ${q('next_id')}() AS id) INSERT INTO ${q('items')} (id, note) SELECT id, 'lost' FROM n`,
+    ],
+    [aUrl, `COPY ${q('items')} (note) FROM PROGRAM 'printf "lost\\nlost\\n"'`],
+    [aUrl, `SET session_replication_role = replica; INSERT INTO ${q('items')} (note) VALUES ('lost')`],
+  ];
+  for (const [url, sql] of writes) {
+    assert.equal(await attempt(url, sql), 'SF001', sql);
+  }
+  assert.equal(await countRows(aUrl, s), rowsBefore, 'no row changed on the old copy');
+
   // A fence function given back to a login role is no seal: isSealed says so.
   await withClient(aUrl, (c) => ddlPastGuard(c, `ALTER FUNCTION ${q(FENCE_FUNCTION)}() OWNER TO app`));
   assert.equal(await withClient(aUrl, (c) => isSealed(c, s)), false, 'fence function not fenced: not sealed');
