@@ -27,14 +27,25 @@ import { FENCE_FUNCTION, FENCED_ROLE } from './names.js';
  * 1. `session_replication_role = replica` skips ordinary triggers (what bulk loaders and replication tools set):
  *    the seal turns the fence trigger `ENABLE ALWAYS`, which fires in every mode.
  * 2. The table's owner (usually the config's role) may `ALTER TABLE … DISABLE TRIGGER`, `DROP TRIGGER` or drop
- *    the fence function: the seal gives the schema, its tables, sequences and functions to `shardflake_fenced`, a
- *    role that cannot log in and has no members, so no login role but a superuser owns them any more.
+ *    the fence function: the seal gives the schema, its tables, sequences and the fence function to
+ *    `shardflake_fenced`, a role that cannot log in and has no members, so no login role but a superuser owns
+ *    them any more. The fence function must go too: its owner could `ALTER FUNCTION … SET SCHEMA` it into a
+ *    schema of its own (that needs CREATE only there), replace its body with one that returns, and the triggers,
+ *    which call it by oid, would let writes through. The shard's other routines (the generator's `next_id`
+ *    family, a lookup's trigger functions) keep their owner: no write reaches them before the fence has raised
+ *    (a BEFORE … FOR EACH STATEMENT trigger fires before any row, default or row trigger is computed), and their
+ *    owner cannot change what runs in the schema: CREATE OR REPLACE and RENAME need CREATE on the schema
+ *    (revoked from everyone, and the schema is `shardflake_fenced`'s), a drop or an ALTER of them is refused by
+ *    the guard (4). Giving them away too cost ten `ALTER ROUTINE`s per shard, each growing with the shards on
+ *    the server (docs/benchmarks.md, "Sealing an old copy at scale"); seals made before keep them fenced, and
+ *    both shapes are sealed for `isSealed` and the guard.
  * 3. Rights on the tables beyond reading and writing rows (TRUNCATE, TRIGGER, REFERENCES, and CREATE on the
  *    schema) are revoked from everyone. The former owner is granted SELECT, INSERT, UPDATE and DELETE (and USAGE
  *    on the schema): a stale read still sees the rows as of the cutover, and a stale write still meets the
  *    fence's SF001 — which a router answers by refreshing its map — rather than a permission error.
- * 4. A superuser's tools (pg_restore --disable-triggers, a script dropping triggers): fence-guard.ts, installed
- *    with the first seal, refuses DDL that would leave a sealed schema's fence, owners or objects changed.
+ * 4. A superuser's tools (pg_restore --disable-triggers, a script dropping triggers): guard.ts, installed with
+ *    the first seal, refuses DDL that would leave a sealed schema's fence, owners or objects changed, any drop
+ *    in it, and any DDL on its routines or on a routine its triggers or defaults run — from every role.
  * Only `cluster cleanup` (a superuser dropping the schema) lifts a seal. A superuser who drops the guard first can
  * still do anything; what the seal stops is every other role, and every accident of a superuser's tools.
  * Why only after the switch: before it a failed move unfences the source (settle.ts), which would then have to
@@ -217,9 +228,13 @@ BEGIN
               AND c.relkind = 'S' AND c.relowner <> fenced LOOP
     EXECUTE format('ALTER SEQUENCE %s OWNER TO ${role}', r.rel);
   END LOOP;
+  -- Of the routines, only the fence function changes owner (why only it: the top of this file). ALTER ROUTINE
+  -- finds a routine through the list of every schema's routine of that name, rebuilt after each change to
+  -- pg_proc: ten routines per shard cost 3.9 ms each at 2,048 shards on a server; this one name is in fenced
+  -- copies only. Old seals gave every routine away; a resumed seal finds nothing left to do either way.
   FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
             WHERE ${OF_SCHEMA} AND d.classid = 'pg_catalog.pg_proc'::regclass AND p.pronamespace = ns
-              AND p.proowner <> fenced LOOP
+              AND p.proname = ${fence} AND p.proowner <> fenced LOOP
     EXECUTE format('ALTER ROUTINE %s OWNER TO ${role}', r.fn);
   END LOOP;
   FOR r IN SELECT a.grantee FROM pg_namespace n CROSS JOIN LATERAL aclexplode(n.nspacl) a
@@ -235,7 +250,10 @@ END
 $seal$`;
 }
 
-/** Whether `schema`'s old copy is sealed: owned by `shardflake_fenced`, every fence trigger `ENABLE ALWAYS`. */
+/**
+ * Whether `schema`'s old copy is sealed: the schema, its relations and its fence function owned by
+ * `shardflake_fenced`, every fence trigger `ENABLE ALWAYS` (its other routines may have any owner: fence.ts).
+ */
 export async function isSealed(client: Queryable, schema: string): Promise<boolean> {
   const { rows } = await client.query(
     `SELECT n.nspowner = r.oid
@@ -244,7 +262,9 @@ export async function isSealed(client: Queryable, schema: string): Promise<boole
             AND NOT EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
                              WHERE c.relnamespace = n.oid AND t.tgname = $2 AND t.tgenabled <> 'A')
             AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relowner <> r.oid
-                               AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')) AS sealed
+                               AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S'))
+            AND NOT EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = n.oid AND p.proname = $2
+                               AND p.proowner <> r.oid) AS sealed
        FROM pg_namespace n, pg_roles r WHERE n.nspname = $1 AND r.rolname = $3`,
     [schema, FENCE_FUNCTION, FENCED_ROLE],
   );

@@ -6,10 +6,14 @@ import { TRUSTED_OWNER } from './privileges.js';
  * every login role, but a superuser may still, without meaning to, undo it: `pg_restore --disable-triggers` runs
  * `ALTER TABLE … DISABLE TRIGGER ALL`, a cleanup script drops "stray" triggers, an admin gives a table back to the
  * application's role. Two event triggers, `ENABLE ALWAYS` (so replica mode does not skip them either), refuse
- * any DDL that leaves a sealed schema (one owned by `shardflake_fenced`) with a table whose fence trigger is
- * missing or not `ENABLE ALWAYS`, or with an object owned by someone else (ddl_command_end), and any drop of an
- * object inside a sealed schema that does not drop the schema itself (sql_drop; `cluster cleanup` drops whole
- * schemas). The switch of the move's DDL guard (`shardflake.move_ddl`, only for the role that installed it)
+ * (ddl_command_end) any DDL that leaves a sealed schema (one owned by `shardflake_fenced`) with a table whose
+ * fence trigger is missing or not `ENABLE ALWAYS`, a relation or fence function owned by someone else, or that
+ * touched one of its routines at all; any DDL on a routine that a sealed table's trigger or column default runs,
+ * wherever it now lives (`ALTER FUNCTION … SET SCHEMA` reports the schema the routine went to, not the sealed one
+ * it left); and (sql_drop) any drop of an object inside a sealed schema that does not drop the schema itself
+ * (`cluster cleanup` drops whole schemas). Routines other than the fence function may keep their former owner
+ * (new seals, fence.ts) or be `shardflake_fenced`'s (seals made before): both pass, and in both nobody changes
+ * them. The switch of the move's DDL guard (`shardflake.move_ddl`, only for the role that installed it)
  * lets shardflake's own statements through. A superuser who drops these event triggers first can still lift a
  * seal: that takes intent, and nothing inside PostgreSQL can stop it.
  *
@@ -49,6 +53,7 @@ DECLARE
   fenced oid := (SELECT oid FROM pg_roles WHERE rolname = '${FENCED_ROLE}');
   hit text;
   ns oid;
+  fn oid;
 BEGIN
   IF fenced IS NULL THEN
     RETURN;
@@ -79,10 +84,33 @@ BEGIN
                          OR (t.relowner <> fenced AND t.relkind IN ('r', 'p', 'S', 'v', 'm', 'f'))))
          OR EXISTS (SELECT 1 FROM pg_depend d JOIN pg_proc p ON p.oid = d.objid
                      WHERE ${OF_SCHEMA}
-                       AND d.classid = 'pg_catalog.pg_proc'::regclass AND p.proowner <> fenced) THEN
+                       AND d.classid = 'pg_catalog.pg_proc'::regclass AND p.proname = '${FENCE_FUNCTION}'
+                       AND p.proowner <> fenced)
+         -- The other routines may have kept their owner; none of them is created, replaced or altered.
+         OR EXISTS (SELECT 1 FROM pg_event_trigger_ddl_commands() c
+                     WHERE c.classid = 'pg_catalog.pg_proc'::regclass
+                       AND c.schema_name = (SELECT nspname FROM pg_namespace WHERE oid = ns)) THEN
         hit := (SELECT nspname FROM pg_namespace WHERE oid = ns);
         EXIT;
       END IF;
+    END LOOP;
+    -- A routine a sealed table runs, through its trigger (the fence function) or a column default (next_id),
+    -- found from the routine through pg_depend's index on the referenced object: a routine moved out of a sealed
+    -- schema by SET SCHEMA is reported in its new one, and replaced there its body would run in place of the
+    -- fence. Every CREATE FUNCTION of every shard's init passes here: one index lookup each (a loop, so that the
+    -- lookup is planned for one oid, not joined to a whole scan of pg_depend).
+    FOR fn IN SELECT c.objid FROM pg_event_trigger_ddl_commands() c
+               WHERE hit IS NULL AND c.classid = 'pg_catalog.pg_proc'::regclass LOOP
+      SELECT n.nspname INTO hit
+        FROM pg_depend d
+        JOIN pg_class t ON t.oid = CASE d.classid
+                                     WHEN 'pg_catalog.pg_trigger'::regclass THEN (SELECT g.tgrelid FROM pg_trigger g WHERE g.oid = d.objid)
+                                     WHEN 'pg_catalog.pg_attrdef'::regclass THEN (SELECT a.adrelid FROM pg_attrdef a WHERE a.oid = d.objid)
+                                   END
+        JOIN pg_namespace n ON n.oid = t.relnamespace
+       WHERE d.refclassid = 'pg_catalog.pg_proc'::regclass AND d.refobjid = fn AND n.nspowner = fenced
+       LIMIT 1;
+      EXIT WHEN hit IS NOT NULL;
     END LOOP;
   END IF;
   IF hit IS NOT NULL THEN
