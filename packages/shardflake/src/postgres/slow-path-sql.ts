@@ -1,0 +1,277 @@
+import { quoteLiteral } from './identifier.js';
+import { TRUSTED_OWNER } from './trusted-owner.js';
+
+/*
+ * The generator's slow path (see the correctness argument at the top of generator-sql.ts), written once per
+ * database instead of once per shard (version 6).
+ *
+ * WHY SHARED. The slow path runs about once per tick per shard, so with keys spread over thousands of shards nearly
+ * every insert takes it, and a backend that writes N shards compiled N copies of it: per shard one PL/pgSQL
+ * function (≈20 kB) and its four cached plans (≈18 kB each), about 90 kB of the ≈155 kB a backend grew per shard
+ * written (issue 33 item 2; docs/benchmarks.md, "Connections warm on a slice of shards"). One PL/pgSQL function
+ * per database, taking the shard's constants as arguments, is compiled and planned once per backend.
+ *
+ * RIGHTS. The shared functions run with their CALLER's rights: nextval needs USAGE on the counter they are given,
+ * setval UPDATE, so calling them directly lets a role move only a counter it could setval itself. Each shard keeps
+ * its `next_id_new_era()`, now a one-line SQL function with no body of its own to compile: SECURITY DEFINER (so
+ * that an inserting role needs no UPDATE on the counter), no arguments (so that it can move only its own
+ * counter, with its own constants, to max(now, era + 1)), search_path pinned to pg_catalog, pg_temp (so that no
+ * one's operators stand in for the built-in ones in the shared body, which is planned under that path). The
+ * schema must be the installing role's (TRUSTED_OWNER): its owner could replace the body that every shard's
+ * owner then runs.
+ */
+
+/** The schema that holds the slow path shared by every shard of a database. */
+export const SLOW_PATH_SCHEMA = 'shardflake_generator';
+
+/** The shared functions (in SLOW_PATH_SCHEMA); the `_test` ones exist only where a test-clock install ran. */
+export const SLOW_PATH_FUNCTIONS = {
+  newEra: 'new_era',
+  catchUp: 'catch_up',
+  newEraTest: 'new_era_test',
+  catchUpTest: 'catch_up_test',
+  testClock: 'test_clock_ms',
+  testPause: 'test_pause',
+} as const;
+
+/** Milliseconds since 1970 as float8: `date_part` stays float8 on every version (extract is numeric since 14). */
+export const SYSTEM_CLOCK_MS = `(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000::float8)`;
+
+/**
+ * SQL boolean: counter value `v` (an expression evaluated once) is keepable at tick `now`: its shard field is
+ * `bits` and its era is not behind `now`. `mask` is the shard field's bits and the sign bit: (v − now's first id)
+ * is negative exactly when v's era is behind. Each argument is SQL (a literal or a parameter's name).
+ */
+export function keepCheck(v: string, now: string, shift: string, mask: string, bits: string): string {
+  return `((${v} - (${now} << ${shift})) & ${mask}) = ${bits}`;
+}
+
+/** SQL expression: whole time units of `unitMs` since `epochMs`, from the ms expression `ms` (all SQL). */
+export function tickOf(ms: string, epochMs: string, unitMs: string | null): string {
+  const sinceEpoch = `(${ms} - ${epochMs})`;
+  return `pg_catalog.floor(${unitMs === null ? sinceEpoch : `(${sinceEpoch} / ${unitMs})`})::bigint`;
+}
+
+/** The shared slow path's parameters, in order: what generator-sql.ts folded into each shard's copy up to v5. */
+const PARAMETERS = [
+  'counter regclass', // the shard's next_id_counter
+  'shift integer', // T, the time field's shift
+  'era_unit bigint', // 2^T: multiplied, not shifted, so that a tick the layout cannot hold overflows (22003)
+  'keep_mask bigint', // the shard field's bits and the sign bit (keepCheck)
+  'shard_bits bigint', // the shard field in place: constant bits of every id of this shard
+  'epoch_ms float8', // the layout's epoch, ms since 1970
+  'unit_ms float8', // one tick, in ms
+  'layout text', // the layout's name, for the exhausted-layout message
+];
+/** `next_id_catch_up(above_id)`'s two more: the time field's largest value, and the id to move past. */
+const ABOVE_PARAMETERS = ['time_max bigint', 'above_id bigint'];
+
+/** The qualified name of a shared slow path. */
+export function slowPathName(withAbove: boolean, testClock: boolean): string {
+  const f = SLOW_PATH_FUNCTIONS;
+  const name = withAbove ? (testClock ? f.catchUpTest : f.catchUp) : testClock ? f.newEraTest : f.newEra;
+  return `${SLOW_PATH_SCHEMA}.${name}`;
+}
+
+/** The advisory-lock key of a counter (a regclass expression): 'SF' in the high 32 bits, the counter's OID in the low. */
+export function lockKey(counter: string): string {
+  return `((x'5346'::bigint << 32) | ${counter}::pg_catalog.oid::bigint)`;
+}
+
+/** The schema of counter `counter` (a regclass expression), for messages. */
+const schemaOf = (counter: string) =>
+  `(SELECT n.nspname FROM pg_catalog.pg_class k JOIN pg_catalog.pg_namespace n ON n.oid = k.relnamespace
+     WHERE k.oid = ${counter}::pg_catalog.oid)`;
+
+/**
+ * The body of a shared slow path, in two entry points made from one template:
+ * - without `above_id`: what every shard's `next_id_new_era()` calls (above);
+ * - with `above_id`: what `next_id_catch_up(above_id)` calls for `ensureGeneratorAbove` (shard moves): also moves
+ *   past `above_id`; it runs with the caller's rights (the per-shard function is not SECURITY DEFINER), so only a
+ *   role that may setval the counter can call it usefully.
+ * A test-clock variant reads the clock through the shard's `next_id_clock_ms()` and calls its
+ * `next_id_test_pause()` inside the window (through two dispatchers, below); the production body contains no
+ * such indirection. (Exported for the test that holds the two to that difference.)
+ */
+export function slowPathBody(withAbove: boolean, testClock: boolean): string {
+  const key = lockKey('counter');
+  const clock = testClock ? `${SLOW_PATH_SCHEMA}.${SLOW_PATH_FUNCTIONS.testClock}(counter)` : SYSTEM_CLOCK_MS;
+  const pause = testClock
+    ? `    PERFORM ${SLOW_PATH_SCHEMA}.${SLOW_PATH_FUNCTIONS.testPause}(counter);\n`
+    : '';
+  const aboveKeep = withAbove ? ' AND (above_id IS NULL OR above_id < c)' : '';
+  const aboveEra = withAbove ? ', COALESCE(((above_id >> shift) & time_max) + 1, 0)' : '';
+  // Few functions on purpose: PL/pgSQL sets up every function and operator of its expressions again in each
+  // transaction (a catalog lookup and a privilege check each), and this runs in the first insert of every tick, so
+  // their count is its cost (docs/next-id.md, "Cost"). Hence: the clock read once; the keep check and the store in
+  // one expression; the era multiplied into place rather than shifted, so that a tick the layout cannot hold
+  // overflows (SQLSTATE 22003) inside the store instead of needing a statement of its own to check it; results
+  // assigned, not PERFORMed (PERFORM runs a full query).
+  return `
+-- The slow path of every shard's next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
+DECLARE
+  c bigint;
+  tick bigint;
+  id bigint;
+BEGIN
+  -- The lock is taken and released inside the block: PL/pgSQL checks for a cancel before every statement, and one
+  -- that came between a lock taken outside the block and the block's start (or between the unlock and the RETURN)
+  -- would keep this session's lock until it disconnects, stalling every other session's slow path on this shard.
+  BEGIN
+    -- nextval under the lock: a CASE evaluates its condition first.
+    c := CASE WHEN pg_catalog.pg_advisory_lock(${key}) IS NOT NULL THEN pg_catalog.nextval(counter) END;
+    tick := ${tickOf(clock, 'epoch_ms', 'unit_ms')};
+${pause}    -- Keep c if it is keepable (another slow path already started a new era), as the fast path would; else
+    -- store a new era: after the clock, and after the era read under the key (so every store is above every fetch).
+    id := CASE
+      WHEN ${keepCheck('c', 'tick', 'shift', 'keep_mask', 'shard_bits')}${aboveKeep} THEN c
+      ELSE pg_catalog.setval(counter, GREATEST(tick, (c >> shift) + 1${aboveEra}) * era_unit + shard_bits, true)
+    END;
+    -- Unlock and return in one statement, so that no cancel check falls between them.
+    RETURN CASE WHEN pg_catalog.pg_advisory_unlock(${key}) THEN id END;
+  EXCEPTION WHEN OTHERS OR query_canceled THEN
+    -- Release the lock only if this call got it: the error may have come while waiting for it.
+    IF EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted
+               AND pid = pg_catalog.pg_backend_pid() AND objsubid = 1 AND classid = ${0x5346}
+               AND objid = counter::pg_catalog.oid) THEN
+      PERFORM pg_catalog.pg_advisory_unlock(${key});
+    END IF;
+    IF SQLSTATE = '22003' THEN
+      RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
+        ${schemaOf('counter')}, GREATEST(tick, (c >> shift) + 1), layout
+        USING ERRCODE = '22003';
+    END IF;
+    RAISE;
+  END;
+END
+`;
+}
+
+/** A test-clock dispatcher: calls the counter's schema's `<name>()` (dynamic SQL: tests only). */
+function dispatcherBody(name: string, returns: 'float8' | 'void'): string {
+  const call = `pg_catalog.format('SELECT %I.${name}()', ${schemaOf('counter')})`;
+  return returns === 'void'
+    ? `
+BEGIN
+  EXECUTE ${call};
+END
+`
+    : `
+DECLARE
+  result float8;
+BEGIN
+  EXECUTE ${call} INTO result;
+  RETURN result;
+END
+`;
+}
+
+interface SharedFunction {
+  name: string;
+  signature: string;
+  returns: string;
+  body: string;
+}
+
+function sharedFunctions(testClock: boolean): SharedFunction[] {
+  const slowPath = (withAbove: boolean, test: boolean): SharedFunction => ({
+    name: slowPathName(withAbove, test).split('.')[1] as string,
+    signature: [...PARAMETERS, ...(withAbove ? ABOVE_PARAMETERS : [])].join(', '),
+    returns: 'bigint',
+    body: slowPathBody(withAbove, test),
+  });
+  const functions = [slowPath(false, false), slowPath(true, false)];
+  if (testClock) {
+    functions.push(
+      slowPath(false, true),
+      slowPath(true, true),
+      {
+        name: SLOW_PATH_FUNCTIONS.testClock,
+        signature: 'counter regclass',
+        returns: 'float8',
+        body: dispatcherBody('next_id_clock_ms', 'float8'),
+      },
+      {
+        name: SLOW_PATH_FUNCTIONS.testPause,
+        signature: 'counter regclass',
+        returns: 'void',
+        body: dispatcherBody('next_id_test_pause', 'void'),
+      },
+    );
+  }
+  return functions;
+}
+
+function createFunctionSql(f: SharedFunction): string {
+  return `CREATE OR REPLACE FUNCTION ${SLOW_PATH_SCHEMA}.${f.name}(${f.signature}) RETURNS ${f.returns}
+  LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $shardflake$${f.body}$shardflake$`;
+}
+
+/**
+ * The statement that installs the shared slow path (and, for a test-clock install, its test variant) into the
+ * database, or does nothing when it is there already, as this version writes it, in a schema the running role
+ * trusts. Checked before anything is written: a CREATE OR REPLACE of a function every backend has compiled makes
+ * each of them compile it again, and `cluster init` runs this once per shard. The first install takes an
+ * advisory lock (released at commit) so that parallel installs do not race on CREATE SCHEMA.
+ */
+export function sharedSlowPathSql(testClock: boolean): string {
+  const functions = sharedFunctions(testClock);
+  const wanted = functions
+    .map((f) => `(${quoteLiteral(f.name)}, ${quoteLiteral(f.body)})`)
+    .join(',\n                     ');
+  const schema = quoteLiteral(SLOW_PATH_SCHEMA);
+  return `DO $install$
+BEGIN
+  -- Everything there as this version writes it, in a trusted schema: nothing to do.
+  IF (SELECT count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+      WHERE n.nspname = ${schema} AND ${TRUSTED_OWNER}
+        AND (p.proname::text, p.prosrc) IN (${wanted})) = ${functions.length} THEN
+    RETURN;
+  END IF;
+  PERFORM pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(${schema}));
+  IF EXISTS (SELECT FROM pg_catalog.pg_namespace n WHERE n.nspname = ${schema} AND NOT ${TRUSTED_OWNER}) THEN
+    RAISE EXCEPTION 'schema ${SLOW_PATH_SCHEMA} belongs to another role; shardflake will not install the generator''s shared slow path there'
+      USING ERRCODE = '42501';
+  END IF;
+  CREATE SCHEMA IF NOT EXISTS ${SLOW_PATH_SCHEMA};
+  -- Every shard's owner calls these (their next_id_new_era() runs as that owner), and they run with the caller's
+  -- rights, so anyone may: a caller can move only a counter it could setval itself.
+  GRANT USAGE ON SCHEMA ${SLOW_PATH_SCHEMA} TO PUBLIC;
+${functions.map((f) => `  EXECUTE ${quoteLiteral(createFunctionSql(f))};`).join('\n')}
+END
+$install$`;
+}
+
+/**
+ * SQL: a call of the shared slow path with the shard's constants (each SQL), for the body of that shard's
+ * `next_id_new_era()` (no `above`) or `next_id_catch_up(above_id)` (`above` names the parameter).
+ */
+export function slowPathCall(
+  testClock: boolean,
+  constants: {
+    counter: string;
+    shift: number;
+    eraUnit: string;
+    keepMask: string;
+    shardBits: string;
+    epochMs: number;
+    unitMs: number;
+    layout: string;
+  },
+  above?: { timeMax: string; aboveId: string },
+): string {
+  const c = constants;
+  const args = [
+    `${c.counter}::regclass`,
+    `${c.shift}`,
+    c.eraUnit,
+    c.keepMask,
+    c.shardBits,
+    `${c.epochMs}::float8`,
+    `${c.unitMs}::float8`,
+    quoteLiteral(c.layout),
+    ...(above ? [above.timeMax, above.aboveId] : []),
+  ];
+  return `${slowPathName(above !== undefined, testClock)}(${args.join(', ')})`;
+}
