@@ -187,7 +187,7 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
           const counterBefore = await lastValue();
           await assert.rejects(
             client.query(
-              `SELECT ${SLOW_PATH_SCHEMA}.new_era('shard_0042.next_id_counter', 23, 8388608, $1, $2, $3, 1, 'instagram')`,
+              `SELECT ${SLOW_PATH_SCHEMA}.new_era('shard_0042.next_id_counter', 0, 23, 8388608, $1, $2, $3, 1, 'instagram')`,
               [keepMask.toString(), (42n << 10n).toString(), 1314220021721 - 3_600_000],
             ),
             (e) => (e as { code?: string }).code === '42501',
@@ -218,6 +218,18 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
         );
         // next_id() itself stays PL/pgSQL (the fast path); nothing else in the shard is.
         assert.deepEqual(rows[0], { lanname: 'sql', prosecdef: true, pronargs: 0, plpgsql_in_shard: 1 });
+        // Installing another shard leaves the shared functions as they are (rewriting them would make every backend
+        // compile them again).
+        const versions = async () =>
+          (
+            await client.query(
+              `SELECT string_agg(proname || ':' || xmin, ',' ORDER BY proname) AS v FROM pg_proc
+               WHERE pronamespace = '${SLOW_PATH_SCHEMA}'::regnamespace`,
+            )
+          ).rows[0].v as string;
+        const shared = await versions();
+        await installGenerator(client, { schema: 'shard_0044', shard: 44 });
+        assert.equal(await versions(), shared);
         // A shared schema someone else owns could hold their code, which every shard's owner would then run.
         await client.query(`CREATE ROLE other_owner`);
         await client.query(`ALTER SCHEMA ${SLOW_PATH_SCHEMA} OWNER TO other_owner`);

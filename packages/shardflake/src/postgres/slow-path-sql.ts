@@ -55,6 +55,7 @@ export function tickOf(ms: string, epochMs: string, unitMs: string | null): stri
 /** The shared slow path's parameters, in order: what generator-sql.ts folded into each shard's copy up to v5. */
 const PARAMETERS = [
   'counter regclass', // the shard's next_id_counter
+  'lock_key bigint', // lockKey(counter), computed by the caller: derived here, it cost 4 functions per call
   'shift integer', // T, the time field's shift
   'era_unit bigint', // 2^T: multiplied, not shifted, so that a tick the layout cannot hold overflows (22003)
   'keep_mask bigint', // the shard field's bits and the sign bit (keepCheck)
@@ -73,8 +74,12 @@ export function slowPathName(withAbove: boolean, testClock: boolean): string {
   return `${SLOW_PATH_SCHEMA}.${name}`;
 }
 
-/** The advisory-lock key of a counter (a regclass expression): 'SF' in the high 32 bits, the counter's OID in the low. */
-export function lockKey(counter: string): string {
+/**
+ * The advisory-lock key of a counter (a regclass expression): 'SF' in the high 32 bits, the counter's OID in the
+ * low. Each shard's function passes it with the counter (a constant the planner folds); a direct caller that
+ * passed another key could break only a counter it may setval anyway.
+ */
+function lockKey(counter: string): string {
   return `((x'5346'::bigint << 32) | ${counter}::pg_catalog.oid::bigint)`;
 }
 
@@ -94,7 +99,7 @@ const schemaOf = (counter: string) =>
  * such indirection. (Exported for the test that holds the two to that difference.)
  */
 export function slowPathBody(withAbove: boolean, testClock: boolean): string {
-  const key = lockKey('counter');
+  const key = 'lock_key';
   const clock = testClock ? `${SLOW_PATH_SCHEMA}.${SLOW_PATH_FUNCTIONS.testClock}(counter)` : SYSTEM_CLOCK_MS;
   const pause = testClock
     ? `    PERFORM ${SLOW_PATH_SCHEMA}.${SLOW_PATH_FUNCTIONS.testPause}(counter);\n`
@@ -133,7 +138,7 @@ ${pause}    -- Keep c if it is keepable (another slow path already started a new
     -- Release the lock only if this call got it: the error may have come while waiting for it.
     IF EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted
                AND pid = pg_catalog.pg_backend_pid() AND objsubid = 1 AND classid = ${0x5346}
-               AND objid = counter::pg_catalog.oid) THEN
+               AND objid = (lock_key & 4294967295)::pg_catalog.oid) THEN
       PERFORM pg_catalog.pg_advisory_unlock(${key});
     END IF;
     IF SQLSTATE = '22003' THEN
@@ -264,6 +269,7 @@ export function slowPathCall(
   const c = constants;
   const args = [
     `${c.counter}::regclass`,
+    lockKey(`${c.counter}::regclass`),
     `${c.shift}`,
     c.eraUnit,
     c.keepMask,
