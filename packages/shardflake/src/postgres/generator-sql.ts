@@ -33,8 +33,11 @@ import { keepCheck, SYSTEM_CLOCK_MS, sharedSlowPathSql, slowPathCall, tickOf } f
  * about once per tick per shard, so a backend writing thousands of shards compiled thousands of copies (a
  * PL/pgSQL function and four cached plans each, ≈90 kB per shard written; issue 33 item 2). The shard's
  * `next_id_new_era()` is now one SQL call of it with the shard's constants: SECURITY DEFINER, no arguments,
- * search_path pinned (see slowPathSql below). Backend memory per shard written, and what the extra call costs:
- * docs/benchmarks.md, "Connections warm on a slice of shards".
+ * search_path pinned (see slowPathSql below). A backend now grows ≈ 70–84 kB per shard written instead of ≈ 155 kB;
+ * the call costs ≈ 77,800 instructions instead of ≈ 59,400 (13,900 the SQL function's executor around the body,
+ * 5,300 the constants passed as arguments instead of folded), i.e. +13% on an insert that starts an era, nothing
+ * on one that keeps a fast-path id. A PL/pgSQL wrapper would call cheaper but compile and plan per shard again.
+ * Measured: docs/benchmarks.md, "Connections warm on a slice of shards".
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
  * next store's value, so that every value the counter ever hands out is greater than every earlier one. The
@@ -94,7 +97,8 @@ import { keepCheck, SYSTEM_CLOCK_MS, sharedSlowPathSql, slowPathCall, tickOf } f
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
- * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the slow path's window; the
+ * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the slow path's window (its slow
+ * path is the shared body's test variant, the same text but for those two calls: a test holds it to that); the
  * production SQL contains no such indirection.
  */
 
