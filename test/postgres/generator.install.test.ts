@@ -230,20 +230,37 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
         const shared = await versions();
         await installGenerator(client, { schema: 'shard_0044', shard: 44 });
         assert.equal(await versions(), shared);
-        // A shared schema someone else owns could hold their code, which every shard's owner would then run.
+        // A shared schema someone else owns could hold their code, which this role's shards would then run: the
+        // install uses this role's own (as a superuser running a move does where a plain role ran init), and
+        // refuses when that one is someone else's too.
         await client.query(`CREATE ROLE other_owner`);
         await client.query(`ALTER SCHEMA ${SLOW_PATH_SCHEMA} OWNER TO other_owner`);
+        const own = (
+          await client.query(
+            `SELECT '${SLOW_PATH_SCHEMA}_' || oid AS s FROM pg_roles WHERE rolname = current_user`,
+          )
+        ).rows[0].s as string;
         try {
-          await assert.rejects(installGenerator(client, { schema: 'shard_0043', shard: 43 }), (e) => {
+          const table43 = await shardWithTable(client, { schema: 'shard_0043', shard: 43 });
+          const entry = await client.query(
+            `SELECT pg_get_functiondef('shard_0043.next_id_new_era()'::regprocedure) AS d`,
+          );
+          assert.match(entry.rows[0].d, new RegExp(`RETURN ${own}\\.new_era\\(`));
+          for (let i = 0; i < 3; i++) {
+            await client.query(`INSERT INTO ${table43} (v) VALUES (1)`);
+            await client.query('SELECT pg_sleep(0.003)');
+          }
+          await client.query(`ALTER SCHEMA ${own} OWNER TO other_owner`);
+          await assert.rejects(installGenerator(client, { schema: 'shard_0045', shard: 45 }), (e) => {
             if (!isShardflakeError(e)) return false;
             assert.equal(e.sqlState, '42501');
-            assert.match(e.message, /schema shardflake_generator belongs to another role/);
+            assert.match(e.message, new RegExp(`schema ${own} belongs to another role`));
             return true;
           });
         } finally {
           await client.query(`ALTER SCHEMA ${SLOW_PATH_SCHEMA} OWNER TO CURRENT_USER`);
+          await client.query(`ALTER SCHEMA ${own} OWNER TO CURRENT_USER`);
         }
-        await installGenerator(client, { schema: 'shard_0043', shard: 43 });
       },
     );
   } finally {

@@ -2,7 +2,14 @@ import { expectObject, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout, withEpoch } from '../ids/layout.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './identifier.js';
-import { keepCheck, SYSTEM_CLOCK_MS, sharedSlowPathSql, slowPathCall, tickOf } from './slow-path-sql.js';
+import {
+  keepCheck,
+  type SlowPathEntry,
+  SYSTEM_CLOCK_MS,
+  slowPathCall,
+  slowPathInstallSql,
+  tickOf,
+} from './slow-path-sql.js';
 
 /*
  * The id generator that runs inside PostgreSQL, one per logical shard (schema). The layout must be shaped like
@@ -32,8 +39,9 @@ import { keepCheck, SYSTEM_CLOCK_MS, sharedSlowPathSql, slowPathCall, tickOf } f
  * shard's constants)`, PL/pgSQL, running with its caller's rights) instead of once per shard: the slow path runs
  * about once per tick per shard, so a backend writing thousands of shards compiled thousands of copies (a
  * PL/pgSQL function and four cached plans each, ≈90 kB per shard written; issue 33 item 2). The shard's
- * `next_id_new_era()` is now one SQL call of it with the shard's constants: SECURITY DEFINER, no arguments,
- * search_path pinned (see slowPathSql below). A backend now grows ≈ 70–84 kB per shard written instead of ≈ 155 kB;
+ * `next_id_new_era()` is now one call of it with the shard's constants (an SQL function from PostgreSQL 18 on, a
+ * PL/pgSQL RETURN before: slowPathInstallSql says why): SECURITY DEFINER, no arguments, search_path pinned (see
+ * slowPathEntry below). A backend now grows ≈ 70–84 kB per shard written instead of ≈ 155 kB;
  * the call costs ≈ 77,800 instructions instead of ≈ 59,400 (13,900 the SQL function's executor around the body,
  * 5,300 the constants passed as arguments instead of folded), i.e. +13% on an insert that starts an era, nothing
  * on one that keeps a fast-path id. A PL/pgSQL wrapper would call cheaper but compile and plan per shard again.
@@ -318,17 +326,18 @@ function fastPath(plan: GeneratorSqlPlan): string {
 
 /**
  * The slow path's two entry points in the shard's schema, each one call of the shared slow path
- * (slow-path-sql.ts) with this shard's constants, and no body of its own to compile:
+ * (slow-path-sql.ts) with this shard's constants, and no slow path of its own to compile:
  * - `next_id_new_era()`, what next_id() calls: SECURITY DEFINER, so that a role allowed to insert (USAGE on the
  *   counter for nextval) does not also need UPDATE on it for the setval; it takes no argument and can only move
  *   the era to max(now, era + 1), so it gives such a role no new power. Its search_path is pinned
- *   (pg_catalog, pg_temp) so that no one's operators or functions can stand in for the built-in ones.
+ *   (pg_catalog, pg_temp) so that no one's operators or functions can stand in for the built-in ones — in it and
+ *   in the shared body, which is planned under that path.
  * - `next_id_catch_up(above_id)`, for `ensureGeneratorAbove` (shard moves): also moves past `above_id`; it runs
  *   with the caller's rights, so only a role that may setval the counter can call it usefully.
- * A SQL function that is SECURITY DEFINER or has SET is never inlined: each stays one call, whose cache in a
- * backend is the parsed call (docs/benchmarks.md measures it), not a compiled PL/pgSQL function and its plans.
+ * Written both ways, SQL and PL/pgSQL; the install picks by server version (slowPathInstallSql says why). An SQL
+ * function that is SECURITY DEFINER or has SET is never inlined: each stays one call.
  */
-function slowPathSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
+function slowPathEntry(plan: GeneratorSqlPlan, withAbove: boolean): SlowPathEntry {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
   const constants = {
     counter: quoteLiteral(counter),
@@ -348,10 +357,19 @@ function slowPathSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
     constants,
     withAbove ? { timeMax: int8(plan.time.max), aboveId: 'above_id' } : undefined,
   );
-  return `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
-  LANGUAGE sql VOLATILE PARALLEL UNSAFE${withAbove ? '' : ' SECURITY DEFINER'}
-  SET search_path = pg_catalog, pg_temp
-  RETURN ${call}`;
+  const head = (language: string) => `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
+  LANGUAGE ${language} VOLATILE PARALLEL UNSAFE${withAbove ? '' : ' SECURITY DEFINER'}
+  SET search_path = pg_catalog, pg_temp`;
+  return {
+    sql: `${head('sql')}
+  RETURN ${call}`,
+    plpgsql: `${head('plpgsql')}
+AS $shardflake$
+BEGIN
+  RETURN ${call};
+END
+$shardflake$`,
+  };
 }
 
 /**
@@ -507,10 +525,10 @@ $shardflake$`);
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC END`);
   }
-  // The shared slow path first: the two functions below call it (their bodies are checked when created).
-  statements.push(sharedSlowPathSql(plan.testClock));
-  statements.push(slowPathSql(plan, false));
-  statements.push(slowPathSql(plan, true));
+  // The shared slow path, then the shard's two entry points into it.
+  statements.push(
+    slowPathInstallSql(plan.testClock, [slowPathEntry(plan, false), slowPathEntry(plan, true)]),
+  );
   statements.push(
     plan.language === 'sql'
       ? `CREATE OR REPLACE FUNCTION ${q(o.nextId)}() RETURNS bigint
