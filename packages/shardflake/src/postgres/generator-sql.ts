@@ -42,9 +42,10 @@ import {
  * `next_id_new_era()` is now one call of it with the shard's constants (an SQL function from PostgreSQL 18 on, a
  * PL/pgSQL RETURN before: slowPathInstallSql says why): SECURITY DEFINER, no arguments, search_path pinned (see
  * slowPathEntry below). A backend now grows ≈ 70–84 kB per shard written instead of ≈ 155 kB;
- * the call costs ≈ 77,800 instructions instead of ≈ 59,400 (13,900 the SQL function's executor around the body,
- * 5,300 the constants passed as arguments instead of folded), i.e. +13% on an insert that starts an era, nothing
- * on one that keeps a fast-path id. A PL/pgSQL wrapper would call cheaper but compile and plan per shard again.
+ * on PostgreSQL 18 the call costs ≈ 77,800 instructions instead of ≈ 59,400 (13,900 the SQL function's executor
+ * around the body, 5,300 the constants passed as arguments instead of folded), i.e. +13% on an insert that starts
+ * an era, nothing on one that keeps a fast-path id; on 15 (a PL/pgSQL entry point) ≈ 76,200 instead of ≈ 63,600.
+ * A PL/pgSQL entry point on 18 would call cheaper but compile and plan per shard again.
  * Measured: docs/benchmarks.md, "Connections warm on a slice of shards".
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the

@@ -13,7 +13,7 @@ import { TRUSTED_OWNER } from './trusted-owner.js';
  *
  * RIGHTS. The shared functions run with their CALLER's rights: nextval needs USAGE on the counter they are given,
  * setval UPDATE, so calling them directly lets a role move only a counter it could setval itself. Each shard keeps
- * its `next_id_new_era()`, now a one-line SQL function with no body of its own to compile: SECURITY DEFINER (so
+ * its `next_id_new_era()`, now one call with no slow path of its own to compile: SECURITY DEFINER (so
  * that an inserting role needs no UPDATE on the counter), no arguments (so that it can move only its own
  * counter, with its own constants, to max(now, era + 1)), search_path pinned to pg_catalog, pg_temp (so that no
  * one's operators stand in for the built-in ones in the shared body, which is planned under that path). The
