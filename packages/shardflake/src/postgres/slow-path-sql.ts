@@ -318,3 +318,25 @@ export function slowPathCall(
   ];
   return `${SLOW_PATH_PLACEHOLDER}.${slowPathName(above !== undefined, testClock)}(${args.join(', ')})`;
 }
+
+/**
+ * SQL that drops the shared slow path's schemas this role trusts when no `next_id_new_era()` is left in the
+ * database to call them: for code that removes a whole cluster (adopt's abort of a cluster it created), after the
+ * shard schemas. Any `next_id_new_era()` left — another cluster's, a generator installed on its own — keeps them:
+ * before PostgreSQL 18 its PL/pgSQL call records no dependency that a DROP … RESTRICT would see.
+ */
+export function dropSlowPathIfUnusedSql(): string {
+  return `DO $drop$
+DECLARE
+  s text;
+BEGIN
+  IF EXISTS (SELECT FROM pg_catalog.pg_proc WHERE proname = 'next_id_new_era') THEN
+    RETURN;
+  END IF;
+  FOR s IN SELECT n.nspname FROM pg_catalog.pg_namespace n
+            WHERE n.nspname ~ ${quoteLiteral(`^${SLOW_PATH_SCHEMA}(_[0-9]+)?$`)} AND ${TRUSTED_OWNER} LOOP
+    EXECUTE 'DROP SCHEMA ' || pg_catalog.quote_ident(s) || ' CASCADE';
+  END LOOP;
+END
+$drop$`;
+}
