@@ -45,7 +45,8 @@ import {
  * on PostgreSQL 18 the call costs ≈ 77,800 instructions instead of ≈ 59,400 (13,900 the SQL function's executor
  * around the body, 5,300 the constants passed as arguments instead of folded), i.e. +13% on an insert that starts
  * an era, nothing on one that keeps a fast-path id; on 15 (a PL/pgSQL entry point) ≈ 76,200 instead of ≈ 63,600.
- * A PL/pgSQL entry point on 18 would call cheaper but compile and plan per shard again.
+ * A PL/pgSQL entry point on 18 would call cheaper but compile and plan per shard again. Over a connection the
+ * difference does not show (pgbench, ≈ 80% of inserts starting an era: within ±1.5% either way).
  * Measured: docs/benchmarks.md, "Connections warm on a slice of shards".
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
