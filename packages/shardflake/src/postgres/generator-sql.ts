@@ -32,7 +32,7 @@ import {
  *    v := nextval; if v is keepable, return it (another slow path already started a new era);
  *    else store the pair (e', shard, 0) with e' := max(now, era(v) + 1), and return that id.
  * Version 4 writes the same steps in 4 PL/pgSQL expressions (about 20 functions and operators) instead of 9 (about
- * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression
+ * 30), and takes and releases the lock inside its exception block (see slowPathBody in slow-path-sql.ts): PL/pgSQL sets each expression
  * and its functions up again in every transaction, and nearly every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
  * docs/next-id.md, "Cost"): one call ≈ 57,400 instructions, against ≈ 68,600 in version 3.
  * Version 6 writes that body ONCE PER DATABASE (slow-path-sql.ts: `shardflake_generator.new_era(counter, the

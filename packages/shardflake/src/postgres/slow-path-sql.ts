@@ -251,14 +251,13 @@ export function slowPathInstallSql(testClock: boolean, entries: SlowPathEntry[])
   const wanted = functions
     .map((f) => `(${quoteLiteral(f.name)}, ${here(f.body)})`)
     .join(',\n                     ');
-  const trusted = (negate: boolean) =>
-    `EXISTS (SELECT FROM pg_catalog.pg_namespace n WHERE n.nspname = slow_path AND ${negate ? 'NOT ' : ''}${TRUSTED_OWNER})`;
+  const untrusted = `EXISTS (SELECT FROM pg_catalog.pg_namespace n WHERE n.nspname = slow_path AND NOT ${TRUSTED_OWNER})`;
   return `DO $install$
 DECLARE
   slow_path text := ${quoteLiteral(SLOW_PATH_SCHEMA)};
 BEGIN
   -- Another role's schema (see SLOW_PATH_SCHEMA in shardflake's src/postgres/slow-path-sql.ts): this role's own.
-  IF ${trusted(true)} THEN
+  IF ${untrusted} THEN
     slow_path := slow_path || '_' || (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user);
   END IF;
   -- Unless everything is there as this version writes it, in a trusted schema:
@@ -266,7 +265,7 @@ BEGIN
       WHERE n.nspname = slow_path AND ${TRUSTED_OWNER}
         AND (p.proname::text, p.prosrc) IN (${wanted})) < ${functions.length} THEN
     PERFORM pg_catalog.pg_advisory_xact_lock(x'5346'::int, pg_catalog.hashtext(slow_path));
-    IF ${trusted(true)} THEN
+    IF ${untrusted} THEN
       RAISE EXCEPTION 'schema % belongs to another role; shardflake will not install the generator''s shared slow path there', slow_path
         USING ERRCODE = '42501';
     END IF;
