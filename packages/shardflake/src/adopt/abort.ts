@@ -13,6 +13,7 @@ import { REFERENCE_SCHEMA } from '../config/reference.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { connect, wrapPgError } from '../postgres/connect.js';
 import { qualified, quoteIdent, quoteLiteral } from '../postgres/identifier.js';
+import { dropSlowPathIfUnusedSql } from '../postgres/slow-path-sql.js';
 import { closeAll, connectAll } from '../topology/connections.js';
 import { APPLIED_SCHEMA } from './apply.js';
 import { adoptionNames } from './run.js';
@@ -90,6 +91,8 @@ export async function abortAdoption(config: ClusterConfig): Promise<AbortResult>
               .map((s) => quoteIdent(s))
               .join(', ')} CASCADE`,
           );
+        // The generator's shared slow path (postgres/slow-path-sql.ts), unless something else still calls it.
+        await client.query(`SET client_min_messages = warning; ${dropSlowPathIfUnusedSql()}`);
       }
       locked = false;
     } else if (record) {

@@ -1,5 +1,5 @@
+import { TRUSTED_OWNER } from '../postgres/trusted-owner.js';
 import { FENCE_FUNCTION, FENCED_ROLE } from './names.js';
-import { TRUSTED_OWNER } from './privileges.js';
 
 /**
  * The guard of sealed old copies against a superuser's tools. A seal (fence.ts) takes the old copy away from

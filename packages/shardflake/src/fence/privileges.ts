@@ -3,6 +3,7 @@ import type { ClusterConfig } from '../config/config.js';
 import { isShardflakeError, ShardflakeError } from '../errors/errors.js';
 import type { Queryable } from '../postgres/connect.js';
 import { quoteLiteral } from '../postgres/identifier.js';
+import { TRUSTED_OWNER } from '../postgres/trusted-owner.js';
 import { connectServer } from '../topology/connections.js';
 import { FENCED_ROLE } from './names.js';
 
@@ -89,15 +90,6 @@ export const NEEDS: Record<PrivilegedCommand, Need[]> = {
   dashboard: [readCatalog],
   router: [catalogMissing, readCatalog, useShards],
 };
-
-/**
- * Whether pg_namespace row `n`'s owner is the running role or one it belongs to. pg_has_role says yes to a
- * superuser for every role, so a superuser trusts only schemas of superusers (who could do anything anyway).
- */
-export const TRUSTED_OWNER = `(pg_has_role(current_user, n.nspowner, 'USAGE')
-  AND (n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
-       OR NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
-       OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)))`;
 
 /** Reads what the connected role has on this server (one query). */
 export async function roleFacts(

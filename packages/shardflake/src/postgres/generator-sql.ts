@@ -2,6 +2,14 @@ import { expectObject, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
 import { type Layout, type LayoutField, type LayoutSpec, resolveLayout, withEpoch } from '../ids/layout.js';
 import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './identifier.js';
+import {
+  keepCheck,
+  type SlowPathEntry,
+  SYSTEM_CLOCK_MS,
+  slowPathCall,
+  slowPathInstallSql,
+  tickOf,
+} from './slow-path-sql.js';
 
 /*
  * The id generator that runs inside PostgreSQL, one per logical shard (schema). The layout must be shaped like
@@ -18,15 +26,28 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  * FAST PATH (`next_id()`, one expression, no lock, one relation, like bigserial): v := nextval; keep v if it is
  * keepable, else the slow path runs (v is a gap in the ids, never a duplicate).
  *
- * SLOW PATH (`next_id_new_era()`, PL/pgSQL, about once per tick, or once per 2^seqBits ids when demand outruns
- * the clock). Under a session-level advisory lock keyed by the counter (released before it returns and in its
- * exception handler — never held until commit):
+ * SLOW PATH (`next_id_new_era()`, about once per tick, or once per 2^seqBits ids when demand outruns the clock).
+ * Under a session-level advisory lock keyed by the counter (released before it returns and in its exception
+ * handler — never held until commit):
  *    v := nextval; if v is keepable, return it (another slow path already started a new era);
  *    else store the pair (e', shard, 0) with e' := max(now, era(v) + 1), and return that id.
  * Version 4 writes the same steps in 4 PL/pgSQL expressions (about 20 functions and operators) instead of 9 (about
- * 30), and takes and releases the lock inside its exception block (see catchUpSql): PL/pgSQL sets each expression
+ * 30), and takes and releases the lock inside its exception block (see slowPathBody in slow-path-sql.ts): PL/pgSQL sets each expression
  * and its functions up again in every transaction, and nearly every slow path is the first call of its transaction. Counted with callgrind (scripts/next-id-callgrind.sh,
  * docs/next-id.md, "Cost"): one call ≈ 57,400 instructions, against ≈ 68,600 in version 3.
+ * Version 6 writes that body ONCE PER DATABASE (slow-path-sql.ts: `shardflake_generator.new_era(counter, the
+ * shard's constants)`, PL/pgSQL, running with its caller's rights) instead of once per shard: the slow path runs
+ * about once per tick per shard, so a backend writing thousands of shards compiled thousands of copies (a
+ * PL/pgSQL function and four cached plans each, ≈90 kB per shard written; issue 33 item 2). The shard's
+ * `next_id_new_era()` is now one call of it with the shard's constants (an SQL function from PostgreSQL 18 on, a
+ * PL/pgSQL RETURN before: slowPathInstallSql says why): SECURITY DEFINER, no arguments, search_path pinned (see
+ * slowPathEntry below). A backend now grows ≈ 70–84 kB per shard written instead of ≈ 155 kB;
+ * on PostgreSQL 18 the call costs ≈ 77,800 instructions instead of ≈ 59,400 (13,900 the SQL function's executor
+ * around the body, 5,300 the constants passed as arguments instead of folded), i.e. +13% on an insert that starts
+ * an era, nothing on one that keeps a fast-path id; on 15 (a PL/pgSQL entry point) ≈ 76,200 instead of ≈ 63,600.
+ * A PL/pgSQL entry point on 18 would call cheaper but compile and plan per shard again. Over a connection the
+ * difference does not show (pgbench, ≈ 80% of inserts starting an era: within ±1.5% either way).
+ * Measured: docs/benchmarks.md, "Connections warm on a slice of shards".
  *
  * WHY NO ID IS HANDED OUT TWICE. Counter values fetched between two stores are distinct, and they are below the
  * next store's value, so that every value the counter ever hands out is greater than every earlier one. The
@@ -86,12 +107,13 @@ import { qualified, quoteIdent, quoteLiteral, validateIdentifier } from './ident
  *
  * TIME. The clock is `clock_timestamp()` (not `now()`, which is frozen for a whole transaction). A test-only
  * install (`testClock: true`) reads it through `<schema>.next_id_clock_ms()` instead, so that tests can replace
- * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the slow path's window; the
+ * it and step time backwards, and calls `<schema>.next_id_test_pause()` inside the slow path's window (its slow
+ * path is the shared body's test variant, the same text but for those two calls: a test holds it to that); the
  * production SQL contains no such indirection.
  */
 
 /** Recorded in the schema (comment on `next_id()`); a newer install upgrades an older one in place. */
-export const GENERATOR_VERSION = 5;
+export const GENERATOR_VERSION = 6;
 
 /** SQLSTATE raised when a schema already holds a generator for another shard/layout, or a newer version. */
 export const GENERATOR_MISMATCH_SQLSTATE = 'SF002';
@@ -269,9 +291,12 @@ const int8 = (n: bigint) => `(${BigInt.asIntN(64, n)})::bigint`;
 
 /** SQL boolean: counter value `v` (an expression evaluated once) is keepable at tick `now` (see COST at the top). */
 export function keepable(plan: GeneratorSqlPlan, v: string, now: string): string {
-  // The shard field's bits and the sign bit: (v - now's first id) is negative exactly when v's era is behind.
-  const mask = (plan.shardField.max << BigInt(plan.shardField.shift)) | (1n << 63n);
-  return `((${v} - (${now} << ${plan.time.shift})) & ${int8(mask)}) = ${int8(plan.fixedBits)}`;
+  return keepCheck(v, now, `${plan.time.shift}`, int8(keepMask(plan)), int8(plan.fixedBits));
+}
+
+/** The shard field's bits and the sign bit: (v - now's first id) is negative exactly when v's era is behind. */
+function keepMask(plan: GeneratorSqlPlan): bigint {
+  return (plan.shardField.max << BigInt(plan.shardField.shift)) | (1n << 63n);
 }
 
 /** SQL expression: the first id (sequence 0) of tick `era` on this shard. */
@@ -281,22 +306,12 @@ function firstIdOf(plan: GeneratorSqlPlan, era: string): string {
 
 /** SQL expression: the current tick (whole time units since the layout's epoch), from the given ms expression. */
 function tickExpr(plan: GeneratorSqlPlan, ms: string): string {
-  const sinceEpoch = `(${ms} - ${plan.layout.epoch}::float8)`;
-  const units =
-    plan.layout.timeUnitMs === 1 ? sinceEpoch : `(${sinceEpoch} / ${plan.layout.timeUnitMs}::float8)`;
-  return `pg_catalog.floor(${units})::bigint`;
+  const { epoch, timeUnitMs } = plan.layout;
+  return tickOf(ms, `${epoch}::float8`, timeUnitMs === 1 ? null : `${timeUnitMs}::float8`);
 }
-
-/** Milliseconds since 1970 as float8: `date_part` stays float8 on every version (extract is numeric since 14). */
-const SYSTEM_CLOCK_MS = `(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000::float8)`;
 
 function clockMs(plan: GeneratorSqlPlan): string {
   return plan.testClock ? `${qualified(plan.schema, GENERATOR_OBJECTS.clock)}()` : SYSTEM_CLOCK_MS;
-}
-
-/** Advisory-lock key of a schema's generator: 'SF' in the high 32 bits, the counter's OID in the low. */
-function lockKey(counter: string): string {
-  return `((x'5346'::bigint << 32) | ${quoteLiteral(counter)}::regclass::oid::bigint)`;
 }
 
 /** The fast path: keep nextval's value if it is keepable, else catch up. */
@@ -311,79 +326,52 @@ function fastPath(plan: GeneratorSqlPlan): string {
   END`;
 }
 
-/** Test-only: a replaceable pause inside the catch-up's window, so that tests can hold the window open. */
-function testPause(plan: GeneratorSqlPlan): string {
-  return plan.testClock ? `    PERFORM ${qualified(plan.schema, GENERATOR_OBJECTS.testPause)}();\n` : '';
-}
-
 /**
- * The catch-up (see the top of this file), in two entry points made from one body:
+ * The slow path's two entry points in the shard's schema, each one call of the shared slow path
+ * (slow-path-sql.ts) with this shard's constants, and no slow path of its own to compile:
  * - `next_id_new_era()`, what next_id() calls: SECURITY DEFINER, so that a role allowed to insert (USAGE on the
  *   counter for nextval) does not also need UPDATE on it for the setval; it takes no argument and can only move
  *   the era to max(now, era + 1), so it gives such a role no new power. Its search_path is pinned
- *   (pg_catalog, pg_temp) so that no one's operators or functions can stand in for the built-in ones.
+ *   (pg_catalog, pg_temp) so that no one's operators or functions can stand in for the built-in ones — in it and
+ *   in the shared body, which is planned under that path.
  * - `next_id_catch_up(above_id)`, for `ensureGeneratorAbove` (shard moves): also moves past `above_id`; it runs
  *   with the caller's rights, so only a role that may setval the counter can call it usefully.
+ * Written both ways, SQL and PL/pgSQL; the install picks by server version (slowPathInstallSql says why). An SQL
+ * function that is SECURITY DEFINER or has SET is never inlined: each stays one call.
  */
-function catchUpSql(plan: GeneratorSqlPlan, withAbove: boolean): string {
+function slowPathEntry(plan: GeneratorSqlPlan, withAbove: boolean): SlowPathEntry {
   const counter = qualified(plan.schema, GENERATOR_OBJECTS.counter);
-  const lit = `${quoteLiteral(counter)}::regclass`;
+  const constants = {
+    counter: quoteLiteral(counter),
+    shift: plan.time.shift,
+    eraUnit: int8(1n << BigInt(plan.time.shift)),
+    keepMask: int8(keepMask(plan)),
+    shardBits: int8(plan.fixedBits),
+    epochMs: plan.layout.epoch,
+    unitMs: plan.layout.timeUnitMs,
+    layout: plan.layout.name,
+  };
   const signature = withAbove
     ? `${qualified(plan.schema, GENERATOR_OBJECTS.catchUp)}(above_id bigint DEFAULT NULL)`
     : `${qualified(plan.schema, GENERATOR_OBJECTS.newEra)}()`;
-  const rights = withAbove ? '' : '\n  SECURITY DEFINER SET search_path = pg_catalog, pg_temp';
-  const aboveKeep = withAbove ? ' AND (above_id IS NULL OR above_id < c)' : '';
-  const aboveEra = withAbove
-    ? `, COALESCE(((above_id >> ${plan.time.shift}) & ${int8(plan.time.max)}) + 1, 0)`
-    : '';
-  const key = lockKey(counter);
-  // Few functions on purpose: PL/pgSQL sets up every function and operator of its expressions again in each
-  // transaction (a catalog lookup and a privilege check each), and this runs in the first insert of every tick, so
-  // their count is its cost (docs/next-id.md, "Cost"). Hence: the clock read once; the keep check and the store in one
-  // expression; the era multiplied into place rather than shifted, so that a tick the layout cannot hold overflows
-  // (SQLSTATE 22003) inside the store instead of needing a statement of its own to check it; the lock key a
-  // constant the planner folds; results assigned, not PERFORMed (PERFORM runs a full query).
-  return `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
-  LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE${rights}
+  const call = slowPathCall(
+    plan.testClock,
+    constants,
+    withAbove ? { timeMax: int8(plan.time.max), aboveId: 'above_id' } : undefined,
+  );
+  const head = (language: string) => `CREATE OR REPLACE FUNCTION ${signature} RETURNS bigint
+  LANGUAGE ${language} VOLATILE PARALLEL UNSAFE${withAbove ? '' : ' SECURITY DEFINER'}
+  SET search_path = pg_catalog, pg_temp`;
+  return {
+    sql: `${head('sql')}
+  RETURN ${call}`,
+    plpgsql: `${head('plpgsql')}
 AS $shardflake$
--- The slow path of next_id(): see the correctness argument in shardflake's src/postgres/generator-sql.ts.
-DECLARE
-  c bigint;
-  tick bigint;
-  id bigint;
 BEGIN
-  -- The lock is taken and released inside the block: PL/pgSQL checks for a cancel before every statement, and one
-  -- that came between a lock taken outside the block and the block's start (or between the unlock and the RETURN)
-  -- would keep this session's lock until it disconnects, stalling every other session's slow path on this shard.
-  BEGIN
-    -- nextval under the lock: a CASE evaluates its condition first.
-    c := CASE WHEN pg_catalog.pg_advisory_lock(${key}) IS NOT NULL THEN pg_catalog.nextval(${lit}) END;
-    tick := ${tickExpr(plan, clockMs(plan))};
-${testPause(plan)}    -- Keep c if it is keepable (another slow path already started a new era), as the fast path would; else
-    -- store a new era: after the clock, and after the era read under the key (so every store is above every fetch).
-    id := CASE
-      WHEN ${keepable(plan, 'c', 'tick')}${aboveKeep} THEN c
-      ELSE pg_catalog.setval(${lit},
-        GREATEST(tick, (c >> ${plan.time.shift}) + 1${aboveEra}) * ${int8(1n << BigInt(plan.time.shift))} + ${int8(plan.fixedBits)}, true)
-    END;
-    -- Unlock and return in one statement, so that no cancel check falls between them.
-    RETURN CASE WHEN pg_catalog.pg_advisory_unlock(${key}) THEN id END;
-  EXCEPTION WHEN OTHERS OR query_canceled THEN
-    -- Release the lock only if this call got it: the error may have come while waiting for it.
-    IF EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted
-               AND pid = pg_catalog.pg_backend_pid() AND objsubid = 1 AND classid = ${0x5346}
-               AND objid = ${lit}::pg_catalog.oid) THEN
-      PERFORM pg_catalog.pg_advisory_unlock(${key});
-    END IF;
-    IF SQLSTATE = '22003' THEN
-      RAISE EXCEPTION 'shardflake generator in schema % is exhausted: tick % does not fit layout %',
-        ${quoteLiteral(plan.schema)}, GREATEST(tick, (c >> ${plan.time.shift}) + 1), ${quoteLiteral(plan.layout.name)}
-        USING ERRCODE = '22003';
-    END IF;
-    RAISE;
-  END;
+  RETURN ${call};
 END
-$shardflake$`;
+$shardflake$`,
+  };
 }
 
 /**
@@ -539,8 +527,10 @@ $shardflake$`);
   LANGUAGE sql VOLATILE PARALLEL UNSAFE
   BEGIN ATOMIC END`);
   }
-  statements.push(catchUpSql(plan, false));
-  statements.push(catchUpSql(plan, true));
+  // The shared slow path, then the shard's two entry points into it.
+  statements.push(
+    slowPathInstallSql(plan.testClock, [slowPathEntry(plan, false), slowPathEntry(plan, true)]),
+  );
   statements.push(
     plan.language === 'sql'
       ? `CREATE OR REPLACE FUNCTION ${q(o.nextId)}() RETURNS bigint

@@ -8,7 +8,8 @@ import type pg from 'pg';
  * — relation cache entries, and above all each shard's own `next_id()` and its slow path (PL/pgSQL per schema,
  * with their cached plans). Measured on PostgreSQL 18 with the bench's orders table: ≈ 155 kB of private memory
  * per shard a backend inserted into and read from, so a pooled connection that has served every shard of a
- * server of 2,048 shards holds ≈ 320 MB, and a pool of 10 per router holds ten of them.
+ * server of 2,048 shards holds ≈ 320 MB, and a pool of 10 per router holds ten of them. (Generator version 6 shares
+ * the slow path between a database's shards: ≈ 70–84 kB per shard written, docs/benchmarks.md.)
  *
  * Two rules bound that without giving up the pool:
  * 1. Affinity: a lease for shard s prefers an idle connection that has touched s before (its caches are warm),
