@@ -71,7 +71,7 @@ export interface ScaleBenchOptions {
   samples?: number;
   /** router.sql's `sqlShardsPerStatement` (default: the router's, 64). */
   shardsPerStatement?: number;
-  /** `shardsPerConnection` of each pass over every shard (default 0, 256 and 80; empty: no pass). */
+  /** `shardsPerConnection` of each pass over every shard (default 0, the router's default (200) and 80; empty: no pass). */
   passBounds?: readonly number[];
   /** Passes over every shard per bound, on one router (default 3). */
   passRounds?: number;

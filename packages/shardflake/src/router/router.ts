@@ -92,7 +92,7 @@ export interface RouterOptions {
   maxLifetimeSeconds?: number;
   /**
    * Close a pooled connection when it is released once it has served more than this many distinct shards
-   * (default 256; 0: never). A PostgreSQL backend keeps what it loaded for every shard it served (≈ 155 kB per
+   * (default 200; 0: never). A PostgreSQL backend keeps what it loaded for every shard it served (≈ 155 kB per
    * shard written with generator version 5, ≈ 70–84 kB with version 6: the shard's next_id() and its cached plans), so without a bound every pooled connection ends
    * up holding its whole server's worth. Connections also prefer the shards they served before, so with a pool
    * of P and n shards on a server each settles on about n / P of them and, below the bound, none is closed. See

@@ -29,8 +29,13 @@ import type pg from 'pg';
  * pg-pool's public API: when it is not there (another pg-pool), checkouts take whatever the pool gives and only
  * the bound applies. test/topology/pool.connections-stay-warm-on-a-slice-of-shards.test.ts holds the behaviour.
  */
-/** The default bound: at 8,192 shards on 4 servers and pools of 10, each connection settles on ≈ 205 shards. */
-export const DEFAULT_SHARDS_PER_CONNECTION = 256;
+/**
+ * The default bound: ≈ 17 MB of a backend's private memory at ≈ 84 kB per shard written (generator version 6) plus
+ * its base. At 8,192 shards on 4 servers with pools of 10 the slices are ≈ 205 shards, so connections are replaced
+ * now and then (measured: one per ≈ 340 operations with 10 callers, against one per ≈ 490 at 256, whose largest
+ * backend reached 19.4–24 MB; docs/benchmarks.md, "Connections warm on a slice of shards").
+ */
+export const DEFAULT_SHARDS_PER_CONNECTION = 200;
 
 export class WarmShards {
   readonly #touched = new WeakMap<pg.ClientBase, Set<number>>();

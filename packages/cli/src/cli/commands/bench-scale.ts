@@ -151,7 +151,7 @@ function table(r: ScaleBenchResult): string[] {
   );
 }
 
-/** `--pass-bounds 0,256,80`: shardsPerConnection values, each a whole number (0: none), or "" for no pass. */
+/** `--pass-bounds 0,200,80`: shardsPerConnection values, each a whole number (0: none), or "" for no pass. */
 function bounds(value: string): number[] {
   if (value.trim() === '') return [];
   const list = value.split(',').map((part) => (/^[0-9]+$/.test(part.trim()) ? Number(part) : Number.NaN));
@@ -189,7 +189,7 @@ export function registerBenchScaleCommand(bench: Command): void {
       '--pass-bounds <list>',
       "shardsPerConnection of each pass over every shard by a new router (0: none; '' for no pass)",
       bounds,
-      [0, 256, 80],
+      [0, 200, 80],
     )
     .option(
       '--pass-rounds <n>',
