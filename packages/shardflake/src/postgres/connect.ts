@@ -252,6 +252,15 @@ function closingClientClass(): typeof pg.Client {
   const close = (client: pg.Client) =>
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
   class ClosingClient extends Base {
+    constructor(config: pg.ClientConfig) {
+      super(config);
+      // No password in the URL, the config or PGPASSWORD: node-postgres would read the pgpass file itself, and
+      // print a DeprecationWarning in the host's process when it finds one there (its pgpass support goes in
+      // pg 9). The same lookup, done here: a password function is node-postgres' supported way.
+      const self = this as unknown as { password: unknown };
+      if (self.password === null || self.password === undefined) self.password = passwordFromPgpass;
+    }
+
     // pg-pool connects with a callback, applications with the promise: both close the socket on failure.
     override connect(): Promise<pg.Client>;
     override connect(callback: (err: Error | null, client?: pg.Client) => void): void;
@@ -273,6 +282,20 @@ function closingClientClass(): typeof pg.Client {
   }
   closingClient = ClosingClient;
   return closingClient;
+}
+
+type PgpassLookup = (connection: unknown, found: (password: string | undefined) => void) => void;
+let pgpassLookup: PgpassLookup | undefined;
+
+/**
+ * The password of the pgpass file (PGPASSFILE, else ~/.pgpass; libpq's rules: the file's mode, host, port,
+ * database and user matched, `*` as any) for a connection's parameters, or undefined, found with the `pgpass`
+ * module node-postgres itself used. Loaded on the first connection that needs it.
+ */
+function passwordFromPgpass(parameters: unknown): Promise<string | undefined> {
+  pgpassLookup ??= createRequire(import.meta.url)('pgpass') as PgpassLookup;
+  const lookup = pgpassLookup;
+  return new Promise((resolve) => lookup(parameters, resolve));
 }
 
 /** One connected client with int8 → bigint. Connection failures throw SERVER_UNREACHABLE. */
