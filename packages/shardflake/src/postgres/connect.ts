@@ -293,7 +293,10 @@ let pgpassLookup: PgpassLookup | undefined;
  * module node-postgres itself used. Loaded on the first connection that needs it.
  */
 function passwordFromPgpass(parameters: unknown): Promise<string | undefined> {
-  pgpassLookup ??= createRequire(import.meta.url)('pgpass') as PgpassLookup;
+  if (!pgpassLookup) {
+    const require = createRequire(import.meta.url);
+    pgpassLookup = require('pgpass') as PgpassLookup;
+  }
   const lookup = pgpassLookup;
   return new Promise((resolve) => lookup(parameters, resolve));
 }
