@@ -231,6 +231,46 @@ describe('cluster migrate with CREATE/DROP INDEX CONCURRENTLY', () => {
     assert.match(status.shards[6]?.lastError ?? '', /could not create unique index/);
   });
 
+  it('buildShare paces each server: after a build of t ms its next build starts no sooner than t · (1 / share − 1) later', async () => {
+    const userLikes = {
+      version: 7,
+      name: 'photos by user and likes',
+      sql: 'CREATE INDEX CONCURRENTLY photos_user_likes ON photos (user_id, likes)',
+    };
+    const all = config(likes, likesIndex, tags, tagsIndex, dropTags, uniqueUser, userLikes);
+    await assert.rejects(
+      migrateCluster(all, { buildShare: 0 }),
+      (e: Error & { code?: string }) =>
+        e.code === 'INVALID_ARGUMENT' && /^buildShare must be a number above 0 and at most 1/.test(e.message),
+    );
+    const events: (IndexBuildEvent & { at: number })[] = [];
+    const share = 0.2;
+    await migrateCluster(all, {
+      buildShare: share,
+      onIndexBuild: (e) => events.push({ ...e, at: performance.now() }),
+    });
+    let checked = 0;
+    for (const server of ['a', 'b']) {
+      const list = events.filter((e) => e.server === server && e.phase !== 'skipped');
+      for (let i = 0; i + 2 < list.length; i += 2) {
+        type Event = (typeof list)[number];
+        const [start, end, next] = [list[i] as Event, list[i + 1] as Event, list[i + 2] as Event];
+        assert.equal(start.phase, 'started');
+        assert.notEqual(end.phase, 'started', 'one build at a time per server');
+        const rest = (end.at - start.at) * (1 / share - 1);
+        // 2 ms for the timer's own precision.
+        assert.ok(
+          next.at - end.at >= rest - 2,
+          `server ${server}: a build of ${(end.at - start.at).toFixed(1)} ms, then the next after ${(next.at - end.at).toFixed(1)} ms (rest ${rest.toFixed(1)})`,
+        );
+        checked++;
+      }
+    }
+    assert.ok(checked >= 4, `builds checked: ${checked}`);
+    for (const s of shards.filter((x) => x !== 6))
+      assert.equal((await indexOf(s, 'photos_user_likes'))?.valid, true);
+  });
+
   it('a new cluster is created directly at the latest version, its CONCURRENTLY builds made plainly in the creation transaction', async () => {
     const fresh = {
       ...testConfig(servers, { logicalShards: 2, schemaPrefix: 'fresh_', migrations: [likes, likesIndex] }),

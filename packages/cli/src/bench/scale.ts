@@ -83,6 +83,8 @@ export interface ScaleBenchOptions {
   writerAloneSeconds?: number;
   /** The migration's `parallelBuilds`: servers building an index at once (default: migrateCluster's, all). */
   migrateParallelBuilds?: number;
+  /** The migration's `buildShare`: the share of each server's time its builds may take (default: 1). */
+  migrateBuildShare?: number;
   /** The cost of a map version to routers and the catalog (default true). */
   refresh?: boolean;
   /** A rebalance onto one more server under a writer (default true). */
@@ -217,6 +219,7 @@ export interface ScaleBenchResult {
   migrate: boolean;
   writerAloneSeconds: number;
   migrateParallelBuilds?: number;
+  migrateBuildShare?: number;
   refresh: boolean;
   rebalance: boolean;
   /**
@@ -592,6 +595,7 @@ function migrateWithWriter(
   shards: number,
   aloneSeconds: number,
   parallelBuilds: number | undefined,
+  buildShare: number | undefined,
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
 ): Promise<MigrateFigures> {
@@ -600,6 +604,7 @@ function migrateWithWriter(
     migrateCluster(config, {
       onProgress: (d, n) => progress(`${shards}: migrate`, d, n),
       ...(parallelBuilds === undefined ? {} : { parallelBuilds }),
+      ...(buildShare === undefined ? {} : { buildShare }),
     }),
   );
 }
@@ -751,9 +756,12 @@ async function acrossShards(
 async function runOne(
   shards: number,
   o: Required<
-    Omit<ScaleBenchOptions, 'shards' | 'shardsPerStatement' | 'migrateParallelBuilds' | 'onProgress'>
+    Omit<
+      ScaleBenchOptions,
+      'shards' | 'shardsPerStatement' | 'migrateParallelBuilds' | 'migrateBuildShare' | 'onProgress'
+    >
   > &
-    Pick<ScaleBenchOptions, 'migrateParallelBuilds'>,
+    Pick<ScaleBenchOptions, 'migrateParallelBuilds' | 'migrateBuildShare'>,
   routerOptions: RouterOptions,
   progress: (phase: string, done: number, total: number) => void,
 ): Promise<ScaleRow> {
@@ -788,6 +796,7 @@ async function runOne(
           shards,
           o.writerAloneSeconds,
           o.migrateParallelBuilds,
+          o.migrateBuildShare,
           routerOptions,
           progress,
         )
@@ -833,6 +842,7 @@ export async function runScaleBench(options: ScaleBenchOptions = {}): Promise<Sc
     ...(options.migrateParallelBuilds === undefined
       ? {}
       : { migrateParallelBuilds: options.migrateParallelBuilds }),
+    ...(options.migrateBuildShare === undefined ? {} : { migrateBuildShare: options.migrateBuildShare }),
   };
   const routerOptions: RouterOptions = {
     listen: false,

@@ -132,15 +132,26 @@ export class Slots {
     this.#free = size;
   }
 
-  async run<T>(work: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `work` in a slot. With `restMs`, the slot stays taken for `restMs()` ms more after the work ends (the
+   * caller goes on at once): a pace for whoever waits for the slot next.
+   */
+  async run<T>(work: () => Promise<T>, restMs?: () => number): Promise<T> {
     if (this.#free > 0) this.#free--;
     else await new Promise<void>((resolve) => this.#waiting.push(resolve));
     try {
       return await work();
     } finally {
-      const next = this.#waiting.shift();
-      if (next) next();
-      else this.#free++;
+      const rest = restMs?.() ?? 0;
+      // unref: a rest still running when the migration ends does not keep the host's process alive.
+      if (rest > 0) setTimeout(() => this.#release(), rest).unref();
+      else this.#release();
     }
+  }
+
+  #release(): void {
+    const next = this.#waiting.shift();
+    if (next) next();
+    else this.#free++;
   }
 }

@@ -8,7 +8,7 @@ import {
   upgradeCatalog,
 } from '../catalog/shards.js';
 import { type ClusterConfig, targetVersion } from '../config/config.js';
-import { expectOption } from '../errors/arguments.js';
+import { expectOption, shown } from '../errors/arguments.js';
 import { redactSecrets, ShardflakeError } from '../errors/errors.js';
 import { lockShardWaiting, unlockShard } from '../fence/shard-lock.js';
 import { buildLookups, type LookupBuildReport } from '../lookups/build.js';
@@ -110,6 +110,13 @@ export interface MigrateOptions {
   shardLockWaitMs?: number;
   /** Servers building indexes CONCURRENTLY at the same time, one build each (default: all of them). */
   parallelBuilds?: number;
+  /**
+   * The share of each server's time its index builds may take, above 0 and at most 1 (default 1: one build after
+   * another). After a build that took t ms, the server's next build starts t · (1 / buildShare − 1) ms later at the
+   * earliest: 0.5 rests as long as each build took. A pace for the writers: a build takes a core and reads the
+   * whole table, and with 0.5 the writers on that server have it to themselves half the time.
+   */
+  buildShare?: number;
   /** Called as each CONCURRENTLY statement starts, finishes, fails or is found already done. */
   onIndexBuild?: (event: IndexBuildEvent) => void;
   /** Lookups being built (see lookups/build.ts): the shards of a lookup whose backfill is done. */
@@ -175,6 +182,7 @@ const DEFAULTS = {
   connectionsPerServer: 2,
   shardLockWaitMs: 10_000,
   parallelBuilds: Number.POSITIVE_INFINITY,
+  buildShare: 1,
 };
 
 /** The shard's applied version, read under an exclusive lock on its bookkeeping table; leaves the transaction open. */
@@ -205,6 +213,14 @@ export async function migrateCluster(
   expectOption(given.connectionsPerServer, 'connectionsPerServer', 1);
   expectOption(given.shardLockWaitMs, 'shardLockWaitMs', 0);
   expectOption(given.parallelBuilds, 'parallelBuilds', 1);
+  if (
+    given.buildShare !== undefined &&
+    !(typeof given.buildShare === 'number' && given.buildShare > 0 && given.buildShare <= 1)
+  )
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `buildShare must be a number above 0 and at most 1 (the share of a server's time its index builds may take), not ${shown(given.buildShare)}`,
+    );
   const started = performance.now();
   let target = targetVersion(config);
   const clients = await connectAll(config, { applicationName: 'shardflake migrate' });
@@ -278,8 +294,21 @@ export async function migrateCluster(
         slots = new Slots(1);
         serverBuilds.set(server, slots);
       }
-      // Always the server's slot first, then a global one: one order, so no two workers wait on each other.
-      return slots.run(() => allBuilds.run(work));
+      // Always the server's slot first, then a global one: one order, so no two workers wait on each other. The
+      // server's slot rests after the build (buildShare); the global one is free at once for another server.
+      let builtMs = 0;
+      const timed = async () => {
+        const at = performance.now();
+        try {
+          return await work();
+        } finally {
+          builtMs = performance.now() - at;
+        }
+      };
+      return slots.run(
+        () => allBuilds.run(timed),
+        () => builtMs * (1 / opts.buildShare - 1),
+      );
     };
     const onIndexBuild = (event: IndexBuildEvent) => {
       if (event.rebuilt && event.phase === 'finished') rebuiltIndexes.push({ ...event });

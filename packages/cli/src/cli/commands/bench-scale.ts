@@ -9,7 +9,7 @@ import type {
   ScaleBenchResult,
   ScaleRow,
 } from '../../bench/scale.js';
-import { positiveInteger } from './options.js';
+import { positiveInteger, shareOption } from './options.js';
 import { phasedProgress, toJson } from './output.js';
 
 /** `--shards 256,1024`: shard counts, each a whole number from 1 to 8,192 (the layout's most). */
@@ -213,6 +213,11 @@ export function registerBenchScaleCommand(bench: Command): void {
       "the migration's parallelBuilds: servers building an index at once (default: all)",
       positiveInteger('--migrate-parallel-builds'),
     )
+    .option(
+      '--migrate-build-share <share>',
+      "the migration's buildShare: the share of each server's time its builds may take (default 1)",
+      shareOption('--migrate-build-share'),
+    )
     .option('--no-refresh', 'no map version measured (routers listening, one shard changed)')
     .option('--no-rebalance', 'no rebalance onto one more server under a writer')
     .option('--json', 'print the results as JSON')
@@ -230,6 +235,7 @@ export function registerBenchScaleCommand(bench: Command): void {
         migrate: boolean;
         writerAloneSeconds: number;
         migrateParallelBuilds?: number;
+        migrateBuildShare?: number;
         refresh: boolean;
         rebalance: boolean;
         json?: boolean;
@@ -245,7 +251,7 @@ export function registerBenchScaleCommand(bench: Command): void {
         }
         process.stdout.write(
           [
-            `${r.results.length} shard counts on ${r.servers} embedded servers, ${r.rows.toLocaleString('en-US')} rows, sqlShardsPerStatement ${r.shardsPerStatement ?? 'default (64)'}, migration parallelBuilds ${r.migrateParallelBuilds ?? 'all'} (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
+            `${r.results.length} shard counts on ${r.servers} embedded servers, ${r.rows.toLocaleString('en-US')} rows, sqlShardsPerStatement ${r.shardsPerStatement ?? 'default (64)'}, migration parallelBuilds ${r.migrateParallelBuilds ?? 'all'}, buildShare ${r.migrateBuildShare ?? 1} (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
             `  aggregate:   ${r.queries.aggregate}`,
             `  order+limit: ${r.queries.orderLimit}`,
             '  (in parentheses: the same query on one plain table of the same rows; first = a new connection; prepared = { prepare: true } vs a named statement, after 30 calls)',

@@ -14,7 +14,7 @@ import { registerRecoverCommand } from './cluster-recover.js';
 import { registerSqlQueryCommand } from './cluster-sql.js';
 import { registerStatusCommand } from './cluster-status.js';
 import { registerVerifyCommand } from './cluster-verify.js';
-import { positiveInteger } from './options.js';
+import { positiveInteger, shareOption } from './options.js';
 // Kept for commands that imported them from here; new code imports src/cli/commands/output.ts (a command module
 // importing cluster.ts would run in a circle with it, as cluster-move.ts once did).
 import { progressBar, toJson } from './output.js';
@@ -87,13 +87,19 @@ export function registerClusterCommands(program: Command): void {
       'servers building indexes CONCURRENTLY at once, one build each (default: all)',
       positiveInteger('--parallel-builds'),
     )
-    .action(async (flags: Flags & { connections?: number; parallelBuilds?: number }) => {
+    .option(
+      '--build-share <share>',
+      "the share of each server's time its index builds may take, e.g. 0.5: after each build the server rests as long (default 1)",
+      shareOption('--build-share'),
+    )
+    .action(async (flags: Flags & { connections?: number; parallelBuilds?: number; buildShare?: number }) => {
       const config = await loadConfig(flags.config);
       await checkPrivileges(config, 'migrate');
       const bar = progressBar('migrate', !flags.json);
       const result = await migrateCluster(config, {
         connectionsPerServer: flags.connections,
         parallelBuilds: flags.parallelBuilds,
+        buildShare: flags.buildShare,
         onProgress: (done, total) => bar.update(done, total),
         onLookupProgress: (_lookup, done, total) => bar.update(done, total),
       }).finally(() => bar.stop());

@@ -30,3 +30,17 @@ export function positiveInteger(flag: string, min = 1) {
     return n;
   };
 }
+
+/** A share above 0 and at most 1: `--build-share 0.5`. */
+export function shareOption(flag: string) {
+  return (value: string): number => {
+    const n = /^(0|1)?(\.[0-9]+)?$/.test(value.trim()) && value.trim() !== '' ? Number(value) : Number.NaN;
+    if (!(n > 0 && n <= 1)) {
+      throw new ShardflakeError(
+        'INVALID_ARGUMENT',
+        `${flag} must be a number above 0 and at most 1, such as 0.5, not ${JSON.stringify(value)}`,
+      );
+    }
+    return n;
+  };
+}
