@@ -35,7 +35,10 @@ const mistakes: [args: string[], line: RegExp][] = [
     ['cluster', 'migrate', '--config', config, '--build-share', '1.5'],
     /\[INVALID_ARGUMENT\]: --build-share must be a number above 0 and at most 1, such as 0\.5, not "1\.5"$/,
   ],
-  [['cluster', 'migrate', '--config', config, '--build-share', '0'], /--build-share must be a number above 0/],
+  [
+    ['cluster', 'migrate', '--config', config, '--build-share', '0'],
+    /--build-share must be a number above 0/,
+  ],
   [
     ['cluster', 'move', '--config', config, '--shard', '1', '--to', 'a', '--copy-workers', '0'],
     /--copy-workers/,
