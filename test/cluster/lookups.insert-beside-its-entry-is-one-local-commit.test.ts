@@ -93,19 +93,28 @@ describe('insert beside its entry', () => {
         { lookup: 'user_email' },
       );
     const counts: number[] = [];
+    const sent: string[][] = [];
     for (let i = 0; i < 4; i++) {
       const email = fresh('placed');
-      const { result: id, queries } = await queriesDuring(() =>
+      const {
+        result: id,
+        queries,
+        texts,
+      } = await queriesDuring(() =>
         router.insert('users', { name: `p${i}`, email }, { lookup: 'user_email' }),
       );
       counts.push(queries);
+      sent.push(texts);
       assert.equal(router.shardOfId(id), shardForKey(email, 4));
       assert.deepEqual(await router.lookup('user_email', email), { id, shard: shardForKey(email, 4) });
     }
     // One batch each. The router's background work (recovery's first look at each server, a second pooled
-    // connection opened while it holds the first, with its own first queries) may land in one of the counts.
-    assert.equal(Math.min(...counts), 1, `queries per insert: ${counts}`);
-    assert.ok(counts.filter((n) => n > 1).length <= 1, `queries per insert: ${counts}`);
+    // connection opened while it holds the first, with its own first queries) may land in a count: it did in two of
+    // four once in a full CI run of the suite (1,1,2,2), never alone. A path of two round trips would make every
+    // count 2 or more, so the fewest is 1 and most of them are; the message lists what each call sent.
+    const shown = `queries per insert: ${counts} (${JSON.stringify(sent)})`;
+    assert.equal(Math.min(...counts), 1, shown);
+    assert.ok(counts.filter((n) => n === 1).length >= 2, shown);
   });
 
   it('refuses a taken value, leaves nothing, and its connection serves the next call', async () => {
