@@ -11,22 +11,9 @@ import {
 } from '../../packages/shardflake/src/fence/fence.js';
 import { ddlPastGuard } from '../../packages/shardflake/src/move/ddl-guard.js';
 import { moveShard } from '../../packages/shardflake/src/move/move.js';
-import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { countRows, makeCluster, withClient } from '../move/fixture.js';
+import { attempt } from '../support/attempt.js';
 import { useServers } from '../support/postgres.js';
-
-/** Runs `sql` as a fresh session on `url` and returns the SQLSTATE it failed with, or 'ok'. */
-async function attempt(url: string, sql: string): Promise<string> {
-  const c = await connect(url);
-  try {
-    await c.query(sql);
-    return 'ok';
-  } catch (error) {
-    return (error as { code?: string }).code ?? String((error as Error).message);
-  } finally {
-    await c.end();
-  }
-}
 
 /** Every routine of `schema` with its owner, in name order. */
 async function routineOwners(url: string, schema: string): Promise<[string, string][]> {

@@ -7,8 +7,8 @@ import { isShardflakeError } from '../../packages/shardflake/src/errors/errors.j
 import { FENCED_ROLE, isSealed } from '../../packages/shardflake/src/fence/fence.js';
 import { cleanupCluster } from '../../packages/shardflake/src/move/cleanup.js';
 import { moveShard, moveShards } from '../../packages/shardflake/src/move/move.js';
-import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { countRows, makeCluster, schemaOn, withClient } from '../move/fixture.js';
+import { attempt } from '../support/attempt.js';
 import { useServers } from '../support/postgres.js';
 
 /** The URL of `url`'s server for another role. */
@@ -17,19 +17,6 @@ function as(url: string, user: string, password: string): string {
   u.username = user;
   u.password = password;
   return u.toString();
-}
-
-/** Runs `sql` as a fresh session and returns the SQLSTATE it failed with, or 'ok'. */
-async function attempt(url: string, sql: string): Promise<string> {
-  const c = await connect(url);
-  try {
-    await c.query(sql);
-    return 'ok';
-  } catch (error) {
-    return (error as { code?: string }).code ?? String((error as Error).message);
-  } finally {
-    await c.end();
-  }
 }
 
 /**
