@@ -3,7 +3,7 @@ import { after, describe, it } from 'node:test';
 import { createRouter, type Router, type Row } from 'shardflake';
 import { connect } from '../../packages/shardflake/src/postgres/connect.js';
 import { quoteIdent } from '../../packages/shardflake/src/postgres/identifier.js';
-import { type SqlFixture, sqlFixture } from './fixture.js';
+import { SPLIT_OPTIONS, type SqlFixture, sqlFixture } from './fixture.js';
 
 /**
  * router.sql cuts each server's shards into statements of at most `sqlShardsPerStatement` shards, runs them over
@@ -22,6 +22,16 @@ after(async () => {
   await f?.plain.end();
 });
 
+/**
+ * A view that tells, from inside the statement that reads it, whether that statement is a named prepared one (its
+ * own text, `current_query()`, is among the backend's prepared statements) and how many the backend holds.
+ */
+const HELD = (schema: string, shard: number, extra = '') =>
+  `CREATE OR REPLACE VIEW ${quoteIdent(schema, 'schema')}.held AS
+     SELECT ${shard}::int AS shard,
+            (SELECT count(*)::int FROM pg_prepared_statements WHERE statement = current_query()) AS named,
+            (SELECT count(*)::int FROM pg_prepared_statements) AS kept${extra}`;
+
 const servers = f.configFile.servers as Record<string, string>;
 for (let shard = 0; shard < f.router.logicalShards; shard++) {
   const { server, schema } = f.router.placement(shard);
@@ -30,6 +40,7 @@ for (let shard = 0; shard < f.router.logicalShards; shard++) {
     `CREATE VIEW ${quoteIdent(schema, 'schema')}.probe AS
        SELECT pg_backend_pid() AS pid, statement_timestamp()::text AS at, ${shard}::int AS shard`,
   );
+  await client.query(HELD(schema, shard));
   await client.end();
 }
 
@@ -110,8 +121,99 @@ describe('router.sql in bounded pieces', () => {
     }
   });
 
-  it('refuses a statement of no shards or no connections with INVALID_ARGUMENT', async () => {
-    for (const options of [{ sqlShardsPerStatement: 0 }, { sqlConnectionsPerServer: 1.5 }])
+  it('refuses a statement of no shards or no connections, or an unknown sqlPrepare, with INVALID_ARGUMENT', async () => {
+    for (const options of [
+      { sqlShardsPerStatement: 0 },
+      { sqlConnectionsPerServer: 1.5 },
+      { sqlPrepare: 'sometimes' as 'auto' },
+    ])
       await assert.rejects(createRouter(f.config, options), { code: 'INVALID_ARGUMENT' });
+    await assert.rejects(split.sql('SELECT shard FROM held', [], { prepare: 'yes' as unknown as boolean }), {
+      code: 'INVALID_ARGUMENT',
+      message: /prepare must be a boolean/,
+    });
+  });
+});
+
+describe('prepared pieces (sqlPrepare)', () => {
+  const named = (rows: Row[]) => rows.map((r) => r.named);
+  const everyPiece = (rows: Row[], value: number) => rows.length > 0 && named(rows).every((n) => n === value);
+
+  it("'auto' sends a text's pieces unnamed on its first call and named from its second", async () => {
+    const text = 'SELECT shard, named FROM held WHERE shard >= $1';
+    const first = await split.sql(text, [0]);
+    assert.equal(first.rows.length, 8);
+    assert.ok(everyPiece(first.rows, 0), `first call: ${named(first.rows)}`);
+    const second = await split.sql(text, [0]);
+    assert.ok(everyPiece(second.rows, 1), `second call: ${named(second.rows)}`);
+    // a call's own prepare: false wins (a text of its own: an unnamed statement whose text a named one of the
+    // backend has would count as named)
+    for (let i = 0; i < 2; i++)
+      assert.deepEqual(
+        named((await split.sql(`${text} AND shard < 1000`, [0], { prepare: false })).rows),
+        Array(8).fill(0),
+      );
+    // and prepare: true names a text's first call
+    assert.ok(everyPiece((await split.sql('SELECT named FROM held WHERE shard < 100')).rows, 0));
+    assert.ok(
+      everyPiece((await split.sql('SELECT named FROM held WHERE shard < 99', [], { prepare: true })).rows, 1),
+    );
+  });
+
+  it("'never' and 'always' routers", async () => {
+    const never = await createRouter(f.config, { ...SPLIT_OPTIONS, sqlPrepare: 'never' });
+    const always = await createRouter(f.config, { ...SPLIT_OPTIONS, sqlPrepare: 'always' });
+    try {
+      for (let i = 0; i < 3; i++)
+        assert.ok(everyPiece((await never.sql('SELECT named FROM held WHERE shard <> 98')).rows, 0));
+      assert.ok(everyPiece((await always.sql('SELECT named FROM held WHERE shard <> 97')).rows, 1));
+    } finally {
+      await never.close();
+      await always.close();
+    }
+  });
+
+  it('a connection keeps at most 128 of them, least recently used out first', async () => {
+    const router = await createRouter(f.config, { sqlPrepare: 'always', poolSize: 1 });
+    try {
+      let most = 0;
+      for (let i = 0; i < 140; i++) {
+        const { rows } = await router.sql(`SELECT kept, named FROM held WHERE shard <> ${1000 + i}`);
+        assert.ok(everyPiece(rows, 1));
+        most = Math.max(most, ...rows.map((r) => r.kept as number));
+      }
+      // one connection per server, one statement per call: 140 texts, never more than 128 kept
+      assert.equal(most, 128);
+      // the most recent ones are still there: no new Parse (the server would refuse a second one of the name)
+      for (let i = 139; i > 130; i--)
+        assert.ok(
+          everyPiece((await router.sql(`SELECT kept, named FROM held WHERE shard <> ${1000 + i}`)).rows, 1),
+        );
+    } finally {
+      await router.close();
+    }
+  });
+
+  it('a statement kept across DDL that changed its columns is parsed again, not an error', async () => {
+    // one connection per server, so the third call runs on the connection that kept the second's statement
+    const router = await createRouter(f.config, { poolSize: 1 });
+    try {
+      const text = 'SELECT * FROM held ORDER BY shard';
+      await router.sql(text);
+      const second = await router.sql(text);
+      assert.deepEqual(Object.keys(second.rows[0] ?? {}), ['shard', 'named', 'kept']);
+      assert.ok(everyPiece(second.rows, 1));
+      for (let shard = 0; shard < f.router.logicalShards; shard++) {
+        const { server, schema } = f.router.placement(shard);
+        const client = await connect(servers[server] as string);
+        await client.query(HELD(schema, shard, ', 7 AS added'));
+        await client.end();
+      }
+      const after = await router.sql(text);
+      assert.deepEqual(Object.keys(after.rows[0] ?? {}), ['shard', 'named', 'kept', 'added']);
+      assert.ok(everyPiece(after.rows, 1));
+    } finally {
+      await router.close();
+    }
   });
 });

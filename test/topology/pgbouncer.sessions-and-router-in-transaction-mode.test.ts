@@ -85,4 +85,36 @@ describe('behind PgBouncer in transaction mode', () => {
     assert.equal(many.length, 2);
     assert.ok((await bouncerTransactions()) > before + 80, 'the work did not go through the bouncer');
   });
+
+  it("router.sql's prepared pieces fall back to unnamed ones when the bouncer loses them ('auto')", async () => {
+    // 8 pieces of one shard, 4 at once: a client connection's next transaction often gets another server
+    // connection, which never saw the statement the client parsed (PgBouncer 1.18 does not follow them)
+    const sqlRouter = await createRouter(config, { listen: false, poolSize: 8, sqlShardsPerStatement: 1 });
+    try {
+      const direct = new pg.Client({ connectionString: server.url });
+      await direct.connect();
+      const { rows } = await direct.query('SELECT count(*)::int AS n FROM shard_0000.notes');
+      await direct.end();
+      const text = 'SELECT count(*) AS n FROM notes WHERE author >= $1';
+      const perShard = 'SELECT count(*) AS n FROM notes WHERE author < $1';
+      const total = (await router.sql(text, [0])).rows[0]?.n;
+      assert.ok(typeof total === 'bigint' && total > BigInt(rows[0].n));
+      for (let round = 0; round < 10; round++) {
+        const answers = await Promise.all(Array.from({ length: 4 }, () => sqlRouter.sql(text, [0])));
+        for (const a of answers) assert.deepEqual(a.rows, [{ n: total }]);
+      }
+      // the same calls with prepare: true keep named statements, and the bouncer loses one of them
+      let lost: { sqlState?: string } | undefined;
+      for (let round = 0; round < 40 && !lost; round++)
+        await Promise.all(
+          Array.from({ length: 4 }, () => sqlRouter.sql(perShard, [1000], { prepare: true })),
+        ).catch((error: { sqlState?: string }) => {
+          lost = error;
+        });
+      assert.ok(lost, 'the bouncer never lost a named statement: this test provokes nothing');
+      assert.match(String(lost.sqlState), /^(26000|42P05)$/);
+    } finally {
+      await sqlRouter.close();
+    }
+  });
 });

@@ -1,4 +1,6 @@
-import { expectKind, expectOption, optionsObject } from '../errors/arguments.js';
+import { expectKind, expectOption, optionsObject, shown } from '../errors/arguments.js';
+import { ShardflakeError } from '../errors/errors.js';
+import { SQL_PREPARE_MODES, type SqlPrepare } from '../sql/prepared.js';
 
 /** The whole-number options of createRouter and their least values (0 means "none" or "never" where allowed). */
 const COUNTS: Record<string, number> = {
@@ -44,5 +46,10 @@ export function checkRouterOptions<T extends object>(options: T | undefined): T 
     for (const [name, min] of Object.entries(counts)) expectOption(nested[name], `${group}.${name}`, min);
   }
   expectKind(optionsObject(o.transactions, 'transactions').recovery, 'transactions.recovery', 'boolean');
+  if (o.sqlPrepare !== undefined && !SQL_PREPARE_MODES.includes(o.sqlPrepare as SqlPrepare))
+    throw new ShardflakeError(
+      'INVALID_ARGUMENT',
+      `sqlPrepare must be one of ${SQL_PREPARE_MODES.map((m) => `'${m}'`).join(', ')}, not ${shown(o.sqlPrepare)}`,
+    );
   return o as T;
 }

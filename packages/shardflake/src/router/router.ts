@@ -117,6 +117,15 @@ export interface RouterOptions {
    */
   sqlConnectionsPerServer?: number;
   /**
+   * When `router.sql` sends its pieces as named prepared statements, planned once per pooled connection (a call's
+   * own `prepare` wins). 'auto' (the default): from a query text's second call on; a server whose pooler answers
+   * that a named statement is missing or already there (PgBouncer in transaction mode before 1.21, or with
+   * `max_prepared_statements = 0`) gets unnamed ones from then on. 'always': every call, and such an answer is
+   * an error. 'never': unnamed, each piece parsed and planned on every call. A connection keeps at most 128 of
+   * them, least recently used out first. See "Prepared pieces" in docs/sql.md.
+   */
+  sqlPrepare?: 'auto' | 'always' | 'never';
+  /**
    * Values whose owner's shard the router remembers, for unique lookups (default 10,000; 0: none). A remembered
    * value is looked up with one read of its owner instead of two (docs/lookups.md, "The owner cache"). Memory: at
    * most this many values of up to 256 characters each (longer ones are not remembered), least recently used out
@@ -268,6 +277,7 @@ const DEFAULTS = {
   poolSize: 10,
   sqlShardsPerStatement: 64,
   sqlConnectionsPerServer: 4,
+  sqlPrepare: 'auto' as 'auto' | 'always' | 'never',
   lookupCacheSize: 10_000,
   maxUses: 0,
   maxLifetimeSeconds: 0,
@@ -430,6 +440,7 @@ export async function createRouter(
     sqlPieces: {
       shardsPerStatement: opts.sqlShardsPerStatement,
       connectionsPerServer: Math.min(opts.sqlConnectionsPerServer, opts.poolSize),
+      prepare: opts.sqlPrepare,
     },
     sessionLookups,
     keptWrite: (table) =>

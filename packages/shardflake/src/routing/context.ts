@@ -54,12 +54,14 @@ export interface RouterContext {
   readonly sqlPieces: SqlPieces;
 }
 
-/** router.sql's pieces: `RouterOptions.sqlShardsPerStatement` and `sqlConnectionsPerServer`, with their defaults. */
+/** router.sql's pieces: `RouterOptions.sqlShardsPerStatement`, `sqlConnectionsPerServer` and `sqlPrepare`, with their defaults. */
 export interface SqlPieces {
   /** Most shards one statement reads. */
   readonly shardsPerStatement: number;
   /** Most of a server's pooled connections one call uses at once (never more than the pool). */
   readonly connectionsPerServer: number;
+  /** When pieces go as named statements (`RouterOptions.sqlPrepare`, sql/prepared.ts). */
+  readonly prepare: 'auto' | 'always' | 'never';
 }
 
 /**

@@ -4,7 +4,7 @@
  *
  * May import: errors, postgres, config, telemetry, routing.
  */
-import { expectArray, expectWholeNumber, optionsObject } from '../errors/arguments.js';
+import { expectArray, expectKind, expectWholeNumber, optionsObject } from '../errors/arguments.js';
 import { loadPg } from '../postgres/connect.js';
 import type { RouterContext } from '../routing/context.js';
 import type { MapState } from '../routing/map.js';
@@ -17,6 +17,7 @@ import { evaluateHaving } from './having.js';
 import { cut, resolveCut } from './limit.js';
 import { concatenate, mergeSorted } from './merge.js';
 import { type GroupsPlan, type Plan, planQuery, type RowsPlan } from './plan.js';
+import { namingFor, type PieceNaming } from './prepared.js';
 import {
   type Column,
   openServerStream,
@@ -57,9 +58,10 @@ export interface SqlResult {
 /** Options of `router.sql`. */
 export interface SqlOptions {
   /**
-   * Send each piece's statement as a named prepared statement (once per pooled connection and statement text):
-   * repeated calls skip the parse and, after PostgreSQL's first five runs, the planning of every shard's branch.
-   * Each connection keeps the statements until it closes; not for a pooler in transaction mode. Default false.
+   * Whether each piece's statement goes as a named prepared statement, planned once per pooled connection: true
+   * always, false never; left out, the router's `sqlPrepare` decides (default 'auto': from a query text's second
+   * call on, falling back to unnamed statements on a server whose pooler cannot carry them; see sql/prepared.ts).
+   * With true, a pooler in transaction mode that loses named statements fails the call.
    */
   prepare?: boolean;
 }
@@ -71,26 +73,34 @@ export interface SqlStreamOptions {
 }
 
 const PLAN_CACHE_SIZE = 100;
-const plans = new WeakMap<RouterContext, Map<string, Promise<Plan>>>();
+
+/** A query text's plan and how many times the router was asked to run it (sqlPrepare 'auto' counts). */
+interface Planned {
+  readonly plan: Promise<Plan>;
+  calls: number;
+}
+const plans = new WeakMap<RouterContext, Map<string, Planned>>();
 
 /**
  * Plans are kept per router by query text (the text and the router's reference tables are the whole input of
- * planning; values are not).
+ * planning; values are not), with the count of calls of the text, this one included.
  */
-function planFor(ctx: RouterContext, text: string): Promise<Plan> {
+function planFor(ctx: RouterContext, text: string): Planned {
   let cache = plans.get(ctx);
   if (!cache) {
     cache = new Map();
     plans.set(ctx, cache);
   }
-  let plan = cache.get(text);
-  if (!plan) {
-    plan = planQuery(text, ctx.referenceTables ?? new Set());
+  let planned = cache.get(text);
+  if (!planned) {
+    const plan = planQuery(text, ctx.referenceTables ?? new Set());
     plan.catch(() => cache?.delete(text));
     if (cache.size >= PLAN_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
-    cache.set(text, plan);
+    planned = { plan, calls: 0 };
+    cache.set(text, planned);
   }
-  return plan;
+  planned.calls++;
+  return planned;
 }
 
 const MISSING_RELATION = ['42P01', '3F000'];
@@ -101,13 +111,13 @@ async function runBuffered(
   plan: GroupsPlan | RowsPlan,
   values: readonly unknown[],
   trace: OperationTrace | undefined,
-  prepare: boolean,
+  naming: PieceNaming,
 ): Promise<ServerRows[]> {
   for (let attempt = 1; ; attempt++) {
     const map = await ctx.map.fresh();
     try {
       const pieces = pieceStatements(plan, map, ctx.sqlPieces, trace);
-      return await runPieces(ctx, pieces, values, trace, prepare, ctx.sqlPieces.connectionsPerServer);
+      return await runPieces(ctx, pieces, values, trace, naming, ctx.sqlPieces.connectionsPerServer);
     } catch (error) {
       if (!(await movedAway(ctx, error, map, attempt))) throw error;
       trace?.retryReasons.push('unknown-table');
@@ -305,20 +315,22 @@ export async function runSql(
 ): Promise<SqlResult> {
   expectArray(values, 'sql values');
   optionsObject(options, 'sql options');
-  const prepare = options.prepare === true;
-  const plan = await planFor(ctx, text);
+  expectKind(options.prepare, 'sql prepare', 'boolean');
+  const planned = planFor(ctx, text);
+  const plan = await planned.plan;
+  const naming = namingFor(options.prepare, ctx.sqlPieces.prepare, planned.calls);
   resolveCut(plan.limits, values); // a bad LIMIT or OFFSET value is refused before anything is sent
   if (plan.kind === 'once') {
     return traced(ctx.onEvent, 'sql', async (trace) => {
       const server = onceServer(await ctx.map.fresh());
-      const [answer] = await runPieces(ctx, [{ server, text: plan.statement }], values, trace, prepare, 1);
+      const [answer] = await runPieces(ctx, [{ server, text: plan.statement }], values, trace, naming, 1);
       const { columns, rows } = answer as ServerRows;
       const project = projector(columns);
       return { rows: rows.map(project), columns: toColumns(columns) };
     });
   }
   return traced(ctx.onEvent, 'sql', async (trace) => {
-    const answers = await runBuffered(ctx, plan, values, trace, prepare);
+    const answers = await runBuffered(ctx, plan, values, trace, naming);
     if (plan.kind === 'groups') {
       const { rows, columns } = await groupsAnswer(ctx, plan, answers, values);
       const project = projector(columns);
@@ -351,7 +363,7 @@ export async function* streamSql(
   options: SqlStreamOptions = {},
 ): AsyncGenerator<Row> {
   expectArray(values, 'sqlStream values');
-  const plan = await planFor(ctx, text);
+  const plan = await planFor(ctx, text).plan;
   resolveCut(plan.limits, values);
   optionsObject(options, 'sqlStream options');
   // pg-cursor sends any count it is given as the 32-bit row count of Execute: NaN, -1 or 2 ** 32 breaks the

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type pg from 'pg';
 import { wrapPgError } from '../postgres/connect.js';
@@ -8,6 +7,17 @@ import { acquireOn, isConnectionLost } from '../routing/lease.js';
 import { type MapState, placementIn } from '../routing/map.js';
 import type { OperationTrace } from '../telemetry/trace.js';
 import type { GroupsPlan, RowsPlan } from './plan.js';
+import {
+  forgetName,
+  makeRoom,
+  namesOff,
+  noteUsed,
+  type PieceNaming,
+  planChangedShape,
+  poolerLostStatement,
+  statementName,
+  turnNamesOff,
+} from './prepared.js';
 import type { Cell } from './values.js';
 
 /**
@@ -93,7 +103,7 @@ export async function runPieces(
   pieces: readonly Piece[],
   values: readonly unknown[],
   trace: OperationTrace | undefined,
-  prepare: boolean,
+  naming: PieceNaming,
   connections: number,
 ): Promise<ServerRows[]> {
   const answers: ServerRows[] = new Array(pieces.length);
@@ -107,7 +117,7 @@ export async function runPieces(
   const worker = async (queue: number[]) => {
     for (let i = queue.shift(); i !== undefined && !failed; i = queue.shift()) {
       try {
-        answers[i] = await runPiece(ctx, pieces[i] as Piece, values, trace, prepare);
+        answers[i] = await runPiece(ctx, pieces[i] as Piece, values, trace, naming);
       } catch (error) {
         failed = true;
         throw error;
@@ -127,28 +137,62 @@ async function runPiece(
   { server, text }: Piece,
   values: readonly unknown[],
   trace: OperationTrace | undefined,
-  prepare: boolean,
+  naming: PieceNaming,
 ): Promise<ServerRows> {
   const lease = await acquireOn(ctx, server, { intent: 'read', after: ctx.positions.get(server) });
   trace?.lease(server, lease);
-  try {
-    const result = await lease.client.query({
-      // pg parses a named statement once per connection; the name is the text's hash, so a text is one name.
-      ...(prepare
-        ? { name: `shardflake_sql_${createHash('sha256').update(text).digest('hex').slice(0, 32)}` }
-        : {}),
+  const client = lease.client;
+  const run = (name?: string) =>
+    client.query({
+      ...(name ? { name } : {}),
       text,
       values: [...values],
       rowMode: 'array',
       types: RAW_TYPES,
     });
+  try {
+    let result: pg.QueryResult;
+    if (naming === 'unnamed' || (naming === 'named-or-back' && namesOff(ctx, server))) result = await run();
+    else result = await runNamed(ctx, server, client, statementName(text), run, naming);
     lease.release();
     return { server, columns: columnsOf(result.fields), rows: result.rows as Cell[][] };
   } catch (error) {
-    const lost = isConnectionLost(error, lease.client);
+    const lost = isConnectionLost(error, client);
     ctx.nodes(server).noteError(lease.node, error);
     lease.release(lost ? error : undefined);
     throw wrapPgError(error, lease.node);
+  }
+}
+
+/**
+ * A piece as the named statement `name` (sql/prepared.ts): room made on the connection first; parsed again once
+ * when DDL changed the columns it returns; in 'named-or-back', run unnamed when a pooler lost it.
+ */
+async function runNamed(
+  ctx: RouterContext,
+  server: string,
+  client: pg.PoolClient,
+  name: string,
+  run: (name?: string) => Promise<pg.QueryResult>,
+  naming: PieceNaming,
+): Promise<pg.QueryResult> {
+  try {
+    await makeRoom(client, name);
+    const result = await run(name);
+    noteUsed(client, name);
+    return result;
+  } catch (error) {
+    if (naming === 'named-or-back' && poolerLostStatement(error)) {
+      forgetName(client, name);
+      turnNamesOff(ctx, server);
+      return run();
+    }
+    if (!planChangedShape(error)) throw error;
+    forgetName(client, name);
+    await client.query(`DEALLOCATE ${name}`);
+    const result = await run(name);
+    noteUsed(client, name);
+    return result;
   }
 }
 
