@@ -28,7 +28,7 @@ after(async () => {
  */
 const HELD = (schema: string, shard: number, extra = '') =>
   `CREATE OR REPLACE VIEW ${quoteIdent(schema, 'schema')}.held AS
-     SELECT ${shard}::int AS shard,
+     SELECT ${shard}::int AS shard, pg_backend_pid() AS pid,
             (SELECT count(*)::int FROM pg_prepared_statements WHERE statement = current_query()) AS named,
             (SELECT count(*)::int FROM pg_prepared_statements) AS kept${extra}`;
 
@@ -173,6 +173,26 @@ describe('prepared pieces (sqlPrepare)', () => {
     }
   });
 
+  it('each piece settles on one connection of its server, which keeps its statement', async () => {
+    const text = 'SELECT shard, pid, named FROM held WHERE shard > $1';
+    const pids = new Map<number, Set<number>>();
+    for (let call = 0; call < 12; call++) {
+      const { rows } = await split.sql(text, [-1]);
+      if (call >= 2)
+        for (const { shard, pid } of rows) {
+          const seen = pids.get(shard as number) ?? new Set();
+          pids.set(shard as number, seen.add(pid as number));
+        }
+      // other work between calls takes the pool's connections in another order
+      await Promise.all([
+        split.sql('SELECT shard FROM probe WHERE shard IN (1, 2, 5)'),
+        split.sql('SELECT count(*) FROM held'),
+      ]);
+    }
+    assert.equal(pids.size, 8);
+    for (const [shard, seen] of pids) assert.equal(seen.size, 1, `shard ${shard} ran on ${[...seen]}`);
+  });
+
   it('a connection keeps at most 128 of them, least recently used out first', async () => {
     const router = await createRouter(f.config, { sqlPrepare: 'always', poolSize: 1 });
     try {
@@ -201,7 +221,7 @@ describe('prepared pieces (sqlPrepare)', () => {
       const text = 'SELECT * FROM held ORDER BY shard';
       await router.sql(text);
       const second = await router.sql(text);
-      assert.deepEqual(Object.keys(second.rows[0] ?? {}), ['shard', 'named', 'kept']);
+      assert.deepEqual(Object.keys(second.rows[0] ?? {}), ['shard', 'pid', 'named', 'kept']);
       assert.ok(everyPiece(second.rows, 1));
       for (let shard = 0; shard < f.router.logicalShards; shard++) {
         const { server, schema } = f.router.placement(shard);
@@ -210,7 +230,7 @@ describe('prepared pieces (sqlPrepare)', () => {
         await client.end();
       }
       const after = await router.sql(text);
-      assert.deepEqual(Object.keys(after.rows[0] ?? {}), ['shard', 'named', 'kept', 'added']);
+      assert.deepEqual(Object.keys(after.rows[0] ?? {}), ['shard', 'pid', 'named', 'kept', 'added']);
       assert.ok(everyPiece(after.rows, 1));
     } finally {
       await router.close();

@@ -96,12 +96,28 @@ export interface SqlFigures {
   /** The query's first call: router.sql (pools and parser warm) vs a new connection on the one table. */
   firstMs: number;
   oneTableFirstMs: number;
+  /**
+   * The calls right after the first, default settings on both sides: router.sql as it comes (sqlPrepare 'auto':
+   * named pieces from the second call, custom plans for their first five runs on a connection) against the one
+   * table's unnamed statement.
+   */
   p50Ms: number;
   oneTableP50Ms: number;
   /** p50Ms / oneTableP50Ms. */
   ratio: number;
+  /** The same once warm (after 30 calls): router.sql as it comes against the one table's unnamed statement. */
+  warm: Side;
+  /** `router.sql(…, { prepare: false })` (a pooler that loses named statements) against the unnamed statement. */
+  unprepared: Side;
   /** `router.sql(…, { prepare: true })` against a named statement on the one table, both warm. */
-  prepared: { p50Ms: number; oneTableP50Ms: number; ratio: number };
+  prepared: Side;
+}
+
+/** router.sql's p50 against the one table's, and their ratio. */
+export interface Side {
+  p50Ms: number;
+  oneTableP50Ms: number;
+  ratio: number;
 }
 
 /** One writer's inserts on random shards: alone, then during some work (a migration, a rebalance). */
@@ -305,7 +321,10 @@ async function load(router: Router, servers: EmbeddedServer[], shards: number, r
   );
 }
 
-/** A query's first call on each side, then `repeat` calls each, alternating; the answers must be the same. */
+/**
+ * A query's first call on each side, then `repeat` calls each way, alternating sides: as it comes, unprepared,
+ * as it comes once warm, and prepared (see SqlFigures). The first answers must be the same.
+ */
 async function compareSql(router: Router, url: string, text: string, repeat: number): Promise<SqlFigures> {
   const oneText = text.replace(' FROM orders ', ' FROM one_table.orders ');
   const first = await timed(() => router.sql(text, VALUES));
@@ -319,40 +338,40 @@ async function compareSql(router: Router, url: string, text: string, repeat: num
   if (show(first.value.rows) !== show(oneFirst.value.rows))
     throw new Error(`bench scale: router.sql and the one table answered differently: ${text}`);
   const one = await connect(url);
-  try {
+  const named = { name: 'bench_scale_one', text: oneText, values: VALUES };
+  const side = async (routerCall: () => Promise<unknown>, oneCall: () => Promise<unknown>): Promise<Side> => {
     const routerMs: number[] = [];
     const oneMs: number[] = [];
     for (let i = 0; i < repeat; i++) {
-      routerMs.push((await timed(() => router.sql(text, VALUES))).ms);
-      oneMs.push((await timed(() => one.query(oneText, VALUES))).ms);
+      routerMs.push((await timed(routerCall)).ms);
+      oneMs.push((await timed(oneCall)).ms);
     }
-    const p50 = percentile(routerMs, 50);
-    const oneP50 = percentile(oneMs, 50);
-    // Prepared: each piece is a named statement per connection, planned generically after PostgreSQL's fifth run
-    // on that connection; a piece reaches a given connection about once in sqlConnectionsPerServer calls.
-    const named = { name: 'bench_scale_one', text: oneText, values: VALUES };
+    const [p50, oneP50] = [percentile(routerMs, 50), percentile(oneMs, 50)];
+    return { p50Ms: round(p50, 1), oneTableP50Ms: round(oneP50, 1), ratio: round(p50 / oneP50) };
+  };
+  try {
+    const asItComes = () => router.sql(text, VALUES);
+    const oneUnnamed = () => one.query(oneText, VALUES);
+    const calls = await side(asItComes, oneUnnamed);
+    const unprepared = await side(() => router.sql(text, VALUES, { prepare: false }), oneUnnamed);
+    // Warm: each piece a named statement per connection, planned generically after PostgreSQL's fifth run on
+    // that connection; a piece reaches a given connection about once in sqlConnectionsPerServer calls.
     for (let i = 0; i < PREPARED_WARM_CALLS; i++) {
-      await router.sql(text, VALUES, { prepare: true });
+      await router.sql(text, VALUES);
       await one.query(named);
     }
-    const preparedMs: number[] = [];
-    const oneNamedMs: number[] = [];
-    for (let i = 0; i < repeat; i++) {
-      preparedMs.push((await timed(() => router.sql(text, VALUES, { prepare: true }))).ms);
-      oneNamedMs.push((await timed(() => one.query(named))).ms);
-    }
-    const [prepared, oneNamed] = [percentile(preparedMs, 50), percentile(oneNamedMs, 50)];
+    const warm = await side(asItComes, oneUnnamed);
+    const prepared = await side(
+      () => router.sql(text, VALUES, { prepare: true }),
+      () => one.query(named),
+    );
     return {
-      prepared: {
-        p50Ms: round(prepared, 1),
-        oneTableP50Ms: round(oneNamed, 1),
-        ratio: round(prepared / oneNamed),
-      },
       firstMs: round(first.ms, 1),
       oneTableFirstMs: round(oneFirst.ms, 1),
-      p50Ms: round(p50, 1),
-      oneTableP50Ms: round(oneP50, 1),
-      ratio: round(p50 / oneP50),
+      ...calls,
+      warm,
+      unprepared,
+      prepared,
     };
   } finally {
     await one.end();

@@ -12,15 +12,16 @@ import { createRouter } from 'shardflake/internal/router/router.js';
  *
  * - Rows: `rows` orders (country, amount, price) spread over `shards` logical shards (row g in shard g mod
  *   shards); the baseline table holds the same rows.
- * - The query: count, sum, avg and max per country with a WHERE, ordered by the count — unprepared on both sides.
+ * - The query: count, sum, avg and max per country with a WHERE, ordered by the count.
  *   Its answer must be the baseline's (checked) or the benchmark stops.
  * - Round trips: counted by the servers themselves: with `log_statement = all` each server logs every statement
  *   it receives; the log lines of `repeat` router.sql calls (nothing else runs meanwhile), per query and server.
  * - Time, three ways, each against the one table measured the same way:
  *   - cold: the first call of a new router (pools empty, parser loaded, plan made) vs the first query of a new
  *     connection;
- *   - common (the target's figure): unprepared statements, default settings, warm pools — the median of `repeat`
- *     calls each side, alternating;
+ *   - common (the target's figure): default settings, warm pools — router.sql as it comes (sqlPrepare 'auto',
+ *     which sends a repeated text's pieces as named statements) against the one table's unnamed statement, the
+ *     median of `repeat` calls each side, alternating;
  *   - prepared (flattering): `router.sql(…, { prepare: true })` vs a named statement, after five runs each (so
  *     PostgreSQL may use its generic plan), median of `repeat` calls.
  * - Rows: the default is 1,000,000 (≈ 1,000 per shard). Each server's statement pays a fixed cost per shard
@@ -49,7 +50,7 @@ export interface SqlAcrossResult {
   groups: number;
   /** The first call of a new router vs the first query of a new connection. */
   cold: { routerMs: number; oneTableMs: number; ratio: number };
-  /** Unprepared, default settings, warm pools: the common case, and the target's figure. */
+  /** Default settings, warm pools: the common case, and the target's figure. */
   router: Timing;
   oneTable: Timing;
   ratio: number;

@@ -87,6 +87,13 @@ export async function makeRoom(client: pg.ClientBase, name: string): Promise<voi
   await client.query(victims.map((v) => `DEALLOCATE ${v}`).join('; '));
 }
 
+/**
+ * Whether `client` holds `name`. A named piece's lease prefers such an idle connection, so each piece settles on
+ * one of the server's connections: every statement is parsed and kept once per server rather than on each of the
+ * `sqlConnectionsPerServer` connections that run the call's pieces.
+ */
+export const holds = (name: string) => (client: pg.ClientBase) => kept.get(client)?.has(name) === true;
+
 /** Records that `client` holds `name`, now its most recently used. */
 export function noteUsed(client: pg.ClientBase, name: string): void {
   let names = kept.get(client);

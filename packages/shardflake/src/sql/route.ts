@@ -9,6 +9,7 @@ import type { OperationTrace } from '../telemetry/trace.js';
 import type { GroupsPlan, RowsPlan } from './plan.js';
 import {
   forgetName,
+  holds,
   makeRoom,
   namesOff,
   noteUsed,
@@ -139,7 +140,15 @@ async function runPiece(
   trace: OperationTrace | undefined,
   naming: PieceNaming,
 ): Promise<ServerRows> {
-  const lease = await acquireOn(ctx, server, { intent: 'read', after: ctx.positions.get(server) });
+  const name =
+    naming === 'unnamed' || (naming === 'named-or-back' && namesOff(ctx, server))
+      ? undefined
+      : statementName(text);
+  const lease = await acquireOn(ctx, server, {
+    intent: 'read',
+    after: ctx.positions.get(server),
+    ...(name ? { prefers: holds(name) } : {}),
+  });
   trace?.lease(server, lease);
   const client = lease.client;
   const run = (name?: string) =>
@@ -151,9 +160,7 @@ async function runPiece(
       types: RAW_TYPES,
     });
   try {
-    let result: pg.QueryResult;
-    if (naming === 'unnamed' || (naming === 'named-or-back' && namesOff(ctx, server))) result = await run();
-    else result = await runNamed(ctx, server, client, statementName(text), run, naming);
+    const result = name ? await runNamed(ctx, server, client, name, run, naming) : await run();
     lease.release();
     return { server, columns: columnsOf(result.fields), rows: result.rows as Cell[][] };
   } catch (error) {

@@ -30,7 +30,15 @@ export interface AcquireOptions {
   after?: Lsn;
   /** The shard the lease is for, when it is one: an idle connection warm on it is preferred (warm-shards.ts). */
   shard?: number;
+  /**
+   * An idle connection for which this is true is taken before any other (router.sql takes one that holds its
+   * piece's prepared statement, sql/prepared.ts); then `shard` decides.
+   */
+  prefers?: (client: pg.ClientBase) => boolean;
 }
+
+/** What decides which idle connection a lease takes (warm-shards.ts). */
+export type IdlePreference = Pick<AcquireOptions, 'shard' | 'prefers'>;
 
 /** A connection to one node of a server, borrowed from its pool, with the role the node had when it was found. */
 export interface NodeLease {

@@ -6,6 +6,7 @@ import { isNodeFailure } from './node-errors.js';
 import type {
   AcquireOptions,
   FailoverEvent,
+  IdlePreference,
   Lsn,
   NodeLease,
   NodeRole,
@@ -180,13 +181,13 @@ export function createReplicatedServerNodes(
     };
   }
 
-  async function acquirePrimary(started: number, shard: number | undefined): Promise<NodeLease> {
+  async function acquirePrimary(started: number, want: IdlePreference): Promise<NodeLease> {
     // A connect that fails marks the primary suspect and finds the roles again; the discovery's own wait bounds
     // the loop, and the attempt count keeps a node that answers probes but refuses pool connections from spinning.
     for (let attempt = 1; ; attempt++) {
       const state = await findPrimary();
       try {
-        warm.prefer(state.pool, shard);
+        warm.prefer(state.pool, want);
         return lease(state, guard(await checkout(state.pool)), 'primary', started);
       } catch (error) {
         if (!isNodeFailure(error) || attempt >= 3) throw wrapPgError(error, state.url);
@@ -208,14 +209,14 @@ export function createReplicatedServerNodes(
   async function acquireReplica(
     after: bigint | undefined,
     started: number,
-    shard: number | undefined,
+    want: IdlePreference,
   ): Promise<NodeLease | undefined> {
     const candidates = replicaCandidates(performance.now());
     for (let i = 0; i < candidates.length; i++) {
       const state = candidates[(nextReplica + i) % candidates.length] as NodeState;
       let client: pg.PoolClient;
       try {
-        warm.prefer(state.pool, shard);
+        warm.prefer(state.pool, want);
         client = guard(await checkout(state.pool));
       } catch (error) {
         markSuspect(state, error);
@@ -263,7 +264,7 @@ export function createReplicatedServerNodes(
   return {
     name,
     hasReplicas: true,
-    async acquire({ intent, after, shard }: AcquireOptions): Promise<NodeLease> {
+    async acquire({ intent, after, ...want }: AcquireOptions): Promise<NodeLease> {
       if (ended) throw new ShardflakeError('INVALID_ARGUMENT', `server ${name}: its connections were closed`);
       const started = performance.now();
       if (intent === 'read') {
@@ -272,11 +273,11 @@ export function createReplicatedServerNodes(
         const served = await acquireReplica(
           after === undefined ? undefined : lsnToBigint(after),
           started,
-          shard,
+          want,
         );
         if (served) return served;
       }
-      return acquirePrimary(started, shard);
+      return acquirePrimary(started, want);
     },
     async positionAfterWrite(held: NodeLease): Promise<Lsn | undefined> {
       // The insert position, not the write or flush position: right after a commit it is at or beyond the end of

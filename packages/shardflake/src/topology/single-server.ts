@@ -22,9 +22,9 @@ export function createSingleServerNodes(
   return {
     name,
     hasReplicas: false,
-    async acquire({ shard }: AcquireOptions) {
+    async acquire(options: AcquireOptions) {
       const started = performance.now();
-      warm.prefer(pool, shard);
+      warm.prefer(pool, options);
       const client = await checkout(pool);
       const waitMs = performance.now() - started;
       // The pool listens for errors only on idle clients; a leased one whose server goes away between two

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import type { IdlePreference } from './nodes.js';
 
 /**
  * Which shards each pooled connection has touched, so that a connection stays warm on a slice of its server's
@@ -65,29 +66,49 @@ export class WarmShards {
   }
 
   /**
-   * Puts the idle connection best for `shard` where pg-pool takes the next one from: one that touched the shard,
-   * else the one that touched the fewest shards. Nothing changes when the pool has no idle connection.
+   * Puts the idle connection best for the lease where pg-pool will hand it over: the most recently used one that
+   * `prefers`, else one that touched `shard`, else the one that touched the fewest shards (with no shard given,
+   * pg-pool's own order). Called right before `pool.connect()`.
+   *
+   * pg-pool serves waiting requests first come, first served, from the end of its idle list, and only on the
+   * next tick: leases asked for in the same tick (router.sql's pieces, a scatter read) would each move their
+   * choice to the end and all but the last get another's. So the choice goes to the slot this request will be
+   * served from — below the ones already promised to the requests queued before it — and is made among the
+   * connections not promised to them. Nothing changes when no choice is left.
    */
-  prefer(pool: pg.Pool, shard: number | undefined): void {
-    if (shard === undefined) return;
-    const idle = (pool as unknown as { _idle?: { client: pg.ClientBase }[] })._idle;
-    if (!Array.isArray(idle) || idle.length < 2) return;
-    let best = idle.length - 1;
+  prefer(pool: pg.Pool, { shard, prefers }: IdlePreference): void {
+    const internals = pool as unknown as {
+      _idle?: { client: pg.ClientBase }[];
+      _pendingQueue?: unknown[];
+    };
+    const idle = internals._idle;
+    if (!Array.isArray(idle)) return;
+    const slot = idle.length - 1 - (internals._pendingQueue?.length ?? 0);
+    if (slot < 1) return;
+    let best = slot;
+    let wanted = -1;
+    if (prefers)
+      for (let i = slot; i >= 0 && wanted < 0; i--) if (prefers(idle[i]?.client as pg.ClientBase)) wanted = i;
+    if (wanted >= 0) best = wanted;
+    else if (shard !== undefined) best = this.#forShard(idle, slot, shard);
+    if (best === slot) return;
+    const [item] = idle.splice(best, 1);
+    idle.splice(slot, 0, item as { client: pg.ClientBase });
+  }
+
+  /** Among `idle[0..slot]`: one that touched `shard`, else the one that touched the fewest shards. */
+  #forShard(idle: { client: pg.ClientBase }[], slot: number, shard: number): number {
+    let best = slot;
     let fewest = Number.POSITIVE_INFINITY;
-    for (let i = idle.length - 1; i >= 0; i--) {
+    for (let i = slot; i >= 0; i--) {
       const set = this.#touched.get((idle[i] as { client: pg.ClientBase }).client);
-      if (set?.has(shard)) {
-        best = i;
-        break;
-      }
+      if (set?.has(shard)) return i;
       const size = set?.size ?? 0;
       if (size < fewest) {
         fewest = size;
         best = i;
       }
     }
-    if (best === idle.length - 1) return;
-    const [item] = idle.splice(best, 1);
-    idle.push(item as { client: pg.ClientBase });
+    return best;
   }
 }

@@ -8,6 +8,8 @@ import type {
   RefreshFigures,
   ScaleBenchResult,
   ScaleRow,
+  Side,
+  SqlFigures,
 } from '../../bench/scale.js';
 import { positiveInteger, shareOption } from './options.js';
 import { phasedProgress, toJson } from './output.js';
@@ -29,26 +31,26 @@ type Line = [string, (row: ScaleRow) => string];
 
 /** The lines of router.sql, the backends after it and single rows ("skipped" with --pass-only). */
 function acrossLines(): Line[] {
+  const sides = (
+    label: string,
+    q: (x: AcrossFigures) => SqlFigures,
+  ): [string, (x: AcrossFigures) => string][] => [
+    [`sql ${label} first ms`, (x) => `${num(q(x).firstMs)} (${num(q(x).oneTableFirstMs)})`],
+    ...(
+      [
+        ['', (f) => f],
+        [' unprepared', (f) => f.unprepared],
+        [' warm', (f) => f.warm],
+        [' prepared', (f) => f.prepared],
+      ] as [string, (f: SqlFigures) => Side][]
+    ).flatMap(([way, pick]): [string, (x: AcrossFigures) => string][] => [
+      [`sql ${label}${way} p50 ms`, (x) => `${num(pick(q(x)).p50Ms)} (${num(pick(q(x)).oneTableP50Ms)})`],
+      [`sql ${label}${way} ratio`, (x) => `${num(pick(q(x)).ratio)}×`],
+    ]),
+  ];
   const lines: [string, (x: AcrossFigures) => string][] = [
-    ['sql aggregate first ms', (x) => `${num(x.aggregate.firstMs)} (${num(x.aggregate.oneTableFirstMs)})`],
-    ['sql aggregate p50 ms', (x) => `${num(x.aggregate.p50Ms)} (${num(x.aggregate.oneTableP50Ms)})`],
-    ['sql aggregate ratio', (x) => `${num(x.aggregate.ratio)}×`],
-    [
-      'sql aggregate prepared p50 ms',
-      (x) => `${num(x.aggregate.prepared.p50Ms)} (${num(x.aggregate.prepared.oneTableP50Ms)})`,
-    ],
-    ['sql aggregate prepared ratio', (x) => `${num(x.aggregate.prepared.ratio)}×`],
-    [
-      'sql order+limit first ms',
-      (x) => `${num(x.orderLimit.firstMs)} (${num(x.orderLimit.oneTableFirstMs)})`,
-    ],
-    ['sql order+limit p50 ms', (x) => `${num(x.orderLimit.p50Ms)} (${num(x.orderLimit.oneTableP50Ms)})`],
-    ['sql order+limit ratio', (x) => `${num(x.orderLimit.ratio)}×`],
-    [
-      'sql order+limit prepared p50 ms',
-      (x) => `${num(x.orderLimit.prepared.p50Ms)} (${num(x.orderLimit.prepared.oneTableP50Ms)})`,
-    ],
-    ['sql order+limit prepared ratio', (x) => `${num(x.orderLimit.prepared.ratio)}×`],
+    ...sides('aggregate', (x) => x.aggregate),
+    ...sides('order+limit', (x) => x.orderLimit),
     ['backend max RssAnon MB', (x) => num(x.backendMaxRssAnonMb)],
     ['backend max VmRSS MB', (x) => num(x.backendMaxVmRssMb)],
     ['insert p50 ms hot/random', (x) => `${x.insert.hotP50Ms} / ${x.insert.randomP50Ms}`],
@@ -254,7 +256,7 @@ export function registerBenchScaleCommand(bench: Command): void {
             `${r.results.length} shard counts on ${r.servers} embedded servers, ${r.rows.toLocaleString('en-US')} rows, sqlShardsPerStatement ${r.shardsPerStatement ?? 'default (64)'}, migration parallelBuilds ${r.migrateParallelBuilds ?? 'all'}, buildShare ${r.migrateBuildShare ?? 1} (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
             `  aggregate:   ${r.queries.aggregate}`,
             `  order+limit: ${r.queries.orderLimit}`,
-            '  (in parentheses: the same query on one plain table of the same rows; first = a new connection; prepared = { prepare: true } vs a named statement, after 30 calls)',
+            '  (in parentheses: the same query on one plain table of the same rows, unnamed unless said; first = a new connection; p50 = the calls after the first, router.sql as it comes (sqlPrepare auto); unprepared = { prepare: false }; warm = as it comes after 30 calls; prepared = { prepare: true } vs a named statement, warm)',
             '',
             ...table(r),
             '',

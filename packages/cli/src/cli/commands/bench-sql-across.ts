@@ -38,7 +38,7 @@ export function registerBenchSqlAcrossCommand(bench: Command): void {
           `router.sql across ${r.shards.toLocaleString('en-US')} shards on ${r.servers} servers, ${r.rows.toLocaleString('en-US')} rows, ${r.groups} groups (${r.machine.cpus} CPUs, Node ${r.machine.node})`,
           `  ${r.query}`,
           `  round trips per query: ${trips} (statements counted by each server)`,
-          `  common (unprepared, default settings, warm pools): router.sql p50 ${r.router.p50Ms} ms (min ${r.router.minMs}), one table p50 ${r.oneTable.p50Ms} ms (min ${r.oneTable.minMs}): ${r.ratio}× (${r.meetsTarget ? 'meets' : 'MISSES'} target ≤ ${r.targetRatio}×)`,
+          `  common (default settings, warm pools: router.sql as it comes, which names a repeated text's pieces; the one table unnamed): router.sql p50 ${r.router.p50Ms} ms (min ${r.router.minMs}), one table p50 ${r.oneTable.p50Ms} ms (min ${r.oneTable.minMs}): ${r.ratio}× (${r.meetsTarget ? 'meets' : 'MISSES'} target ≤ ${r.targetRatio}×)`,
           `  cold (a new router's first call vs a new connection's first query): ${r.cold.routerMs} ms vs ${r.cold.oneTableMs} ms: ${r.cold.ratio}×`,
           `  prepared (router.sql { prepare: true } vs a named statement, warm): p50 ${r.prepared.router.p50Ms} ms vs ${r.prepared.oneTable.p50Ms} ms: ${r.prepared.ratio}×`,
           `  load average ${r.load.before} before, ${r.load.after} after`,
