@@ -308,7 +308,11 @@ export async function initCluster(config: ClusterConfig, options: InitOptions = 
       for (let i = 0; i < count; i++) {
         const c = await connectServer(config, name, { applicationName: 'shardflake init' });
         extra.push(c);
-        workers.push(createdOn(name, c, queue));
+        const worker = createdOn(name, c, queue);
+        // Handled now: a worker may fail (or see the abort) while the next server's connection is still being
+        // opened, before allSettled below looks at it, which Node would report as an unhandled rejection.
+        worker.catch(() => {});
+        workers.push(worker);
       }
     }
     const settled = await Promise.allSettled(workers);
