@@ -198,6 +198,9 @@ function branchLimit(limits: Limits): Node | undefined {
 
 type Print = (node: Node) => string;
 
+const sameNames = (a: string[] | undefined, b: string[]) =>
+  a !== undefined && a.length === b.length && a.every((name, i) => name === b[i]);
+
 /**
  * Parameters the router uses itself (in HAVING, OFFSET) may be gone from the branch, and PostgreSQL refuses a
  * statement that is sent more parameters than it uses (or that skips one): each such parameter is selected as a
@@ -248,6 +251,13 @@ function planRows(
     const names = columnNames(node);
     const aliased =
       names?.length === 1 ? targets.findIndex((t) => t.name !== undefined && t.name === names[0]) : -1;
+    // A column that is selected as it is (ORDER BY amount, amount selected): sorted by its place in the answer
+    // rather than selected again as a hidden column (a warm 64-shard piece of bench scale's order+limit: 0.89 ms
+    // against 1.00 with three hidden copies).
+    const selected =
+      names && aliased === -1
+        ? targets.findIndex((t) => t.name === undefined && sameNames(columnNames(t.val as Node), names))
+        : -1;
     const { descending, nullsFirst } = direction(item);
     const order = (by: Node): Node => ({
       SortBy: { node: by, sortby_dir: item.sortby_dir, sortby_nulls: item.sortby_nulls },
@@ -258,6 +268,9 @@ function planRows(
     } else if (aliased !== -1 && (starAt === -1 || starAt > aliased)) {
       sort.push({ column: aliased, descending, nullsFirst });
       serverOrder.push(order({ A_Const: { ival: { ival: aliased + 1 } } }));
+    } else if (selected !== -1 && (starAt === -1 || starAt > selected)) {
+      sort.push({ column: selected, descending, nullsFirst });
+      serverOrder.push(order({ A_Const: { ival: { ival: selected + 1 } } }));
     } else {
       const name = `shardflake_o${hidden}`;
       branch.targetList?.push({ ResTarget: { name, val: clone(node) } });
