@@ -128,7 +128,7 @@ export type { ReferenceSession } from './reference/write.js';
 export type { Router, RouterOptions } from './router/router.js';
 export { createRouter, FENCED_SQLSTATE } from './router/router.js';
 export type { InsertManyOptions } from './routing/bulk.js';
-export type { WriteRetry } from './routing/context.js';
+export type { SqlPrepare, WriteRetry } from './routing/context.js';
 export type { InsertOptions, Row } from './routing/rows.js';
 export type {
   FeedCommon,

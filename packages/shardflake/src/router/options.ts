@@ -1,6 +1,7 @@
 import { expectKind, expectOption, optionsObject, shown } from '../errors/arguments.js';
 import { ShardflakeError } from '../errors/errors.js';
-import { SQL_PREPARE_MODES, type SqlPrepare } from '../sql/prepared.js';
+import type { SqlPrepare } from '../routing/context.js';
+import { SQL_PREPARE_MODES } from '../sql/prepared.js';
 
 /** The whole-number options of createRouter and their least values (0 means "none" or "never" where allowed). */
 const COUNTS: Record<string, number> = {

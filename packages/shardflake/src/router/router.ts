@@ -32,7 +32,7 @@ import { type TransactionOptions, TransactionState } from '../recovery/state.js'
 import { referenceServersOf } from '../reference/servers.js';
 import { type ReferenceSession, type ReferenceTargets, withReference } from '../reference/write.js';
 import { type InsertManyOptions, insertMany } from '../routing/bulk.js';
-import type { RetryPolicy, RouterContext, WriteRetry } from '../routing/context.js';
+import type { RetryPolicy, RouterContext, SqlPrepare, WriteRetry } from '../routing/context.js';
 import { createShardMap, type MapState, placementIn, shardOfIdIn } from '../routing/map.js';
 import { ReadPositions } from '../routing/positions.js';
 import { deleteRow, getRow, type InsertOptions, insertRow, type Row, updateRow } from '../routing/rows.js';
@@ -124,7 +124,7 @@ export interface RouterOptions {
    * an error. 'never': unnamed, each piece parsed and planned on every call. A connection keeps at most 128 of
    * them, least recently used out first. See "Prepared pieces" in docs/sql.md.
    */
-  sqlPrepare?: 'auto' | 'always' | 'never';
+  sqlPrepare?: SqlPrepare;
   /**
    * Values whose owner's shard the router remembers, for unique lookups (default 10,000; 0: none). A remembered
    * value is looked up with one read of its owner instead of two (docs/lookups.md, "The owner cache"). Memory: at
@@ -277,7 +277,7 @@ const DEFAULTS = {
   poolSize: 10,
   sqlShardsPerStatement: 64,
   sqlConnectionsPerServer: 4,
-  sqlPrepare: 'auto' as 'auto' | 'always' | 'never',
+  sqlPrepare: 'auto' as SqlPrepare,
   lookupCacheSize: 10_000,
   maxUses: 0,
   maxLifetimeSeconds: 0,

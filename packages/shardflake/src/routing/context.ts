@@ -61,8 +61,11 @@ export interface SqlPieces {
   /** Most of a server's pooled connections one call uses at once (never more than the pool). */
   readonly connectionsPerServer: number;
   /** When pieces go as named statements (`RouterOptions.sqlPrepare`, sql/prepared.ts). */
-  readonly prepare: 'auto' | 'always' | 'never';
+  readonly prepare: SqlPrepare;
 }
+
+/** When router.sql sends its pieces as named prepared statements (`RouterOptions.sqlPrepare`). */
+export type SqlPrepare = 'auto' | 'always' | 'never';
 
 /**
  * A write session watches its connection for the lookups' capture-trigger notice and, when one came, applies the

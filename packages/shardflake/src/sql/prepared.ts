@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { sqlStateOf } from '../errors/errors.js';
-import type { RouterContext } from '../routing/context.js';
+import type { RouterContext, SqlPrepare } from '../routing/context.js';
 
 /**
  * router.sql's named statements: which calls send their pieces prepared, the statements each pooled connection
@@ -21,8 +21,6 @@ import type { RouterContext } from '../routing/context.js';
  * for the router's life and runs the piece again unnamed — a SELECT, so running it twice changes nothing.
  * `prepare: true` (or `sqlPrepare: 'always'`) keeps them and reports the error.
  */
-export type SqlPrepare = 'auto' | 'always' | 'never';
-
 /** How one call sends its pieces: unnamed, named with the pooler fall-back, or named. */
 export type PieceNaming = 'unnamed' | 'named-or-back' | 'named';
 

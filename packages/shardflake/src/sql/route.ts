@@ -72,10 +72,10 @@ export function pieceStatements(
   // While an adoption serves every shard from the source's one schema, one shard reads all of it once.
   const count = map.adoption?.servingFromSource ? 1 : map.logicalShards;
   if (trace) for (let shard = 0; shard < count; shard++) trace.shard(shard);
-  let byPlan = kept.get(map);
+  let byPlan = piecesByMap.get(map);
   if (!byPlan) {
     byPlan = new Map();
-    kept.set(map, byPlan);
+    piecesByMap.set(map, byPlan);
   }
   const key = `${split.shardsPerStatement}/${split.maxPieces ?? ''}`;
   let made = byPlan.get(plan);
@@ -96,7 +96,7 @@ export function pieceStatements(
 }
 
 const PLANS_KEPT_PER_MAP = 4;
-const kept = new WeakMap<MapState, Map<GroupsPlan | RowsPlan, Map<string, Piece[]>>>();
+const piecesByMap = new WeakMap<MapState, Map<GroupsPlan | RowsPlan, Map<string, Piece[]>>>();
 
 function makePieces(
   plan: GroupsPlan | RowsPlan,
